@@ -1,0 +1,140 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/kgc-dev/kgc/pkg/kgc"
+)
+
+// RunFunc runs the collector with completed, validated options.
+type RunFunc func(ctx context.Context, o *RunOptions) error
+
+// Execute runs kgc with args and returns the process exit code.
+func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := NewRootCommand(ctx, Run)
+	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(stderr, "Error:", err)
+		return 1
+	}
+	return 0
+}
+
+// NewRootCommand returns `kgc` with its subcommands; run is what `kgc run` runs.
+func NewRootCommand(ctx context.Context, run RunFunc) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "kgc",
+		Short:         "kgc is a standalone Kubernetes garbage collector",
+		Long:          "kgc turns metadata.ownerReferences and the orphan / foregroundDeletion finalizers into cascading deletion, like kube-controller-manager's garbage collector, as its own program.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(NewRunCommand(run))
+	return root
+}
+
+// NewRunCommand returns `kgc run`.
+func NewRunCommand(run RunFunc) *cobra.Command {
+	o := NewRunOptions()
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the garbage collector against an API server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Complete(); err != nil {
+				return err
+			}
+			if errs := o.Validate(); len(errs) > 0 {
+				return fmt.Errorf("%w: %w", errValidation, errors.Join(errs...))
+			}
+			return run(cmd.Context(), o)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	addLogFlags(cmd.Flags())
+	return cmd
+}
+
+// RestConfig loads the client config: --kubeconfig, then $KUBECONFIG and
+// ~/.kube/config, then the in-cluster service account.
+func (o *RunOptions) RestConfig() (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.Kubeconfig
+	overrides := &clientcmd.ConfigOverrides{}
+	if o.Master != "" {
+		overrides.ClusterInfo.Server = o.Master
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading client config: %w", err)
+	}
+	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	return cfg, nil
+}
+
+// Run is `kgc run`: the collector plus its HTTP server, until ctx is done.
+func Run(ctx context.Context, o *RunOptions) error {
+	logger := klog.FromContext(ctx)
+	cfg, err := o.RestConfig()
+	if err != nil {
+		return err
+	}
+	c, err := kgc.New(cfg, kgc.Options{
+		Workers:               o.ConcurrentGCSyncs,
+		IgnoredResources:      o.Ignored,
+		DiscoveryResyncPeriod: o.DiscoveryResyncPeriod,
+		QPS:                   o.KubeAPIQPS,
+		Burst:                 o.KubeAPIBurst,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	if o.HTTPAddress != "" {
+		ln, err := net.Listen("tcp", o.HTTPAddress)
+		if err != nil {
+			return fmt.Errorf("listening on --http-address: %w", err)
+		}
+		srv := &http.Server{
+			Handler:           c.Handler(),
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      2 * time.Minute,
+			IdleTimeout:       2 * time.Minute,
+		}
+		logger.Info("Serving HTTP", "address", ln.Addr().String())
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("http server: %w", err)
+			}
+		}()
+		defer func() {
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer scancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+	go func() { errc <- c.Run(ctx) }()
+	select {
+	case err := <-errc:
+		cancel()
+		return err
+	case <-ctx.Done():
+		return <-errc
+	}
+}

@@ -1,0 +1,95 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kgc-dev/kgc/internal/discovery"
+)
+
+// RunOptions are the flags of `kgc run`. Names follow kube-controller-manager
+// where it has one.
+type RunOptions struct {
+	Kubeconfig            string
+	Master                string
+	KubeAPIQPS            float32
+	KubeAPIBurst          int
+	ConcurrentGCSyncs     int
+	DiscoveryResyncPeriod time.Duration
+	IgnoredResources      []string
+	HTTPAddress           string
+
+	// Completed fields.
+	Ignored []schema.GroupResource
+}
+
+// NewRunOptions returns the defaults.
+func NewRunOptions() *RunOptions {
+	o := &RunOptions{
+		KubeAPIQPS:            20,
+		KubeAPIBurst:          30,
+		ConcurrentGCSyncs:     20,
+		DiscoveryResyncPeriod: 30 * time.Second,
+		HTTPAddress:           ":10258",
+	}
+	for _, gr := range discovery.DefaultIgnored() {
+		o.IgnoredResources = append(o.IgnoredResources, gr.String())
+	}
+	return o
+}
+
+// AddFlags registers the options on fs.
+func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig. Defaults to $KUBECONFIG, then ~/.kube/config, then the in-cluster service account.")
+	fs.StringVar(&o.Master, "master", o.Master, "The address of the Kubernetes API server (overrides any value in kubeconfig).")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "QPS to use while talking with the API server.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst to use while talking with the API server.")
+	fs.IntVar(&o.ConcurrentGCSyncs, "concurrent-gc-syncs", o.ConcurrentGCSyncs, "The number of garbage collector workers that are allowed to sync concurrently.")
+	fs.DurationVar(&o.DiscoveryResyncPeriod, "discovery-resync-period", o.DiscoveryResyncPeriod, "How often to rediscover deletable resources and start or stop their monitors.")
+	fs.StringSliceVar(&o.IgnoredResources, "ignored-resources", o.IgnoredResources, "Resources never monitored, as resource.group (core: resource). Pass an empty value to monitor everything.")
+	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address for /healthz, /readyz and the debug graph. Empty disables the server.")
+}
+
+// Complete fills derived fields; call before Validate.
+func (o *RunOptions) Complete() error {
+	ignored, err := discovery.ParseGroupResources(o.IgnoredResources)
+	if err != nil {
+		return fmt.Errorf("--ignored-resources: %w", err)
+	}
+	o.Ignored = ignored
+	if o.Ignored == nil {
+		o.Ignored = []schema.GroupResource{}
+	}
+	return nil
+}
+
+// Validate returns every problem with the options, not just the first.
+func (o *RunOptions) Validate() []error {
+	var errs []error
+	if o.KubeAPIQPS <= 0 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps must be positive, got %v", o.KubeAPIQPS))
+	}
+	if o.KubeAPIBurst <= 0 {
+		errs = append(errs, fmt.Errorf("--kube-api-burst must be positive, got %d", o.KubeAPIBurst))
+	}
+	if o.ConcurrentGCSyncs <= 0 {
+		errs = append(errs, fmt.Errorf("--concurrent-gc-syncs must be positive, got %d", o.ConcurrentGCSyncs))
+	}
+	if o.DiscoveryResyncPeriod < time.Second {
+		errs = append(errs, fmt.Errorf("--discovery-resync-period must be at least 1s, got %s", o.DiscoveryResyncPeriod))
+	}
+	if o.HTTPAddress != "" {
+		if _, _, err := net.SplitHostPort(o.HTTPAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--http-address %q: %w", o.HTTPAddress, err))
+		}
+	}
+	return errs
+}
+
+// errValidation wraps option errors so Execute can print usage hints.
+var errValidation = errors.New("invalid options")

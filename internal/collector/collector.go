@@ -1,0 +1,334 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/kgc-dev/kgc/internal/apiops"
+	"github.com/kgc-dev/kgc/internal/discovery"
+	"github.com/kgc-dev/kgc/internal/graph"
+)
+
+// ResettableRESTMapper is a RESTMapper whose discovery cache can be dropped.
+type ResettableRESTMapper interface {
+	meta.RESTMapper
+	Reset()
+}
+
+// Recorder records events on objects.
+type Recorder interface {
+	Warning(object graph.Identity, reason, message string)
+}
+
+// Config is what a Collector needs. Everything is required unless noted.
+type Config struct {
+	Metadata  metadata.Interface
+	Discovery discovery.Discovery
+	Mapper    ResettableRESTMapper
+	// Recorder is optional.
+	Recorder Recorder
+	// Workers per queue; default 20.
+	Workers int
+	// Ignored resources are never monitored.
+	Ignored []schema.GroupResource
+	// ResyncPeriod between rediscoveries; default 30s.
+	ResyncPeriod time.Duration
+	// SyncTimeout bounds the wait for the initial monitor sync before the
+	// workers start anyway; default 60s.
+	SyncTimeout time.Duration
+}
+
+// Collector is kgc's garbage collector. Create it with New and start it with Run.
+type Collector struct {
+	cfg      Config
+	ignored  map[schema.GroupResource]struct{}
+	graph    *graph.Graph
+	events   *fifo[graph.Event]
+	monitors *discovery.Monitors
+	ops      *apiops.Ops
+	resolver *resolver
+	warned   *onceSet
+
+	attemptToDelete workqueue.TypedRateLimitingInterface[types.UID]
+	attemptToOrphan workqueue.TypedRateLimitingInterface[types.UID]
+
+	// kinds maps each monitored kind to its resource, refreshed by discovery.
+	kinds  atomic.Pointer[map[schema.GroupVersionKind]schema.GroupVersionResource]
+	synced atomic.Bool
+}
+
+// New builds a Collector from cfg.
+func New(cfg Config) (*Collector, error) {
+	var errs []error
+	if cfg.Metadata == nil {
+		errs = append(errs, errors.New("metadata client is required"))
+	}
+	if cfg.Discovery == nil {
+		errs = append(errs, errors.New("discovery client is required"))
+	}
+	if cfg.Mapper == nil {
+		errs = append(errs, errors.New("REST mapper is required"))
+	}
+	if cfg.Workers < 0 {
+		errs = append(errs, fmt.Errorf("workers must not be negative, got %d", cfg.Workers))
+	}
+	if cfg.ResyncPeriod < 0 {
+		errs = append(errs, fmt.Errorf("discovery resync period must not be negative, got %s", cfg.ResyncPeriod))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = 20
+	}
+	if cfg.ResyncPeriod == 0 {
+		cfg.ResyncPeriod = 30 * time.Second
+	}
+	if cfg.SyncTimeout == 0 {
+		cfg.SyncTimeout = 60 * time.Second
+	}
+	c := &Collector{
+		cfg:     cfg,
+		ignored: make(map[schema.GroupResource]struct{}),
+		graph:   graph.New(),
+		events:  newFIFO[graph.Event](),
+		ops:     &apiops.Ops{Client: cfg.Metadata},
+		warned:  newOnceSet(4096),
+	}
+	for _, gr := range cfg.Ignored {
+		c.ignored[gr] = struct{}{}
+	}
+	c.monitors = discovery.NewMonitors(cfg.Metadata, c.events.Push)
+	c.resolver = &resolver{
+		graph:            c.graph,
+		mapper:           cfg.Mapper,
+		get:              c.ops.Get,
+		absent:           newAbsentCache(16384),
+		invalidNamespace: c.reportInvalidNamespace,
+	}
+	newQueue := func(name string) workqueue.TypedRateLimitingInterface[types.UID] {
+		return workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](5*time.Millisecond, 60*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: name},
+		)
+	}
+	c.attemptToDelete = newQueue("garbage_collector_attempt_to_delete")
+	c.attemptToOrphan = newQueue("garbage_collector_attempt_to_orphan")
+	empty := map[schema.GroupVersionKind]schema.GroupVersionResource{}
+	c.kinds.Store(&empty)
+	return c, nil
+}
+
+// Graph returns the collector's ownership graph (read-only use).
+func (c *Collector) Graph() *graph.Graph { return c.graph }
+
+// Synced reports whether the initial monitor sync finished and workers run.
+func (c *Collector) Synced() bool { return c.synced.Load() }
+
+// MonitorStatus reports each monitored resource and whether it has synced.
+func (c *Collector) MonitorStatus() map[schema.GroupVersionResource]bool { return c.monitors.Status() }
+
+// Run runs the collector until ctx is done, then stops every goroutine it
+// started before returning.
+func (c *Collector) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("garbagecollector")
+	ctx = klog.NewContext(ctx, logger)
+	var wg sync.WaitGroup
+	defer func() {
+		c.attemptToDelete.ShutDown()
+		c.attemptToOrphan.ShutDown()
+		c.monitors.Stop()
+		c.events.Close()
+		wg.Wait()
+	}()
+
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.runGraphBuilder(ctx)
+	}()
+
+	// Initial discovery: retry until it works, at least partially.
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := c.resyncMonitors(ctx); err != nil {
+			logger.Error(err, "Initial discovery failed, retrying")
+			return c.monitors.Len() > 0, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil //nolint:nilerr // ctx ended before discovery worked: a clean stop
+	}
+
+	logger.Info("Waiting for monitors to sync", "monitors", c.monitors.Len())
+	syncCtx, cancel := context.WithTimeout(ctx, c.cfg.SyncTimeout)
+	err = wait.PollUntilContextCancel(syncCtx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		return c.monitors.HasSynced(), nil
+	})
+	cancel()
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		var pending []string
+		for gvr, ok := range c.monitors.Status() {
+			if !ok {
+				pending = append(pending, gvr.String())
+			}
+		}
+		logger.Info("Starting workers before every monitor synced", "pending", pending)
+	}
+	c.events.WaitIdle()
+	c.synced.Store(true)
+	logger.Info("Monitors synced; starting workers", "workers", c.cfg.Workers, "nodes", c.graph.Len())
+
+	for range c.cfg.Workers {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			c.runWorker(ctx, c.attemptToDelete, c.attemptToDeleteItem)
+		}()
+		go func() {
+			defer wg.Done()
+			c.runWorker(ctx, c.attemptToOrphan, c.attemptToOrphanItem)
+		}()
+	}
+
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wait.UntilWithContext(ctx, func(ctx context.Context) {
+			if err := c.resyncMonitors(ctx); err != nil {
+				logger.Error(err, "Rediscovery failed")
+			}
+		}, c.cfg.ResyncPeriod)
+	}()
+
+	<-ctx.Done()
+	logger.Info("Stopping")
+	return nil
+}
+
+// resyncMonitors rediscovers deletable resources and adds or removes
+// monitors to match. Resources of groups that failed discovery keep their
+// monitors: a failing APIService is not a vanished one.
+func (c *Collector) resyncMonitors(ctx context.Context) error {
+	want, failed, err := discovery.Deletable(c.cfg.Discovery, c.ignored)
+	if want == nil {
+		return err
+	}
+	kinds := make(map[schema.GroupVersionKind]schema.GroupVersionResource, len(want))
+	for gvr, r := range want {
+		kinds[gvr.GroupVersion().WithKind(r.Kind)] = gvr
+	}
+	old := *c.kinds.Load()
+	for gvk, gvr := range old {
+		if _, ok := failed[gvk.GroupVersion()]; ok {
+			kinds[gvk] = gvr
+		}
+	}
+	c.kinds.Store(&kinds)
+	added, removed := c.monitors.Sync(ctx, want, func(gvr schema.GroupVersionResource) bool {
+		_, ok := failed[gvr.GroupVersion()]
+		return ok
+	})
+	if added+removed > 0 {
+		c.cfg.Mapper.Reset()
+		klog.FromContext(ctx).V(1).Info("Monitors changed", "added", added, "removed", removed, "monitors", c.monitors.Len())
+	}
+	return err
+}
+
+// runGraphBuilder is the graph's single writer.
+func (c *Collector) runGraphBuilder(ctx context.Context) {
+	for {
+		ev, ok := c.events.Pop()
+		if !ok {
+			return
+		}
+		eff := c.graph.Apply(ev)
+		for _, id := range eff.Absent {
+			c.resolver.absent.Add(id.Coordinates())
+		}
+		for _, uid := range eff.AttemptToDelete {
+			c.attemptToDelete.Add(uid)
+		}
+		for _, uid := range eff.AttemptToOrphan {
+			c.attemptToOrphan.Add(uid)
+		}
+		c.events.Done()
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// runWorker processes one queue until it shuts down: nil from process
+// forgets the item, an error retries it with per-item exponential backoff.
+func (c *Collector) runWorker(ctx context.Context, q workqueue.TypedRateLimitingInterface[types.UID], process func(context.Context, types.UID) error) {
+	for {
+		uid, shutdown := q.Get()
+		if shutdown {
+			return
+		}
+		err := process(ctx, uid)
+		switch {
+		case err == nil:
+			q.Forget(uid)
+		case ctx.Err() != nil:
+			q.Forget(uid)
+		default:
+			if !errors.Is(err, errRetry) {
+				klog.FromContext(ctx).V(2).Info("Will retry", "uid", uid, "err", err.Error(), "retries", q.NumRequeues(uid))
+			}
+			q.AddRateLimited(uid)
+		}
+		q.Done(uid)
+	}
+}
+
+// target returns where to write to an observed item.
+func (c *Collector) target(it *graph.Item) (apiops.Target, error) {
+	gv, err := schema.ParseGroupVersion(it.Identity.APIVersion)
+	if err != nil {
+		return apiops.Target{}, err
+	}
+	gvk := gv.WithKind(it.Identity.Kind)
+	gvr, ok := (*c.kinds.Load())[gvk]
+	if !ok {
+		m, err := c.cfg.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return apiops.Target{}, fmt.Errorf("mapping %s: %w", gvk, err)
+		}
+		gvr = m.Resource
+	}
+	return apiops.Target{
+		Resource:        gvr,
+		Namespace:       it.Identity.Namespace,
+		Name:            it.Identity.Name,
+		UID:             it.Identity.UID,
+		ResourceVersion: it.ResourceVersion,
+	}, nil
+}
+
+func (c *Collector) reportInvalidNamespace(dependent graph.Identity, ref metav1.OwnerReference, ownerNamespace string) {
+	if c.cfg.Recorder == nil || !c.warned.First([2]types.UID{dependent.UID, ref.UID}) {
+		return
+	}
+	c.cfg.Recorder.Warning(dependent, "OwnerRefInvalidNamespace", fmt.Sprintf(
+		"ownerRef [%s, Kind=%s, Name=%s, UID=%s] does not exist in namespace %q (an object with that UID exists in namespace %q)",
+		ref.APIVersion, ref.Kind, ref.Name, ref.UID, dependent.Namespace, ownerNamespace))
+}

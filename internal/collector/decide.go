@@ -1,0 +1,183 @@
+package collector
+
+import (
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kgc-dev/kgc/internal/graph"
+)
+
+// OwnerState classifies one ownerReference of an item.
+type OwnerState int
+
+const (
+	// Solid: the owner exists under the referenced coordinates and is not
+	// waiting for foreground deletion of its dependents.
+	Solid OwnerState = iota
+	// Waiting: the owner exists and is being deleted in the foreground.
+	Waiting
+	// Dangling: no object with that UID exists at those coordinates.
+	Dangling
+	// Unresolvable: no API serves the referenced kind (yet). Never dangling;
+	// the item is kept and re-checked later.
+	Unresolvable
+	// Invalid: a reference that can never resolve — a cluster-scoped item
+	// naming a namespaced owner kind, or a malformed apiVersion. The item is
+	// never collected on its account.
+	Invalid
+)
+
+func (s OwnerState) String() string {
+	switch s {
+	case Solid:
+		return "solid"
+	case Waiting:
+		return "waiting"
+	case Dangling:
+		return "dangling"
+	case Unresolvable:
+		return "unresolvable"
+	case Invalid:
+		return "invalid"
+	}
+	return "unknown"
+}
+
+// ActionType is what a check decided to do.
+type ActionType int
+
+const (
+	// Keep: nothing to do; the item is not garbage (or not yet decidable).
+	Keep ActionType = iota
+	// RemoveReferences: patch the item's ownerReferences to Refs.
+	RemoveReferences
+	// DeleteItem: delete the item with Policy, after setting its
+	// ownerReferences to Refs first when Unblock is set (cycle breaking).
+	DeleteItem
+	// RemoveForegroundFinalizer: the item's blocking dependents are gone.
+	RemoveForegroundFinalizer
+	// CheckDependents: the item waits for its blocking dependents; re-check them.
+	CheckDependents
+)
+
+// Action is a decision. Decisions are values so that tests can compare them
+// and so that all API calls happen in one place (execute).
+type Action struct {
+	Type ActionType
+	// Policy for DeleteItem.
+	Policy metav1.DeletionPropagation
+	// Refs: the ownerReferences to write (RemoveReferences, or DeleteItem
+	// with Unblock).
+	Refs    []metav1.OwnerReference
+	Unblock bool
+	// Finalizers to write for RemoveForegroundFinalizer.
+	Finalizers []string
+	// Dependents to re-check for CheckDependents.
+	Dependents []types.UID
+	// Retry asks for a rate-limited re-check even though the action is Keep
+	// (an owner kind is not served yet).
+	Retry bool
+}
+
+// decideForegroundOwner decides for an item that is being deleted with the
+// foregroundDeletion finalizer: it may go once no dependent blocks it.
+func decideForegroundOwner(item *graph.Item) Action {
+	blocked := false
+	var check []types.UID
+	for _, d := range item.Dependents {
+		if !d.Blocking {
+			continue
+		}
+		blocked = true
+		// A dependent that is itself deleting its dependents is driven by its
+		// own foreground check; re-checking it here would only churn.
+		if !d.DeletingDependents {
+			check = append(check, d.UID)
+		}
+	}
+	if !blocked {
+		return Action{
+			Type:       RemoveForegroundFinalizer,
+			Finalizers: slices.DeleteFunc(slices.Clone(item.Finalizers), func(f string) bool { return f == graph.FinalizerForeground }),
+		}
+	}
+	return Action{Type: CheckDependents, Dependents: check}
+}
+
+// decideDependent decides for a live item with ownerReferences, given the
+// state of each reference (states[i] belongs to item.OwnerReferences[i]).
+//
+// Rules (kube-controller-manager's): any solid owner keeps the item, minus
+// its dangling and waiting references; an item whose owners are all waiting
+// or dangling and that has dependents of its own goes Foreground (after
+// clearing blockOwnerDeletion if one of its dependents is itself deleting
+// dependents, to break cycles); otherwise it is deleted with the policy its
+// own finalizers ask for.
+func decideDependent(item *graph.Item, states []OwnerState) Action {
+	var solid, waiting, dangling, unresolvable, invalid int
+	for _, s := range states {
+		switch s {
+		case Solid:
+			solid++
+		case Waiting:
+			waiting++
+		case Dangling:
+			dangling++
+		case Unresolvable:
+			unresolvable++
+		case Invalid:
+			invalid++
+		}
+	}
+	switch {
+	case unresolvable > 0:
+		// Never collect on a reference we cannot resolve; look again later.
+		return Action{Type: Keep, Retry: true}
+	case solid > 0 || invalid > 0:
+		if waiting+dangling == 0 || solid == 0 {
+			// Only-invalid items are kept untouched: the reference is an
+			// error of the item's author, not ours to edit.
+			return Action{Type: Keep}
+		}
+		var keep []metav1.OwnerReference
+		for i, s := range states {
+			if s == Solid || s == Invalid {
+				keep = append(keep, item.OwnerReferences[i])
+			}
+		}
+		return Action{Type: RemoveReferences, Refs: keep}
+	case waiting > 0 && len(item.Dependents) > 0:
+		a := Action{Type: DeleteItem, Policy: metav1.DeletePropagationForeground}
+		if slices.ContainsFunc(item.Dependents, func(d graph.Dependent) bool { return d.DeletingDependents }) {
+			refs := slices.Clone(item.OwnerReferences)
+			changed := false
+			for i := range refs {
+				if refs[i].BlockOwnerDeletion != nil && *refs[i].BlockOwnerDeletion {
+					f := false
+					refs[i].BlockOwnerDeletion = &f
+					changed = true
+				}
+			}
+			if changed {
+				a.Unblock, a.Refs = true, refs
+			}
+		}
+		return a
+	default:
+		return Action{Type: DeleteItem, Policy: policyFromFinalizers(item.Finalizers)}
+	}
+}
+
+// policyFromFinalizers honours what the item's own finalizers ask for.
+func policyFromFinalizers(finalizers []string) metav1.DeletionPropagation {
+	switch {
+	case slices.Contains(finalizers, graph.FinalizerOrphan):
+		return metav1.DeletePropagationOrphan
+	case slices.Contains(finalizers, graph.FinalizerForeground):
+		return metav1.DeletePropagationForeground
+	default:
+		return metav1.DeletePropagationBackground
+	}
+}

@@ -1,0 +1,87 @@
+package collector
+
+import "sync"
+
+// fifo is an unbounded, ordered queue between the informers (many
+// producers, which must never block) and the graph builder (one consumer).
+type fifo[T any] struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	items  []T
+	head   int
+	closed bool
+	busy   bool // the consumer holds an item it has not finished
+}
+
+func newFIFO[T any]() *fifo[T] {
+	f := &fifo[T]{}
+	f.cond = sync.NewCond(&f.mu)
+	return f
+}
+
+// Push appends v; it never blocks. Pushes after Close are dropped.
+func (f *fifo[T]) Push(v T) {
+	f.mu.Lock()
+	if !f.closed {
+		f.items = append(f.items, v)
+		f.cond.Broadcast()
+	}
+	f.mu.Unlock()
+}
+
+// Pop waits for the next item; ok is false once the queue is closed and
+// drained. The consumer calls Done after handling each item.
+func (f *fifo[T]) Pop() (v T, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.head == len(f.items) && !f.closed {
+		f.cond.Wait()
+	}
+	if f.head == len(f.items) {
+		return v, false
+	}
+	v = f.items[f.head]
+	var zero T
+	f.items[f.head] = zero
+	f.head++
+	if f.head == len(f.items) {
+		f.items, f.head = f.items[:0], 0
+	} else if f.head > 1024 && f.head*2 > len(f.items) {
+		f.items = append(f.items[:0:0], f.items[f.head:]...)
+		f.head = 0
+	}
+	f.busy = true
+	return v, true
+}
+
+// Done marks the item returned by the last Pop as handled.
+func (f *fifo[T]) Done() {
+	f.mu.Lock()
+	f.busy = false
+	f.cond.Broadcast()
+	f.mu.Unlock()
+}
+
+// Len returns the number of items waiting.
+func (f *fifo[T]) Len() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.items) - f.head
+}
+
+// WaitIdle blocks until the queue is empty and the consumer idle, or closed.
+func (f *fifo[T]) WaitIdle() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for (f.head != len(f.items) || f.busy) && !f.closed {
+		f.cond.Wait()
+	}
+}
+
+// Close wakes every waiter; Pop drains what is left, then reports !ok.
+func (f *fifo[T]) Close() {
+	f.mu.Lock()
+	f.closed = true
+	f.cond.Broadcast()
+	f.mu.Unlock()
+}

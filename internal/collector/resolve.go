@@ -1,0 +1,150 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/lru"
+
+	"github.com/kgc-dev/kgc/internal/graph"
+)
+
+// absentCache remembers owners known not to exist, keyed by full
+// coordinates. An entry is never wrong: UIDs are never reused, so an object
+// once absent at given coordinates stays absent.
+type absentCache struct{ c *lru.Cache }
+
+func newAbsentCache(size int) *absentCache { return &absentCache{c: lru.New(size)} }
+
+func (a *absentCache) Add(c graph.Coordinates) { a.c.Add(c, struct{}{}) }
+
+func (a *absentCache) Has(c graph.Coordinates) bool {
+	_, ok := a.c.Get(c)
+	return ok
+}
+
+// getFunc reads one object's metadata from the API server.
+type getFunc func(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (*metav1.PartialObjectMetadata, error)
+
+// resolver classifies ownerReferences. It decides from the graph where the
+// graph can vouch for an owner, and asks the API server otherwise.
+//
+// Freshness: the graph is fed by informers and may lag the server. Reading a
+// lagging graph is safe in every case kgc uses it for:
+//   - solid from the graph only ever keeps an object (if the owner has since
+//     gone, its delete event re-checks the dependents);
+//   - waiting from the graph means the owner had a deletionTimestamp, which
+//     is never unset;
+//   - dangling is only concluded from a quorum GET (404, or another UID at
+//     the coordinates) or from an observed delete of exactly that UID at
+//     exactly those coordinates (the absent cache).
+//
+// An owner the graph does not know, knows only as a placeholder, or knows
+// under other coordinates is therefore looked up with a GET.
+type resolver struct {
+	graph  *graph.Graph
+	mapper meta.RESTMapper
+	get    getFunc
+	absent *absentCache
+	// invalidNamespace is told when a reference is dangling because its
+	// owner lives in another namespace.
+	invalidNamespace func(dependent graph.Identity, ref metav1.OwnerReference, ownerNamespace string)
+}
+
+// mapping resolves a reference's kind, accepting any served version of it.
+func (r *resolver) mapping(apiVersion, kind string) (*meta.RESTMapping, error) {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return nil, fmt.Errorf("%w: apiVersion %q: %w", errInvalidReference, apiVersion, err)
+	}
+	gk := schema.GroupKind{Group: gv.Group, Kind: kind}
+	m, err := r.mapper.RESTMapping(gk, gv.Version)
+	if meta.IsNoMatchError(err) {
+		m, err = r.mapper.RESTMapping(gk)
+	}
+	return m, err
+}
+
+// resolve classifies one ownerReference of dependent.
+func (r *resolver) resolve(ctx context.Context, dependent graph.Identity, ref *metav1.OwnerReference) (OwnerState, error) {
+	m, err := r.mapping(ref.APIVersion, ref.Kind)
+	switch {
+	case isInvalidReference(err):
+		return Invalid, nil
+	case meta.IsNoMatchError(err):
+		return Unresolvable, nil
+	case err != nil:
+		return Unresolvable, fmt.Errorf("mapping owner kind %s %s: %w", ref.APIVersion, ref.Kind, err)
+	}
+	ns := ""
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		if dependent.Namespace == "" {
+			return Invalid, nil
+		}
+		ns = dependent.Namespace
+	}
+	c := graph.Coordinates{Group: m.GroupVersionKind.Group, Kind: ref.Kind, Namespace: ns, Name: ref.Name, UID: ref.UID}
+	if r.absent.Has(c) {
+		r.checkNamespace(dependent, ref, ns)
+		return Dangling, nil
+	}
+	if o, ok := r.graph.Owner(ref.UID); ok && !o.Virtual && o.Identity.Coordinates() == c {
+		if o.DeletingDependents {
+			return Waiting, nil
+		}
+		return Solid, nil
+	}
+	obj, err := r.get(ctx, m.Resource, ns, ref.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		r.absent.Add(c)
+		r.checkNamespace(dependent, ref, ns)
+		return Dangling, nil
+	case err != nil:
+		return Unresolvable, fmt.Errorf("looking up owner %s: %w", c, err)
+	case obj.UID != ref.UID:
+		r.absent.Add(c)
+		r.checkNamespace(dependent, ref, ns)
+		return Dangling, nil
+	case obj.DeletionTimestamp != nil && slices.Contains(obj.Finalizers, graph.FinalizerForeground):
+		return Waiting, nil
+	}
+	return Solid, nil
+}
+
+// checkNamespace reports a dangling reference whose UID the graph has seen
+// in another namespace: the author most likely meant that object, and
+// namespaced owners must share their dependent's namespace.
+func (r *resolver) checkNamespace(dependent graph.Identity, ref *metav1.OwnerReference, ns string) {
+	if ns == "" || r.invalidNamespace == nil {
+		return
+	}
+	if o, ok := r.graph.Owner(ref.UID); ok && !o.Virtual && o.Identity.Namespace != "" && o.Identity.Namespace != ns {
+		r.invalidNamespace(dependent, *ref, o.Identity.Namespace)
+	}
+}
+
+// onceSet remembers keys, so that a warning is reported once per key.
+type onceSet struct {
+	mu   sync.Mutex
+	seen *lru.Cache
+}
+
+func newOnceSet(size int) *onceSet { return &onceSet{seen: lru.New(size)} }
+
+// First reports whether key is new, and remembers it.
+func (s *onceSet) First(key any) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen.Get(key); ok {
+		return false
+	}
+	s.seen.Add(key, struct{}{})
+	return true
+}

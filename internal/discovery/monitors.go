@@ -1,0 +1,195 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/kgc-dev/kgc/internal/graph"
+)
+
+// Monitors runs one metadata informer per resource and feeds every
+// observation to a single callback.
+type Monitors struct {
+	client  metadata.Interface
+	observe func(graph.Event)
+
+	mu      sync.Mutex
+	running map[schema.GroupVersionResource]*monitor
+}
+
+type monitor struct {
+	resource Resource
+	reg      cache.ResourceEventHandlerRegistration
+	informer cache.SharedIndexInformer
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// NewMonitors returns a manager whose monitors call observe for each event.
+// observe must not block for long: it runs on the informer's goroutine.
+func NewMonitors(client metadata.Interface, observe func(graph.Event)) *Monitors {
+	return &Monitors{client: client, observe: observe, running: make(map[schema.GroupVersionResource]*monitor)}
+}
+
+// Sync makes the running monitors match want: it starts monitors for new
+// resources and stops those for resources no longer wanted, except where
+// keep says a resource's absence is not to be trusted (its group failed
+// discovery). A Kind change for a running GVR restarts its monitor.
+func (m *Monitors) Sync(ctx context.Context, want map[schema.GroupVersionResource]Resource, keep func(schema.GroupVersionResource) bool) (added, removed int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	for gvr, mon := range m.running {
+		r, ok := want[gvr]
+		if ok && r == mon.resource {
+			continue
+		}
+		if !ok && keep != nil && keep(gvr) {
+			continue
+		}
+		m.stopLocked(gvr, mon)
+		removed++
+		logger.V(2).Info("Stopped monitor", "resource", gvr.String())
+	}
+	for gvr, r := range want {
+		if _, ok := m.running[gvr]; ok {
+			continue
+		}
+		mon, err := m.start(ctx, r)
+		if err != nil {
+			logger.Error(err, "Cannot start monitor", "resource", gvr.String())
+			continue
+		}
+		m.running[gvr] = mon
+		added++
+		logger.V(2).Info("Started monitor", "resource", gvr.String())
+	}
+	return added, removed
+}
+
+func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
+	inf := metadatainformer.NewFilteredMetadataInformer(m.client, r.GVR, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	if err := inf.SetTransform(stripMetadata); err != nil {
+		return nil, fmt.Errorf("setting transform for %s: %w", r.GVR, err)
+	}
+	apiVersion := r.APIVersion()
+	toEvent := func(t graph.EventType, obj any) (graph.Event, bool) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		pom, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return graph.Event{}, false
+		}
+		return graph.Event{Type: t, Object: graph.Object{
+			Identity: graph.Identity{
+				APIVersion: apiVersion, Kind: r.Kind,
+				Namespace: pom.Namespace, Name: pom.Name, UID: pom.UID,
+			},
+			ResourceVersion: pom.ResourceVersion,
+			OwnerReferences: pom.OwnerReferences,
+			Finalizers:      pom.Finalizers,
+			Deleting:        pom.DeletionTimestamp != nil,
+		}}, true
+	}
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if ev, ok := toEvent(graph.Upsert, obj); ok {
+				m.observe(ev)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			if o, ok := oldObj.(*metav1.PartialObjectMetadata); ok {
+				if n, ok := newObj.(*metav1.PartialObjectMetadata); ok && o.ResourceVersion == n.ResourceVersion {
+					return
+				}
+			}
+			if ev, ok := toEvent(graph.Upsert, newObj); ok {
+				m.observe(ev)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if ev, ok := toEvent(graph.Delete, obj); ok {
+				m.observe(ev)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("adding handler for %s: %w", r.GVR, err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	mon := &monitor{resource: r, reg: reg, informer: inf, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(mon.done)
+		inf.RunWithContext(mctx)
+	}()
+	return mon, nil
+}
+
+func (m *Monitors) stopLocked(gvr schema.GroupVersionResource, mon *monitor) {
+	_ = mon.informer.RemoveEventHandler(mon.reg)
+	mon.cancel()
+	<-mon.done
+	delete(m.running, gvr)
+}
+
+// Stop stops every monitor and waits for them to end.
+func (m *Monitors) Stop() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for gvr, mon := range m.running {
+		m.stopLocked(gvr, mon)
+	}
+}
+
+// Status reports, per running monitor, whether it has delivered its initial list.
+func (m *Monitors) Status() map[schema.GroupVersionResource]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[schema.GroupVersionResource]bool, len(m.running))
+	for gvr, mon := range m.running {
+		out[gvr] = mon.reg.HasSynced()
+	}
+	return out
+}
+
+// HasSynced reports whether every running monitor delivered its initial list.
+func (m *Monitors) HasSynced() bool {
+	for _, ok := range m.Status() {
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Len returns the number of running monitors.
+func (m *Monitors) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.running)
+}
+
+// stripMetadata keeps only what kgc decides from, so that the informer
+// stores hold no labels, annotations or managedFields.
+func stripMetadata(obj any) (any, error) {
+	pom, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	out := &metav1.PartialObjectMetadata{TypeMeta: pom.TypeMeta}
+	out.Name, out.Namespace, out.UID = pom.Name, pom.Namespace, pom.UID
+	out.ResourceVersion = pom.ResourceVersion
+	out.OwnerReferences = pom.OwnerReferences
+	out.Finalizers = pom.Finalizers
+	out.DeletionTimestamp = pom.DeletionTimestamp
+	return out, nil
+}

@@ -1,0 +1,213 @@
+package graph
+
+import (
+	"fmt"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Dependent is what an owner's check needs to know about one dependent.
+type Dependent struct {
+	UID                types.UID
+	Blocking           bool // its reference to the owner has blockOwnerDeletion=true
+	Deleting           bool
+	DeletingDependents bool
+}
+
+// Item is a copy of one node, for a worker to decide from.
+type Item struct {
+	Object
+	Virtual    bool
+	Absent     bool
+	Dependents []Dependent
+}
+
+// OwnerView is a copy of what the graph knows about a (possible) owner.
+type OwnerView struct {
+	Identity           Identity
+	Virtual            bool
+	Absent             bool
+	Deleting           bool
+	DeletingDependents bool
+}
+
+// Item returns a copy of the node with uid, with its dependents.
+func (g *Graph) Item(uid types.UID) (Item, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	n := g.nodes[uid]
+	if n == nil {
+		return Item{}, false
+	}
+	it := Item{Object: n.Object, Virtual: n.virtual, Absent: n.absent}
+	it.OwnerReferences = slices.Clone(n.OwnerReferences)
+	it.Finalizers = slices.Clone(n.Finalizers)
+	it.Dependents = make([]Dependent, 0, len(n.dependents))
+	for depUID := range n.dependents {
+		d := g.nodes[depUID]
+		if d == nil {
+			continue
+		}
+		it.Dependents = append(it.Dependents, Dependent{
+			UID:                depUID,
+			Blocking:           refsByUID(d.OwnerReferences)[uid],
+			Deleting:           d.Deleting,
+			DeletingDependents: d.DeletingDependents(),
+		})
+	}
+	return it, true
+}
+
+// Owner returns what the graph knows of the node with uid.
+func (g *Graph) Owner(uid types.UID) (OwnerView, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	n := g.nodes[uid]
+	if n == nil {
+		return OwnerView{}, false
+	}
+	return OwnerView{
+		Identity:           n.Identity,
+		Virtual:            n.virtual,
+		Absent:             n.absent,
+		Deleting:           n.Deleting,
+		DeletingDependents: n.DeletingDependents(),
+	}, true
+}
+
+// Len returns the number of nodes, virtual ones included.
+func (g *Graph) Len() int {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return len(g.nodes)
+}
+
+// NodeView is one node for display.
+type NodeView struct {
+	Identity           Identity
+	Virtual            bool
+	Absent             bool
+	Deleting           bool
+	DeletingDependents bool
+	Owners             []metav1.OwnerReference
+}
+
+// Snapshot copies the nodes with the given UIDs and every node connected to
+// them through owner or dependent edges; with no UIDs, the whole graph.
+func (g *Graph) Snapshot(uids ...types.UID) []NodeView {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	var selected map[types.UID]*node
+	if len(uids) == 0 {
+		selected = g.nodes
+	} else {
+		selected = g.component(uids)
+	}
+	out := make([]NodeView, 0, len(selected))
+	for _, n := range selected {
+		out = append(out, NodeView{
+			Identity:           n.Identity,
+			Virtual:            n.virtual,
+			Absent:             n.absent,
+			Deleting:           n.Deleting,
+			DeletingDependents: n.DeletingDependents(),
+			Owners:             slices.Clone(n.OwnerReferences),
+		})
+	}
+	slices.SortFunc(out, func(a, b NodeView) int {
+		if a.Identity.UID < b.Identity.UID {
+			return -1
+		}
+		if a.Identity.UID > b.Identity.UID {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// component returns the connected components containing uids. Caller holds mu.
+func (g *Graph) component(uids []types.UID) map[types.UID]*node {
+	seen := make(map[types.UID]*node)
+	stack := slices.Clone(uids)
+	for len(stack) > 0 {
+		uid := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if _, ok := seen[uid]; ok {
+			continue
+		}
+		n := g.nodes[uid]
+		if n == nil {
+			continue
+		}
+		seen[uid] = n
+		for i := range n.OwnerReferences {
+			stack = append(stack, n.OwnerReferences[i].UID)
+		}
+		for dep := range n.dependents {
+			stack = append(stack, dep)
+		}
+	}
+	return seen
+}
+
+// CheckInvariants verifies the graph's structural invariants; tests call it
+// after every step. It returns the first violation found.
+func (g *Graph) CheckInvariants() error {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	for uid, n := range g.nodes {
+		if n.Identity.UID != uid {
+			return fmt.Errorf("node keyed %s has identity uid %s", uid, n.Identity.UID)
+		}
+		if n.virtual {
+			if len(n.dependents) == 0 {
+				return fmt.Errorf("virtual node %s has no dependents", n.Identity)
+			}
+			if len(n.OwnerReferences) != 0 {
+				return fmt.Errorf("virtual node %s has owners", n.Identity)
+			}
+		} else if n.absent {
+			return fmt.Errorf("observed node %s is marked absent", n.Identity)
+		}
+		for i := range n.OwnerReferences {
+			o := g.nodes[n.OwnerReferences[i].UID]
+			if o == nil {
+				return fmt.Errorf("owner %s of %s is not in the graph", n.OwnerReferences[i].UID, n.Identity)
+			}
+			if _, ok := o.dependents[uid]; !ok {
+				return fmt.Errorf("owner %s does not list dependent %s", o.Identity, n.Identity)
+			}
+		}
+		for dep := range n.dependents {
+			d := g.nodes[dep]
+			if d == nil {
+				return fmt.Errorf("dependent %s of %s is not in the graph", dep, n.Identity)
+			}
+			if d.virtual {
+				return fmt.Errorf("dependent %s of %s is virtual", d.Identity, n.Identity)
+			}
+			if _, ok := refsByUID(d.OwnerReferences)[uid]; !ok {
+				return fmt.Errorf("dependent %s does not reference owner %s", d.Identity, n.Identity)
+			}
+		}
+	}
+	return nil
+}
+
+// Object returns a copy of the observed object with uid; ok is false for
+// unknown UIDs and placeholders.
+func (g *Graph) Object(uid types.UID) (obj Object, ok bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	n := g.nodes[uid]
+	if n == nil || n.virtual {
+		return Object{}, false
+	}
+	obj = n.Object
+	obj.OwnerReferences = slices.Clone(n.OwnerReferences)
+	obj.Finalizers = slices.Clone(n.Finalizers)
+	return obj, true
+}

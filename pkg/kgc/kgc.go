@@ -1,0 +1,169 @@
+// Package kgc starts the kgc garbage collector in-process: give it a
+// *rest.Config and it does for that API server what kube-controller-manager's
+// garbage collector does — cascading deletion driven by ownerReferences and
+// the orphan / foregroundDeletion finalizers.
+//
+// It is meant for API servers that run without a controller manager and for
+// tests against etcd + kube-apiserver alone:
+//
+//	c, err := kgc.New(cfg, kgc.Options{})
+//	if err != nil { … }
+//	go c.Run(ctx)
+//	if err := c.WaitForSync(ctx); err != nil { … }
+package kgc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/kgc-dev/kgc/internal/collector"
+	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
+	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/server"
+)
+
+// Options configures a Collector. The zero value is usable.
+type Options struct {
+	// Workers is the number of attempt-to-delete and attempt-to-orphan
+	// workers each (kube-controller-manager's --concurrent-gc-syncs). Default 20.
+	Workers int
+	// IgnoredResources are never monitored. nil means DefaultIgnoredResources();
+	// an empty non-nil slice ignores nothing.
+	IgnoredResources []schema.GroupResource
+	// DiscoveryResyncPeriod is how often deletable resources are rediscovered. Default 30s.
+	DiscoveryResyncPeriod time.Duration
+	// QPS and Burst override the client budget of the rest.Config. When both
+	// are left zero, a config without a budget gets kube-controller-manager's
+	// defaults (20 QPS, burst 30).
+	QPS   float32
+	Burst int
+	// Logger defaults to klog's.
+	Logger logr.Logger
+}
+
+// DefaultIgnoredResources returns the resources kgc ignores by default: core
+// and events.k8s.io events.
+func DefaultIgnoredResources() []schema.GroupResource { return kgcdiscovery.DefaultIgnored() }
+
+// Collector is a garbage collector for one API server.
+type Collector struct {
+	c           *collector.Collector
+	broadcaster record.EventBroadcaster
+	events      typedcorev1.EventInterface
+	logger      logr.Logger
+}
+
+// New validates opts and builds a Collector for the API server cfg points at.
+// It does not contact the server.
+func New(cfg *rest.Config, opts Options) (*Collector, error) {
+	if cfg == nil {
+		return nil, errors.New("kgc: rest config is required")
+	}
+	if opts.QPS < 0 || opts.Burst < 0 {
+		return nil, fmt.Errorf("kgc: QPS and Burst must not be negative (got %v, %d)", opts.QPS, opts.Burst)
+	}
+	cfg = rest.CopyConfig(cfg)
+	switch {
+	case opts.QPS != 0 || opts.Burst != 0:
+		cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
+	case cfg.QPS == 0 && cfg.Burst == 0 && cfg.RateLimiter == nil:
+		cfg.QPS, cfg.Burst = 20, 30
+	}
+	cfg = rest.AddUserAgent(cfg, "kgc")
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kgc: metadata client: %w", err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kgc: discovery client: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kgc: clientset: %w", err)
+	}
+	ignored := opts.IgnoredResources
+	if ignored == nil {
+		ignored = DefaultIgnoredResources()
+	}
+	out := &Collector{
+		broadcaster: record.NewBroadcaster(),
+		events:      cs.CoreV1().Events(""),
+		logger:      opts.Logger,
+	}
+	rec := out.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kgc-garbage-collector"})
+	out.c, err = collector.New(collector.Config{
+		Metadata:     md,
+		Discovery:    dc,
+		Mapper:       restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
+		Recorder:     recorder{rec},
+		Workers:      opts.Workers,
+		Ignored:      ignored,
+		ResyncPeriod: opts.DiscoveryResyncPeriod,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kgc: %w", err)
+	}
+	return out, nil
+}
+
+// Run runs the collector until ctx is done. It returns once everything it
+// started has stopped.
+func (c *Collector) Run(ctx context.Context) error {
+	if c.logger.GetSink() != nil {
+		ctx = klog.NewContext(ctx, c.logger)
+	}
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.events})
+	defer c.broadcaster.Shutdown()
+	return c.c.Run(ctx)
+}
+
+// WaitForSync blocks until the monitors have synced and workers run, or ctx is done.
+func (c *Collector) WaitForSync(ctx context.Context) error {
+	return wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		return c.c.Synced(), nil
+	})
+}
+
+// Handler serves /healthz, /livez, /readyz and the debug graph
+// (/debug/controllers/garbage-collector-controller/graph).
+func (c *Collector) Handler() http.Handler { return server.BuildMux(source{c.c}) }
+
+type source struct{ c *collector.Collector }
+
+func (s source) Ready() error {
+	if !s.c.Synced() {
+		return errors.New("monitors have not synced")
+	}
+	return nil
+}
+
+func (s source) Snapshot(uids ...types.UID) []graph.NodeView { return s.c.Graph().Snapshot(uids...) }
+
+type recorder struct{ r record.EventRecorder }
+
+func (r recorder) Warning(obj graph.Identity, reason, message string) {
+	r.r.Event(&corev1.ObjectReference{
+		APIVersion: obj.APIVersion, Kind: obj.Kind,
+		Namespace: obj.Namespace, Name: obj.Name, UID: obj.UID,
+	}, corev1.EventTypeWarning, reason, message)
+}
