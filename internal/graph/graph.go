@@ -10,8 +10,8 @@ import (
 
 // Finalizers the apiserver adds for the Orphan and Foreground policies.
 const (
-	FinalizerOrphan     = metav1.FinalizerOrphanDependents   // "orphan"
-	FinalizerForeground = metav1.FinalizerDeleteDependents   // "foregroundDeletion"
+	FinalizerOrphan     = metav1.FinalizerOrphanDependents // "orphan"
+	FinalizerForeground = metav1.FinalizerDeleteDependents // "foregroundDeletion"
 )
 
 // Object is what the graph keeps of an observed object: its identity and the

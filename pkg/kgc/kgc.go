@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -66,10 +67,10 @@ func DefaultIgnoredResources() []schema.GroupResource { return kgcdiscovery.Defa
 
 // Collector is a garbage collector for one API server.
 type Collector struct {
-	c           *collector.Collector
-	broadcaster record.EventBroadcaster
-	events      typedcorev1.EventInterface
-	logger      logr.Logger
+	c        *collector.Collector
+	events   typedcorev1.EventInterface
+	recorder *lazyRecorder
+	logger   logr.Logger
 }
 
 // New validates opts and builds a Collector for the API server cfg points at.
@@ -106,16 +107,15 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 		ignored = DefaultIgnoredResources()
 	}
 	out := &Collector{
-		broadcaster: record.NewBroadcaster(),
-		events:      cs.CoreV1().Events(""),
-		logger:      opts.Logger,
+		events:   cs.CoreV1().Events(""),
+		recorder: &lazyRecorder{},
+		logger:   opts.Logger,
 	}
-	rec := out.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kgc-garbage-collector"})
 	out.c, err = collector.New(collector.Config{
 		Metadata:     md,
 		Discovery:    dc,
 		Mapper:       restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
-		Recorder:     recorder{rec},
+		Recorder:     out.recorder,
 		Workers:      opts.Workers,
 		Ignored:      ignored,
 		ResyncPeriod: opts.DiscoveryResyncPeriod,
@@ -127,13 +127,17 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 }
 
 // Run runs the collector until ctx is done. It returns once everything it
-// started has stopped.
+// started has stopped. Run may be called once.
 func (c *Collector) Run(ctx context.Context) error {
 	if c.logger.GetSink() != nil {
 		ctx = klog.NewContext(ctx, c.logger)
 	}
-	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.events})
-	defer c.broadcaster.Shutdown()
+	// The broadcaster starts goroutines, so it lives exactly as long as Run.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.events})
+	defer broadcaster.Shutdown()
+	c.recorder.set(broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kgc-garbage-collector"}))
+	defer c.recorder.set(nil)
 	return c.c.Run(ctx)
 }
 
@@ -159,10 +163,25 @@ func (s source) Ready() error {
 
 func (s source) Snapshot(uids ...types.UID) []graph.NodeView { return s.c.Graph().Snapshot(uids...) }
 
-type recorder struct{ r record.EventRecorder }
+// lazyRecorder forwards to the recorder of the running Run, if any.
+type lazyRecorder struct {
+	r atomic.Pointer[record.EventRecorder]
+}
 
-func (r recorder) Warning(obj graph.Identity, reason, message string) {
-	r.r.Event(&corev1.ObjectReference{
+func (l *lazyRecorder) set(r record.EventRecorder) {
+	if r == nil {
+		l.r.Store(nil)
+		return
+	}
+	l.r.Store(&r)
+}
+
+func (l *lazyRecorder) Warning(obj graph.Identity, reason, message string) {
+	r := l.r.Load()
+	if r == nil {
+		return
+	}
+	(*r).Event(&corev1.ObjectReference{
 		APIVersion: obj.APIVersion, Kind: obj.Kind,
 		Namespace: obj.Namespace, Name: obj.Name, UID: obj.UID,
 	}, corev1.EventTypeWarning, reason, message)
