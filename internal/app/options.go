@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -84,8 +85,10 @@ func (o *RunOptions) Validate() []error {
 		errs = append(errs, fmt.Errorf("--discovery-resync-period must be at least 1s, got %s", o.DiscoveryResyncPeriod))
 	}
 	if o.HTTPAddress != "" {
-		if _, _, err := net.SplitHostPort(o.HTTPAddress); err != nil {
+		if _, port, err := net.SplitHostPort(o.HTTPAddress); err != nil {
 			errs = append(errs, fmt.Errorf("--http-address %q: %w", o.HTTPAddress, err))
+		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			errs = append(errs, fmt.Errorf("--http-address %q: port must be a number from 0 to 65535", o.HTTPAddress))
 		}
 	}
 	return errs

@@ -252,8 +252,10 @@ func (c *Collector) resyncMonitors(ctx context.Context) error {
 	return err
 }
 
-// runGraphBuilder is the graph's single writer.
+// runGraphBuilder is the graph's single writer. When it stops it closes
+// the event queue, which releases anyone waiting for the queue to drain.
 func (c *Collector) runGraphBuilder(ctx context.Context) {
+	defer c.events.Close()
 	for {
 		ev, ok := c.events.Pop()
 		if !ok {

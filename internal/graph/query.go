@@ -42,7 +42,7 @@ func (g *Graph) Item(uid types.UID) (Item, bool) {
 		return Item{}, false
 	}
 	it := Item{Object: n.Object, Virtual: n.virtual, Absent: n.absent}
-	it.OwnerReferences = slices.Clone(n.OwnerReferences)
+	it.OwnerReferences = cloneRefs(n.OwnerReferences)
 	it.Finalizers = slices.Clone(n.Finalizers)
 	it.Dependents = make([]Dependent, 0, len(n.dependents))
 	for depUID := range n.dependents {
@@ -113,7 +113,7 @@ func (g *Graph) Snapshot(uids ...types.UID) []NodeView {
 			Absent:             n.absent,
 			Deleting:           n.Deleting,
 			DeletingDependents: n.DeletingDependents(),
-			Owners:             slices.Clone(n.OwnerReferences),
+			Owners:             cloneRefs(n.OwnerReferences),
 		})
 	}
 	slices.SortFunc(out, func(a, b NodeView) int {
@@ -207,7 +207,20 @@ func (g *Graph) Object(uid types.UID) (obj Object, ok bool) {
 		return Object{}, false
 	}
 	obj = n.Object
-	obj.OwnerReferences = slices.Clone(n.OwnerReferences)
+	obj.OwnerReferences = cloneRefs(n.OwnerReferences)
 	obj.Finalizers = slices.Clone(n.Finalizers)
 	return obj, true
+}
+
+// cloneRefs deep-copies references: their BlockOwnerDeletion and Controller
+// are pointers, and a copy handed to a reader must not alias the graph.
+func cloneRefs(refs []metav1.OwnerReference) []metav1.OwnerReference {
+	if refs == nil {
+		return nil
+	}
+	out := make([]metav1.OwnerReference, len(refs))
+	for i := range refs {
+		refs[i].DeepCopyInto(&out[i])
+	}
+	return out
 }

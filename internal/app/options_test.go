@@ -1,0 +1,289 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// parse runs `kgc run args…` with a run func that only captures the options.
+func parse(t *testing.T, args ...string) (*RunOptions, error) {
+	t.Helper()
+	var got *RunOptions
+	cmd := NewRunCommand(func(_ context.Context, o *RunOptions) error {
+		got = o
+		return nil
+	})
+	if args == nil {
+		args = []string{} // nil would make cobra read os.Args
+	}
+	cmd.SetArgs(args)
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	err := cmd.ExecuteContext(context.Background())
+	if err == nil && got == nil {
+		t.Fatal("command succeeded without calling run")
+	}
+	if err != nil && got != nil {
+		t.Fatalf("run was called although the command failed: %v", err)
+	}
+	return got, err
+}
+
+func defaults() RunOptions {
+	return RunOptions{
+		KubeAPIQPS:            20,
+		KubeAPIBurst:          30,
+		ConcurrentGCSyncs:     20,
+		DiscoveryResyncPeriod: 30 * time.Second,
+		HTTPAddress:           ":10258",
+		IgnoredResources:      []string{"events", "events.events.k8s.io"},
+		Ignored:               []schema.GroupResource{{Resource: "events"}, {Group: "events.k8s.io", Resource: "events"}},
+	}
+}
+
+func TestRunFlags(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		modify func(o *RunOptions)
+	}{
+		{name: "defaults", modify: func(*RunOptions) {}},
+		{name: "kubeconfig", args: []string{"--kubeconfig=/tmp/kc"}, modify: func(o *RunOptions) { o.Kubeconfig = "/tmp/kc" }},
+		{name: "master", args: []string{"--master", "https://10.0.0.1:6443"}, modify: func(o *RunOptions) { o.Master = "https://10.0.0.1:6443" }},
+		{name: "qps", args: []string{"--kube-api-qps=55.5"}, modify: func(o *RunOptions) { o.KubeAPIQPS = 55.5 }},
+		{name: "burst", args: []string{"--kube-api-burst=7"}, modify: func(o *RunOptions) { o.KubeAPIBurst = 7 }},
+		{name: "workers", args: []string{"--concurrent-gc-syncs=3"}, modify: func(o *RunOptions) { o.ConcurrentGCSyncs = 3 }},
+		{name: "resync", args: []string{"--discovery-resync-period=2m30s"}, modify: func(o *RunOptions) { o.DiscoveryResyncPeriod = 150 * time.Second }},
+		{name: "http address", args: []string{"--http-address=127.0.0.1:9000"}, modify: func(o *RunOptions) { o.HTTPAddress = "127.0.0.1:9000" }},
+		{name: "http disabled", args: []string{"--http-address="}, modify: func(o *RunOptions) { o.HTTPAddress = "" }},
+		{name: "ipv6 http address", args: []string{"--http-address=[::1]:10258"}, modify: func(o *RunOptions) { o.HTTPAddress = "[::1]:10258" }},
+		{
+			name: "ignored resources replace the defaults",
+			args: []string{"--ignored-resources=pods,deployments.apps"},
+			modify: func(o *RunOptions) {
+				o.IgnoredResources = []string{"pods", "deployments.apps"}
+				o.Ignored = []schema.GroupResource{{Resource: "pods"}, {Group: "apps", Resource: "deployments"}}
+			},
+		},
+		{
+			name: "ignored resources repeated",
+			args: []string{"--ignored-resources=pods", "--ignored-resources", "leases.coordination.k8s.io, secrets"},
+			modify: func(o *RunOptions) {
+				o.IgnoredResources = []string{"pods", "leases.coordination.k8s.io", " secrets"}
+				o.Ignored = []schema.GroupResource{{Resource: "pods"}, {Group: "coordination.k8s.io", Resource: "leases"}, {Resource: "secrets"}}
+			},
+		},
+		{
+			name: "ignored resources empty means none",
+			args: []string{"--ignored-resources="},
+			modify: func(o *RunOptions) {
+				o.IgnoredResources = []string{}
+				o.Ignored = []schema.GroupResource{}
+			},
+		},
+		{
+			name: "ignored resources blank entries are skipped",
+			args: []string{"--ignored-resources=pods,,"},
+			modify: func(o *RunOptions) {
+				o.IgnoredResources = []string{"pods", "", ""}
+				o.Ignored = []schema.GroupResource{{Resource: "pods"}}
+			},
+		},
+		{
+			name: "everything",
+			args: []string{
+				"--kubeconfig", "kc", "--master", "m", "--kube-api-qps", "1", "--kube-api-burst", "1",
+				"--concurrent-gc-syncs", "1", "--discovery-resync-period", "1s", "--http-address", ":0", "--ignored-resources", "widgets.example.com",
+			},
+			modify: func(o *RunOptions) {
+				o.Kubeconfig, o.Master, o.KubeAPIQPS, o.KubeAPIBurst = "kc", "m", 1, 1
+				o.ConcurrentGCSyncs, o.DiscoveryResyncPeriod, o.HTTPAddress = 1, time.Second, ":0"
+				o.IgnoredResources = []string{"widgets.example.com"}
+				o.Ignored = []schema.GroupResource{{Group: "example.com", Resource: "widgets"}}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parse(t, tc.args...)
+			if err != nil {
+				t.Fatalf("parse %v: %v", tc.args, err)
+			}
+			want := defaults()
+			tc.modify(&want)
+			if !reflect.DeepEqual(*got, want) {
+				t.Errorf("options for %v =\n  %+v\nwant\n  %+v", tc.args, *got, want)
+			}
+		})
+	}
+}
+
+func TestRunFlagErrors(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string
+		want       []string // substrings of the error
+		validation bool     // the error comes from Validate
+	}{
+		{name: "positional argument", args: []string{"extra"}, want: []string{"unknown command"}},
+		{name: "unknown flag", args: []string{"--no-such-flag"}, want: []string{"unknown flag"}},
+		{name: "qps not a number", args: []string{"--kube-api-qps=fast"}, want: []string{"kube-api-qps"}},
+		{name: "bad duration", args: []string{"--discovery-resync-period=soon"}, want: []string{"discovery-resync-period"}},
+		{name: "ignored resource with a slash", args: []string{"--ignored-resources=apps/deployments"}, want: []string{"--ignored-resources", `"apps/deployments"`}},
+		{name: "ignored resource without a name", args: []string{"--ignored-resources=.apps"}, want: []string{`".apps"`}},
+		{
+			name: "every invalid ignored resource is reported",
+			args: []string{"--ignored-resources=pods,a/b,.x"},
+			want: []string{`"a/b"`, `".x"`},
+		},
+		{name: "qps zero", args: []string{"--kube-api-qps=0"}, want: []string{"--kube-api-qps must be positive"}, validation: true},
+		{name: "qps negative", args: []string{"--kube-api-qps=-1"}, want: []string{"--kube-api-qps must be positive"}, validation: true},
+		{name: "burst zero", args: []string{"--kube-api-burst=0"}, want: []string{"--kube-api-burst must be positive"}, validation: true},
+		{name: "workers zero", args: []string{"--concurrent-gc-syncs=0"}, want: []string{"--concurrent-gc-syncs must be positive"}, validation: true},
+		{name: "workers negative", args: []string{"--concurrent-gc-syncs=-3"}, want: []string{"--concurrent-gc-syncs must be positive, got -3"}, validation: true},
+		{name: "resync too short", args: []string{"--discovery-resync-period=500ms"}, want: []string{"--discovery-resync-period must be at least 1s"}, validation: true},
+		{name: "http address without port", args: []string{"--http-address=localhost"}, want: []string{`--http-address "localhost"`}, validation: true},
+		{name: "http address with too many colons", args: []string{"--http-address=::1:80"}, want: []string{"--http-address"}, validation: true},
+		{
+			name: "all validation errors at once",
+			args: []string{
+				"--kube-api-qps=0", "--kube-api-burst=-1", "--concurrent-gc-syncs=0",
+				"--discovery-resync-period=0s", "--http-address=nope",
+			},
+			want: []string{
+				"--kube-api-qps", "--kube-api-burst", "--concurrent-gc-syncs",
+				"--discovery-resync-period", "--http-address",
+			},
+			validation: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(t, tc.args...)
+			if err == nil {
+				t.Fatalf("parse %v succeeded", tc.args)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			if got := errors.Is(err, errValidation); got != tc.validation {
+				t.Errorf("errors.Is(err, errValidation) = %v, want %v", got, tc.validation)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(o *RunOptions)
+		errs   int
+	}{
+		{"defaults", func(*RunOptions) {}, 0},
+		{"no http server", func(o *RunOptions) { o.HTTPAddress = "" }, 0},
+		{"resync exactly 1s", func(o *RunOptions) { o.DiscoveryResyncPeriod = time.Second }, 0},
+		{"qps", func(o *RunOptions) { o.KubeAPIQPS = 0 }, 1},
+		{"two problems", func(o *RunOptions) { o.KubeAPIBurst, o.ConcurrentGCSyncs = 0, -1 }, 2},
+		{"five problems", func(o *RunOptions) {
+			o.KubeAPIQPS, o.KubeAPIBurst, o.ConcurrentGCSyncs, o.DiscoveryResyncPeriod, o.HTTPAddress = -1, 0, 0, 0, "x"
+		}, 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewRunOptions()
+			tc.modify(o)
+			if errs := o.Validate(); len(errs) != tc.errs {
+				t.Errorf("Validate = %v, want %d errors", errs, tc.errs)
+			}
+		})
+	}
+}
+
+func TestCompleteDoesNotShareDefaults(t *testing.T) {
+	a, b := NewRunOptions(), NewRunOptions()
+	a.IgnoredResources[0] = "changed"
+	if b.IgnoredResources[0] != "events" {
+		t.Fatal("NewRunOptions instances share their IgnoredResources slice")
+	}
+}
+
+func TestLogFlags(t *testing.T) {
+	cmd := NewRunCommand(func(context.Context, *RunOptions) error { return nil })
+	v := cmd.Flags().Lookup("v")
+	if v == nil || v.Shorthand != "v" {
+		t.Fatalf("-v flag = %+v, want verbosity with shorthand v", v)
+	}
+	if cmd.Flags().Lookup("vmodule") == nil {
+		t.Error("--vmodule missing")
+	}
+	for _, name := range []string{"log_file", "logtostderr", "alsologtostderr", "log_dir"} {
+		if cmd.Flags().Lookup(name) != nil {
+			t.Errorf("klog file flag --%s exposed", name)
+		}
+	}
+}
+
+func TestRootCommand(t *testing.T) {
+	var called bool
+	root := NewRootCommand(context.Background(), func(_ context.Context, o *RunOptions) error {
+		called = o.ConcurrentGCSyncs == 4
+		return nil
+	})
+	root.SetArgs([]string{"run", "--concurrent-gc-syncs=4"})
+	root.SetOut(io.Discard)
+	root.SetErr(io.Discard)
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !called {
+		t.Error("kgc run did not reach the run func with its flags")
+	}
+}
+
+func TestRunErrorIsReturned(t *testing.T) {
+	boom := errors.New("boom")
+	cmd := NewRunCommand(func(context.Context, *RunOptions) error { return boom })
+	cmd.SetArgs([]string{})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	if err := cmd.Execute(); !errors.Is(err, boom) {
+		t.Errorf("Execute = %v, want the run func's error", err)
+	}
+}
+
+func TestExecuteExitCode(t *testing.T) {
+	var stdout, stderr strings.Builder
+	if code := Execute(context.Background(), []string{"run", "--concurrent-gc-syncs=0"}, &stdout, &stderr); code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	if !strings.Contains(stderr.String(), "--concurrent-gc-syncs must be positive") {
+		t.Errorf("stderr = %q", stderr.String())
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := Execute(context.Background(), []string{"--help"}, &stdout, &stderr); code != 0 {
+		t.Errorf("--help exit code %d, want 0", code)
+	}
+	if !strings.Contains(stdout.String(), "run") {
+		t.Errorf("--help output lacks the run command: %q", stdout.String())
+	}
+}
+
+func TestValidateRejectsNonNumericPort(t *testing.T) {
+	for _, addr := range []string{":abc", "127.0.0.1:", ":70000"} {
+		o := NewRunOptions()
+		o.HTTPAddress = addr
+		if errs := o.Validate(); len(errs) != 1 {
+			t.Errorf("Validate(--http-address=%q) = %v, want one error", addr, errs)
+		}
+	}
+}

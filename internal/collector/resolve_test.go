@@ -1,0 +1,453 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kgc-dev/kgc/internal/graph"
+)
+
+// resettableMapper adds the no-op Reset a ResettableRESTMapper needs.
+type resettableMapper struct {
+	meta.RESTMapper
+	resets atomic.Int32
+}
+
+func (m *resettableMapper) Reset() { m.resets.Add(1) }
+
+var (
+	gvConfigMaps  = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	gvNamespaces  = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	gvDeployments = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	gvClusterRole = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
+)
+
+// newTestMapper knows core/v1 ConfigMap (namespaced) and Namespace
+// (cluster-scoped), apps/v1 Deployment (namespaced; apps/v1beta2 exists
+// as a group version but does not serve it) and rbac ClusterRole.
+func newTestMapper() *resettableMapper {
+	m := meta.NewDefaultRESTMapper([]schema.GroupVersion{
+		{Version: "v1"}, {Group: "apps", Version: "v1"}, {Group: "apps", Version: "v1beta2"}, {Group: "rbac.authorization.k8s.io", Version: "v1"},
+	})
+	m.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+	m.Add(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, meta.RESTScopeRoot)
+	m.Add(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, meta.RESTScopeNamespace)
+	m.Add(schema.GroupVersionKind{Group: "apps", Version: "v1beta2", Kind: "StatefulSet"}, meta.RESTScopeNamespace)
+	m.Add(schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}, meta.RESTScopeRoot)
+	return &resettableMapper{RESTMapper: m}
+}
+
+type getKey struct {
+	gvr       schema.GroupVersionResource
+	namespace string
+	name      string
+}
+
+// fakeGetter serves GETs from a map and counts them.
+type fakeGetter struct {
+	objects map[getKey]*metav1.PartialObjectMetadata
+	errs    map[getKey]error
+	calls   []getKey
+}
+
+func (f *fakeGetter) get(_ context.Context, gvr schema.GroupVersionResource, ns, name string) (*metav1.PartialObjectMetadata, error) {
+	k := getKey{gvr, ns, name}
+	f.calls = append(f.calls, k)
+	if err := f.errs[k]; err != nil {
+		return nil, err
+	}
+	if o := f.objects[k]; o != nil {
+		return o.DeepCopy(), nil
+	}
+	return nil, apierrors.NewNotFound(gvr.GroupResource(), name)
+}
+
+func pom(ns, name string, uid types.UID) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: uid}}
+}
+
+type nsWarning struct {
+	dependent      types.UID
+	ref            types.UID
+	ownerNamespace string
+}
+
+type resolverFixture struct {
+	g        *graph.Graph
+	getter   *fakeGetter
+	r        *resolver
+	warnings []nsWarning
+}
+
+func newResolverFixture() *resolverFixture {
+	f := &resolverFixture{g: graph.New(), getter: &fakeGetter{objects: map[getKey]*metav1.PartialObjectMetadata{}, errs: map[getKey]error{}}}
+	f.r = &resolver{
+		graph:  f.g,
+		mapper: newTestMapper(),
+		get:    f.getter.get,
+		absent: newAbsentCache(100),
+		invalidNamespace: func(dependent graph.Identity, ref metav1.OwnerReference, ownerNamespace string) {
+			f.warnings = append(f.warnings, nsWarning{dependent.UID, ref.UID, ownerNamespace})
+		},
+	}
+	return f
+}
+
+func (f *resolverFixture) observe(t *testing.T, o graph.Object) {
+	t.Helper()
+	f.g.Apply(graph.Event{Type: graph.Upsert, Object: o})
+	if err := f.g.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var (
+	depA       = graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "dep", UID: "dep"}
+	clusterDep = graph.Identity{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: "cdep", UID: "cdep"}
+	cmRef      = metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "owner", UID: "owner"}
+	ownerObj   = graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "owner", UID: "owner"}}
+)
+
+func (f *resolverFixture) resolve(t *testing.T, dep graph.Identity, ref metav1.OwnerReference) (OwnerState, error) {
+	t.Helper()
+	return f.r.resolve(context.Background(), dep, &ref)
+}
+
+func expectState(t *testing.T, got OwnerState, err error, want OwnerState) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("resolve: unexpected error %v", err)
+	}
+	if got != want {
+		t.Fatalf("resolve = %s, want %s", got, want)
+	}
+}
+
+func expectGETs(t *testing.T, f *resolverFixture, want ...getKey) {
+	t.Helper()
+	if len(f.getter.calls) != len(want) {
+		t.Fatalf("GETs = %v, want %v", f.getter.calls, want)
+	}
+	for i := range want {
+		if f.getter.calls[i] != want[i] {
+			t.Fatalf("GET %d = %v, want %v", i, f.getter.calls[i], want[i])
+		}
+	}
+}
+
+func TestResolveFromGraph(t *testing.T) {
+	t.Run("observed owner is solid without a GET", func(t *testing.T) {
+		f := newResolverFixture()
+		f.observe(t, ownerObj)
+		s, err := f.resolve(t, depA, cmRef)
+		expectState(t, s, err, Solid)
+		expectGETs(t, f)
+	})
+	t.Run("owner deleting dependents is waiting without a GET", func(t *testing.T) {
+		f := newResolverFixture()
+		o := ownerObj
+		o.Deleting, o.Finalizers = true, []string{graph.FinalizerForeground}
+		f.observe(t, o)
+		s, err := f.resolve(t, depA, cmRef)
+		expectState(t, s, err, Waiting)
+		expectGETs(t, f)
+	})
+	t.Run("owner being deleted in the background is still solid", func(t *testing.T) {
+		f := newResolverFixture()
+		o := ownerObj
+		o.Deleting, o.Finalizers = true, []string{"example.com/x"}
+		f.observe(t, o)
+		s, err := f.resolve(t, depA, cmRef)
+		expectState(t, s, err, Solid)
+		expectGETs(t, f)
+	})
+	t.Run("cluster-scoped owner of a namespaced dependent", func(t *testing.T) {
+		f := newResolverFixture()
+		f.observe(t, graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "Namespace", Name: "a", UID: "ns-a"}})
+		s, err := f.resolve(t, depA, metav1.OwnerReference{APIVersion: "v1", Kind: "Namespace", Name: "a", UID: "ns-a"})
+		expectState(t, s, err, Solid)
+		expectGETs(t, f)
+	})
+	t.Run("ref in another served version matches the observed owner", func(t *testing.T) {
+		f := newResolverFixture()
+		f.observe(t, graph.Object{Identity: graph.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "a", Name: "web", UID: "web"}})
+		s, err := f.resolve(t, depA, metav1.OwnerReference{APIVersion: "apps/v1beta2", Kind: "Deployment", Name: "web", UID: "web"})
+		expectState(t, s, err, Solid)
+		expectGETs(t, f)
+	})
+	t.Run("placeholder owner is looked up", func(t *testing.T) {
+		f := newResolverFixture()
+		f.observe(t, graph.Object{Identity: depA, OwnerReferences: []metav1.OwnerReference{cmRef}}) // owner now a placeholder
+		f.getter.objects[getKey{gvConfigMaps, "a", "owner"}] = pom("a", "owner", "owner")
+		s, err := f.resolve(t, depA, cmRef)
+		expectState(t, s, err, Solid)
+		expectGETs(t, f, getKey{gvConfigMaps, "a", "owner"})
+	})
+	t.Run("absent placeholder is dangling from the absent cache", func(t *testing.T) {
+		f := newResolverFixture()
+		f.observe(t, ownerObj)
+		f.observe(t, graph.Object{Identity: depA, OwnerReferences: []metav1.OwnerReference{cmRef}})
+		eff := f.g.Apply(graph.Event{Type: graph.Delete, Object: ownerObj})
+		for _, id := range eff.Absent { // what the graph builder does
+			f.r.absent.Add(id.Coordinates())
+		}
+		s, err := f.resolve(t, depA, cmRef)
+		expectState(t, s, err, Dangling)
+		expectGETs(t, f)
+	})
+	t.Run("observed owner under another name is looked up", func(t *testing.T) {
+		f := newResolverFixture()
+		o := ownerObj
+		o.Identity.Name = "renamed"
+		f.observe(t, o)
+		s, err := f.resolve(t, depA, cmRef)
+		expectState(t, s, err, Dangling)
+		expectGETs(t, f, getKey{gvConfigMaps, "a", "owner"})
+		if len(f.warnings) != 0 {
+			t.Errorf("warnings = %v, want none (same namespace)", f.warnings)
+		}
+	})
+}
+
+func TestResolveWithGET(t *testing.T) {
+	key := getKey{gvConfigMaps, "a", "owner"}
+	t.Run("404 is dangling and cached", func(t *testing.T) {
+		f := newResolverFixture()
+		s, err := f.resolve(t, depA, cmRef)
+		expectState(t, s, err, Dangling)
+		expectGETs(t, f, key)
+		s, err = f.resolve(t, depA, cmRef)
+		expectState(t, s, err, Dangling)
+		expectGETs(t, f, key) // no second GET
+		// Another dependent naming the same coordinates uses the cache too.
+		other := depA
+		other.UID, other.Name = "dep2", "dep2"
+		s, err = f.resolve(t, other, cmRef)
+		expectState(t, s, err, Dangling)
+		expectGETs(t, f, key)
+		// The cache is keyed by full coordinates: a different name is looked up.
+		renamed := cmRef
+		renamed.Name = "other"
+		s, err = f.resolve(t, depA, renamed)
+		expectState(t, s, err, Dangling)
+		expectGETs(t, f, key, getKey{gvConfigMaps, "a", "other"})
+		// …and so is the same name in another namespace.
+		inB := depA
+		inB.Namespace = "b"
+		s, err = f.resolve(t, inB, cmRef)
+		expectState(t, s, err, Dangling)
+		expectGETs(t, f, key, getKey{gvConfigMaps, "a", "other"}, getKey{gvConfigMaps, "b", "owner"})
+	})
+	t.Run("another UID at the coordinates is dangling and cached", func(t *testing.T) {
+		f := newResolverFixture()
+		f.getter.objects[key] = pom("a", "owner", "someone-else")
+		s, err := f.resolve(t, depA, cmRef)
+		expectState(t, s, err, Dangling)
+		s, err = f.resolve(t, depA, cmRef)
+		expectState(t, s, err, Dangling)
+		expectGETs(t, f, key)
+	})
+	t.Run("live owner is solid and not cached", func(t *testing.T) {
+		f := newResolverFixture()
+		f.getter.objects[key] = pom("a", "owner", "owner")
+		for range 2 {
+			s, err := f.resolve(t, depA, cmRef)
+			expectState(t, s, err, Solid)
+		}
+		expectGETs(t, f, key, key)
+	})
+	t.Run("owner in foreground deletion is waiting", func(t *testing.T) {
+		f := newResolverFixture()
+		o := pom("a", "owner", "owner")
+		o.DeletionTimestamp = &metav1.Time{}
+		o.Finalizers = []string{"example.com/x", graph.FinalizerForeground}
+		f.getter.objects[key] = o
+		s, err := f.resolve(t, depA, cmRef)
+		expectState(t, s, err, Waiting)
+	})
+	t.Run("foreground finalizer without deletionTimestamp is solid", func(t *testing.T) {
+		f := newResolverFixture()
+		o := pom("a", "owner", "owner")
+		o.Finalizers = []string{graph.FinalizerForeground}
+		f.getter.objects[key] = o
+		s, err := f.resolve(t, depA, cmRef)
+		expectState(t, s, err, Solid)
+	})
+	t.Run("owner being deleted in the background is solid", func(t *testing.T) {
+		f := newResolverFixture()
+		o := pom("a", "owner", "owner")
+		o.DeletionTimestamp = &metav1.Time{}
+		o.Finalizers = []string{graph.FinalizerOrphan}
+		f.getter.objects[key] = o
+		s, err := f.resolve(t, depA, cmRef)
+		expectState(t, s, err, Solid)
+	})
+	t.Run("cluster-scoped owner is looked up cluster-wide", func(t *testing.T) {
+		f := newResolverFixture()
+		f.getter.objects[getKey{gvNamespaces, "", "a"}] = pom("", "a", "ns-a")
+		s, err := f.resolve(t, depA, metav1.OwnerReference{APIVersion: "v1", Kind: "Namespace", Name: "a", UID: "ns-a"})
+		expectState(t, s, err, Solid)
+		expectGETs(t, f, getKey{gvNamespaces, "", "a"})
+	})
+	t.Run("cluster-scoped dependent, cluster-scoped owner", func(t *testing.T) {
+		f := newResolverFixture()
+		s, err := f.resolve(t, clusterDep, metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: "gone", UID: "gone"})
+		expectState(t, s, err, Dangling)
+		expectGETs(t, f, getKey{gvClusterRole, "", "gone"})
+	})
+	t.Run("ref version not served, kind served in another version", func(t *testing.T) {
+		f := newResolverFixture()
+		f.getter.objects[getKey{gvDeployments, "a", "web"}] = pom("a", "web", "web")
+		s, err := f.resolve(t, depA, metav1.OwnerReference{APIVersion: "apps/v1beta2", Kind: "Deployment", Name: "web", UID: "web"})
+		expectState(t, s, err, Solid)
+		expectGETs(t, f, getKey{gvDeployments, "a", "web"})
+	})
+	t.Run("server error is returned and not cached", func(t *testing.T) {
+		f := newResolverFixture()
+		f.getter.errs[key] = apierrors.NewInternalError(errors.New("etcd is sad"))
+		s, err := f.resolve(t, depA, cmRef)
+		if err == nil || !apierrors.IsInternalError(err) {
+			t.Fatalf("resolve error = %v, want a wrapped InternalError", err)
+		}
+		if s == Dangling || s == Solid || s == Waiting {
+			t.Errorf("state on error = %s; must not look decidable", s)
+		}
+		delete(f.getter.errs, key)
+		s, err = f.resolve(t, depA, cmRef)
+		expectState(t, s, err, Dangling)
+		expectGETs(t, f, key, key)
+	})
+	t.Run("forbidden is an error, never dangling", func(t *testing.T) {
+		f := newResolverFixture()
+		f.getter.errs[key] = apierrors.NewForbidden(gvConfigMaps.GroupResource(), "owner", errors.New("rbac"))
+		_, err := f.resolve(t, depA, cmRef)
+		if !apierrors.IsForbidden(err) {
+			t.Fatalf("resolve error = %v, want a wrapped Forbidden", err)
+		}
+	})
+}
+
+func TestResolveWithoutLookup(t *testing.T) {
+	tests := []struct {
+		name string
+		dep  graph.Identity
+		ref  metav1.OwnerReference
+		want OwnerState
+	}{
+		{"unknown kind", depA, metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "Widget", Name: "w", UID: "w"}, Unresolvable},
+		{"unknown kind in a known group", depA, metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Widget", Name: "w", UID: "w"}, Unresolvable},
+		{"cluster-scoped dependent, namespaced owner kind", clusterDep, cmRef, Invalid},
+		{"cluster-scoped dependent, namespaced owner in another version", clusterDep, metav1.OwnerReference{APIVersion: "apps/v1beta2", Kind: "Deployment", Name: "web", UID: "web"}, Invalid},
+		{"malformed apiVersion", depA, metav1.OwnerReference{APIVersion: "a/b/c", Kind: "ConfigMap", Name: "x", UID: "x"}, Invalid},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newResolverFixture()
+			s, err := f.resolve(t, tc.dep, tc.ref)
+			expectState(t, s, err, tc.want)
+			expectGETs(t, f)
+			if len(f.warnings) != 0 {
+				t.Errorf("warnings = %v", f.warnings)
+			}
+		})
+	}
+}
+
+// failingMapper fails every mapping with an error that is not a no-match.
+type failingMapper struct{ meta.RESTMapper }
+
+func (failingMapper) RESTMapping(schema.GroupKind, ...string) (*meta.RESTMapping, error) {
+	return nil, fmt.Errorf("discovery is down")
+}
+
+func TestResolveMapperError(t *testing.T) {
+	f := newResolverFixture()
+	f.r.mapper = failingMapper{}
+	s, err := f.resolve(t, depA, cmRef)
+	if err == nil || s != Unresolvable {
+		t.Fatalf("resolve = %s, %v; want Unresolvable and an error", s, err)
+	}
+	expectGETs(t, f)
+}
+
+func TestResolveCrossNamespaceOwner(t *testing.T) {
+	f := newResolverFixture()
+	// The owner's UID lives in namespace b; the dependent in a names it.
+	inB := ownerObj
+	inB.Identity.Namespace = "b"
+	f.observe(t, inB)
+	s, err := f.resolve(t, depA, cmRef)
+	expectState(t, s, err, Dangling)
+	expectGETs(t, f, getKey{gvConfigMaps, "a", "owner"})
+	want := nsWarning{dependent: "dep", ref: "owner", ownerNamespace: "b"}
+	if len(f.warnings) != 1 || f.warnings[0] != want {
+		t.Fatalf("warnings = %+v, want [%+v]", f.warnings, want)
+	}
+	// From the absent cache: still dangling, no GET; the callback is told
+	// again (the collector's onceSet deduplicates the Warning event).
+	s, err = f.resolve(t, depA, cmRef)
+	expectState(t, s, err, Dangling)
+	expectGETs(t, f, getKey{gvConfigMaps, "a", "owner"})
+	if len(f.warnings) != 2 || f.warnings[1] != want {
+		t.Fatalf("warnings = %+v", f.warnings)
+	}
+	// A dependent in b itself is fine.
+	depB := depA
+	depB.Namespace, depB.UID = "b", "depB"
+	s, err = f.resolve(t, depB, cmRef)
+	expectState(t, s, err, Solid)
+	if len(f.warnings) != 2 {
+		t.Fatalf("warnings = %+v", f.warnings)
+	}
+}
+
+func TestResolveCrossNamespaceOwnerNilCallback(t *testing.T) {
+	f := newResolverFixture()
+	f.r.invalidNamespace = nil
+	inB := ownerObj
+	inB.Identity.Namespace = "b"
+	f.observe(t, inB)
+	s, err := f.resolve(t, depA, cmRef)
+	expectState(t, s, err, Dangling)
+}
+
+func TestOnceSet(t *testing.T) {
+	s := newOnceSet(2)
+	if !s.First("a") || s.First("a") {
+		t.Fatal("First(a) twice: want true then false")
+	}
+	s.First("b")
+	s.First("c") // evicts a
+	if !s.First("a") {
+		t.Error("evicted key not reported again")
+	}
+	if s.First([2]types.UID{"x", "y"}) != true || s.First([2]types.UID{"x", "y"}) {
+		t.Error("array keys")
+	}
+}
+
+func TestAbsentCache(t *testing.T) {
+	c := newAbsentCache(10)
+	k := graph.Coordinates{Kind: "ConfigMap", Namespace: "a", Name: "x", UID: "u"}
+	if c.Has(k) {
+		t.Fatal("empty cache has a key")
+	}
+	c.Add(k)
+	if !c.Has(k) {
+		t.Fatal("added key missing")
+	}
+	other := k
+	other.Namespace = ""
+	if c.Has(other) {
+		t.Fatal("cache ignores the namespace")
+	}
+}

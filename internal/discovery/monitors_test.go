@@ -1,0 +1,265 @@
+package discovery
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/kgc-dev/kgc/internal/graph"
+)
+
+const monitorTimeout = 10 * time.Second
+
+var (
+	configMaps = Resource{GVR: gvr("", "v1", "configmaps"), Kind: "ConfigMap", Namespaced: true}
+	widgets    = Resource{GVR: gvr("example.com", "v1", "widgets"), Kind: "Widget"}
+)
+
+type recorder struct {
+	mu     sync.Mutex
+	events []graph.Event
+}
+
+func (r *recorder) observe(ev graph.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, ev)
+}
+
+func (r *recorder) get() []graph.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]graph.Event(nil), r.events...)
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, monitorTimeout, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func watchCount(c *metadatafake.FakeMetadataClient, r schema.GroupVersionResource) int {
+	n := 0
+	for _, a := range c.Actions() {
+		if w, ok := a.(clienttesting.WatchActionImpl); ok && w.GetResource() == r {
+			n++
+		}
+	}
+	return n
+}
+
+func want(rs ...Resource) map[schema.GroupVersionResource]Resource {
+	m := map[schema.GroupVersionResource]Resource{}
+	for _, r := range rs {
+		m[r.GVR] = r
+	}
+	return m
+}
+
+func TestMonitorsDeliverMetadataEvents(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	tracker := client.Tracker()
+	existing := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Namespace: "a", Name: "old", UID: "old-uid", ResourceVersion: "1",
+		Labels: map[string]string{"secret": "x"}, Annotations: map[string]string{"big": "y"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}},
+	}}
+	if err := tracker.Create(configMaps.GVR, existing, "a"); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	m := NewMonitors(client, rec.observe)
+	defer m.Stop()
+
+	added, removed := m.Sync(ctx, want(configMaps), nil)
+	if added != 1 || removed != 0 || m.Len() != 1 {
+		t.Fatalf("Sync = +%d -%d, Len %d; want +1 -0, 1", added, removed, m.Len())
+	}
+	waitUntil(t, "monitor sync", m.HasSynced)
+	waitUntil(t, "watch", func() bool { return watchCount(client, configMaps.GVR) > 0 })
+	if st := m.Status(); !st[configMaps.GVR] || len(st) != 1 {
+		t.Errorf("Status = %v", st)
+	}
+
+	// An update that keeps the resourceVersion (a resync) is not delivered;
+	// one that changes it is.
+	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "old", UID: "old-uid"}
+	created := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "new", UID: "new-uid", ResourceVersion: "2"}}
+	if err := tracker.Create(configMaps.GVR, created, "a"); err != nil {
+		t.Fatal(err)
+	}
+	same := created.DeepCopy()
+	same.Labels = map[string]string{"only": "labels changed"}
+	if err := tracker.Update(configMaps.GVR, same, "a"); err != nil {
+		t.Fatal(err)
+	}
+	changed := created.DeepCopy()
+	changed.ResourceVersion = "3"
+	changed.OwnerReferences = []metav1.OwnerReference{ref}
+	changed.Finalizers = []string{"example.com/f"}
+	now := metav1.Now()
+	changed.DeletionTimestamp = &now
+	if err := tracker.Update(configMaps.GVR, changed, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tracker.Delete(configMaps.GVR, "a", "old"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "events", func() bool { return len(rec.get()) >= 4 })
+	time.Sleep(50 * time.Millisecond) // let a wrongly delivered extra event show up
+	evs := rec.get()
+	wantEvents := []graph.Event{
+		{Type: graph.Upsert, Object: graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "old", UID: "old-uid"}, ResourceVersion: "1"}},
+		{Type: graph.Upsert, Object: graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "new", UID: "new-uid"}, ResourceVersion: "2"}},
+		{Type: graph.Upsert, Object: graph.Object{
+			Identity:        graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "new", UID: "new-uid"},
+			ResourceVersion: "3", OwnerReferences: []metav1.OwnerReference{ref}, Finalizers: []string{"example.com/f"}, Deleting: true,
+		}},
+		{Type: graph.Delete, Object: graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "old", UID: "old-uid"}, ResourceVersion: "1"}},
+	}
+	if len(evs) != len(wantEvents) {
+		t.Fatalf("got %d events, want %d: %+v", len(evs), len(wantEvents), evs)
+	}
+	for i := range evs {
+		if !equalEvents(evs[i], wantEvents[i]) {
+			t.Errorf("event %d = %+v, want %+v", i, evs[i], wantEvents[i])
+		}
+	}
+}
+
+func equalEvents(a, b graph.Event) bool {
+	if a.Type != b.Type || a.Object.Identity != b.Object.Identity || a.Object.ResourceVersion != b.Object.ResourceVersion || a.Object.Deleting != b.Object.Deleting {
+		return false
+	}
+	if len(a.Object.OwnerReferences) != len(b.Object.OwnerReferences) || len(a.Object.Finalizers) != len(b.Object.Finalizers) {
+		return false
+	}
+	for i := range a.Object.OwnerReferences {
+		if a.Object.OwnerReferences[i].UID != b.Object.OwnerReferences[i].UID {
+			return false
+		}
+	}
+	for i := range a.Object.Finalizers {
+		if a.Object.Finalizers[i] != b.Object.Finalizers[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestStripMetadata(t *testing.T) {
+	now := metav1.Now()
+	in := &metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "a", Name: "s", UID: "u", ResourceVersion: "9", Generation: 3,
+			Labels: map[string]string{"l": "v"}, Annotations: map[string]string{"a": "v"},
+			ManagedFields:     []metav1.ManagedFieldsEntry{{Manager: "m"}},
+			OwnerReferences:   []metav1.OwnerReference{{UID: "o"}},
+			Finalizers:        []string{"f"},
+			DeletionTimestamp: &now,
+		},
+	}
+	out, err := stripMetadata(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := out.(*metav1.PartialObjectMetadata)
+	if p.Labels != nil || p.Annotations != nil || p.ManagedFields != nil || p.Generation != 0 {
+		t.Errorf("kept fields kgc never reads: %+v", p.ObjectMeta)
+	}
+	if p.Namespace != "a" || p.Name != "s" || p.UID != "u" || p.ResourceVersion != "9" ||
+		len(p.OwnerReferences) != 1 || len(p.Finalizers) != 1 || p.DeletionTimestamp == nil || p.Kind != "Secret" {
+		t.Errorf("dropped fields kgc needs: %+v", p)
+	}
+	if in.Labels == nil {
+		t.Error("stripMetadata changed its input")
+	}
+	// Other types pass through untouched.
+	other := &metav1.Status{}
+	if got, _ := stripMetadata(other); got != other {
+		t.Error("non-metadata object not passed through")
+	}
+}
+
+func TestMonitorsSyncLifecycle(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	rec := &recorder{}
+	m := NewMonitors(client, rec.observe)
+	before := runtime.NumGoroutine()
+
+	if a, r := m.Sync(ctx, want(configMaps, widgets), nil); a != 2 || r != 0 {
+		t.Fatalf("first Sync = +%d -%d", a, r)
+	}
+	waitUntil(t, "sync", m.HasSynced)
+	if a, r := m.Sync(ctx, want(configMaps, widgets), nil); a != 0 || r != 0 {
+		t.Errorf("unchanged Sync = +%d -%d, want no change", a, r)
+	}
+
+	// widgets vanish from discovery, but their group failed: keep the monitor.
+	keepWidgets := func(g schema.GroupVersionResource) bool { return g.Group == "example.com" }
+	if a, r := m.Sync(ctx, want(configMaps), keepWidgets); a != 0 || r != 0 || m.Len() != 2 {
+		t.Errorf("Sync with a failed group = +%d -%d, Len %d; want the monitor kept", a, r, m.Len())
+	}
+	// Now they are really gone.
+	if a, r := m.Sync(ctx, want(configMaps), nil); a != 0 || r != 1 || m.Len() != 1 {
+		t.Errorf("Sync removing widgets = +%d -%d, Len %d", a, r, m.Len())
+	}
+	if _, ok := m.Status()[widgets.GVR]; ok {
+		t.Error("removed monitor still reported")
+	}
+
+	// A Kind change for the same resource restarts its monitor.
+	renamed := configMaps
+	renamed.Kind = "ConfigMapV2"
+	watches := watchCount(client, configMaps.GVR)
+	if a, r := m.Sync(ctx, want(renamed), nil); a != 1 || r != 1 {
+		t.Errorf("Sync with a new Kind = +%d -%d, want a restart", a, r)
+	}
+	waitUntil(t, "restarted monitor to watch", func() bool { return watchCount(client, configMaps.GVR) > watches })
+	if err := client.Tracker().Create(configMaps.GVR, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "x", UID: "x", ResourceVersion: "5"}}, "a"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "event with the new kind", func() bool {
+		for _, ev := range rec.get() {
+			if ev.Object.Identity.UID == "x" {
+				return ev.Object.Identity.Kind == "ConfigMapV2"
+			}
+		}
+		return false
+	})
+	// Exactly one event for x: the old monitor's handler is gone.
+	time.Sleep(50 * time.Millisecond)
+	n := 0
+	for _, ev := range rec.get() {
+		if ev.Object.Identity.UID == types.UID("x") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("object x delivered %d times, want once", n)
+	}
+
+	m.Stop()
+	if m.Len() != 0 || !m.HasSynced() {
+		t.Errorf("after Stop: Len %d", m.Len())
+	}
+	// Every informer goroutine ends with Stop (allow for the runtime's own).
+	waitUntil(t, "informer goroutines to end", func() bool { return runtime.NumGoroutine() <= before+2 })
+}

@@ -1,0 +1,104 @@
+package kgc_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/kgc-dev/kgc/pkg/kgc"
+)
+
+func TestNewValidates(t *testing.T) {
+	if _, err := kgc.New(nil, kgc.Options{}); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+	cfg := &rest.Config{Host: "https://127.0.0.1:1"}
+	if _, err := kgc.New(cfg, kgc.Options{QPS: -1}); err == nil {
+		t.Error("negative QPS accepted")
+	}
+	if _, err := kgc.New(cfg, kgc.Options{Burst: -1}); err == nil {
+		t.Error("negative Burst accepted")
+	}
+	if _, err := kgc.New(cfg, kgc.Options{Workers: -1}); err == nil || !strings.Contains(err.Error(), "workers") {
+		t.Errorf("negative Workers: %v", err)
+	}
+}
+
+func TestNewDoesNotTouchItsInputs(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { calls.Add(1) }))
+	defer srv.Close()
+	cfg := &rest.Config{Host: srv.URL, UserAgent: "mine"}
+	c, err := kgc.New(cfg, kgc.Options{QPS: 5, Burst: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.QPS != 0 || cfg.Burst != 0 || cfg.UserAgent != "mine" {
+		t.Errorf("New changed the caller's rest.Config: %+v", cfg)
+	}
+	if calls.Load() != 0 {
+		t.Errorf("New made %d requests; it must not contact the server", calls.Load())
+	}
+	// Before Run: alive, not ready.
+	for path, want := range map[string]int{"/healthz": http.StatusOK, "/livez": http.StatusOK, "/readyz": http.StatusServiceUnavailable} {
+		rec := httptest.NewRecorder()
+		c.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != want {
+			t.Errorf("GET %s before Run = %d, want %d", path, rec.Code, want)
+		}
+	}
+}
+
+func TestDefaultIgnoredResources(t *testing.T) {
+	got := kgc.DefaultIgnoredResources()
+	if len(got) != 2 || got[0].Resource != "events" || got[1].Resource != "events" {
+		t.Errorf("DefaultIgnoredResources = %v", got)
+	}
+	got[0].Resource = "changed"
+	if kgc.DefaultIgnoredResources()[0].Resource != "events" {
+		t.Error("DefaultIgnoredResources returns shared state")
+	}
+}
+
+// TestRunAgainstBrokenServer: with an API server that never answers
+// discovery, Run keeps trying until its context ends, then returns nil
+// having stopped what it started; WaitForSync gives up with the context.
+func TestRunAgainstBrokenServer(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests.Add(1)
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	logger, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	c, err := kgc.New(&rest.Config{Host: srv.URL}, kgc.Options{Workers: 1, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	if err := c.WaitForSync(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitForSync = %v, want the context's deadline", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run = %v, want nil after cancellation", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if requests.Load() == 0 {
+		t.Error("Run never contacted the server")
+	}
+}
