@@ -90,6 +90,9 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 		cfg.QPS, cfg.Burst = 20, 30
 	}
 	cfg = rest.AddUserAgent(cfg, "kgc")
+	// kgc lists every deletable resource, deprecated ones included, on
+	// purpose: the apiserver's deprecation warnings are noise here.
+	cfg.WarningHandler = rest.NoWarnings{}
 	md, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kgc: metadata client: %w", err)

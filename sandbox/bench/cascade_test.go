@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kgc-dev/kgc/pkg/kgc"
+	"github.com/kgc-dev/kgc/sandbox/controlplane"
+)
+
+var (
+	cfg    *rest.Config // unthrottled admin config for the benchmark's own traffic
+	client kubernetes.Interface
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		os.Exit(m.Run()) // no benchmarks requested: no control plane
+	}
+	os.Exit(runWithControlPlane(m))
+}
+
+func runWithControlPlane(m *testing.M) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cp, err := controlplane.Start(ctx, controlplane.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start control plane:", err)
+		return 1
+	}
+	defer cp.Stop()
+	cfg = rest.CopyConfig(cp.Config)
+	cfg.QPS, cfg.Burst = -1, 0 // unthrottled: setup must not be the bottleneck
+	client = kubernetes.NewForConfigOrDie(cfg)
+	return m.Run()
+}
+
+// startKGC runs kgc with opts for the rest of the benchmark.
+func startKGC(b *testing.B, opts kgc.Options) {
+	b.Helper()
+	c, err := kgc.New(cfg, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+	defer wcancel()
+	if err := c.WaitForSync(wctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkBackgroundCascade1000 measures the time from deleting an owner
+// (Background) to the last of its 1,000 ConfigMap dependents being gone.
+// DefaultFlags is kgc run's defaults (20 workers, 20 QPS, burst 30);
+// Unthrottled lifts the client budget to show kgc's own ceiling.
+func BenchmarkBackgroundCascade1000(b *testing.B) {
+	b.Run("DefaultFlags", func(b *testing.B) {
+		startKGC(b, kgc.Options{QPS: 20, Burst: 30})
+		benchmarkBackgroundCascade(b, 1000)
+	})
+	b.Run("Unthrottled", func(b *testing.B) {
+		startKGC(b, kgc.Options{QPS: 5000, Burst: 5000})
+		benchmarkBackgroundCascade(b, 1000)
+	})
+}
+
+func benchmarkBackgroundCascade(b *testing.B, dependents int) {
+	ctx := context.Background()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		ns := fmt.Sprintf("bench-bg-%d-%d", time.Now().UnixNano(), i)
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		owner, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		createDependents(b, ns, owner, dependents)
+		b.StartTimer()
+		start := time.Now()
+		bg := metav1.DeletePropagationBackground
+		if err := client.CoreV1().ConfigMaps(ns).Delete(ctx, "owner", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+			b.Fatal(err)
+		}
+		err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+			l, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			// kube-root-ca.crt is not published without a controller manager;
+			// count only ours.
+			n := 0
+			for i := range l.Items {
+				if len(l.Items[i].OwnerReferences) > 0 {
+					n++
+				}
+			}
+			return n == 0, nil
+		})
+		if err != nil {
+			b.Fatalf("cascade did not finish: %v", err)
+		}
+		elapsed := time.Since(start)
+		b.StopTimer()
+		b.ReportMetric(float64(dependents)/elapsed.Seconds(), "objects/s")
+		b.Logf("%d-dependent Background cascade: %s (%.0f objects/s)", dependents, elapsed.Round(time.Millisecond), float64(dependents)/elapsed.Seconds())
+		_ = client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+		b.StartTimer()
+	}
+}
+
+func createDependents(b *testing.B, ns string, owner *corev1.ConfigMap, n int) {
+	b.Helper()
+	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 32)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("dep-%04d", i), OwnerReferences: []metav1.OwnerReference{ref}}}
+			if _, err := client.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}

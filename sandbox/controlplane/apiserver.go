@@ -1,0 +1,225 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	basecompatibility "k8s.io/component-base/compatibility"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
+	"k8s.io/kubernetes/pkg/controlplane/reconcilers"
+)
+
+const (
+	// apiReadyTimeout bounds how long Start waits for /readyz and the
+	// default namespace; a healthy apiserver needs a few seconds.
+	apiReadyTimeout = 2 * time.Minute
+	// serviceAccountIssuer is the issuer kube-apiserver puts in service
+	// account tokens; it only has to be a stable URL.
+	serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
+	// serviceClusterIPRange is where Service ClusterIPs are allocated.
+	// Nothing routes to them: there is no kube-proxy.
+	serviceClusterIPRange = "10.96.0.0/16"
+)
+
+// apiServer is a kube-apiserver running in a goroutine.
+type apiServer struct {
+	config *rest.Config
+	// stop cancels the apiserver's context; done then yields Run's result
+	// and is closed once the goroutine has returned.
+	stop context.CancelFunc
+	done <-chan error
+}
+
+// startAPIServer builds kube-apiserver's options the way its command line
+// would, runs the server chain (aggregator → kube APIs → apiextensions) and
+// waits until it is ready. A non-nil *apiServer is returned whenever a
+// goroutine was started, even with an error, so that the caller can stop it.
+func startAPIServer(startCtx context.Context, etcdURL string, pki pkiFiles) (*apiServer, error) {
+	s := options.NewServerRunOptions()
+
+	// A registry per server, as kube-apiserver's own test server does: the
+	// process-wide default registry may be Set only once, while a test
+	// binary can start many control planes. The feature gate is a copy for
+	// the same reason; no feature is overridden, so code that reads the
+	// global gate directly sees the same values.
+	featureGate := utilfeature.DefaultMutableFeatureGate.DeepCopy()
+	effectiveVersion := compatibility.DefaultBuildEffectiveVersion()
+	effectiveVersion.SetEmulationVersion(featureGate.EmulationVersion())
+	effectiveVersion.SetMinCompatibilityVersion(featureGate.MinCompatibilityVersion())
+	registry := basecompatibility.NewComponentGlobalsRegistry()
+	if err := registry.Register(basecompatibility.DefaultKubeComponent, effectiveVersion, featureGate); err != nil {
+		return nil, fmt.Errorf("registering component globals: %w", err)
+	}
+	if err := registry.Set(); err != nil {
+		return nil, fmt.Errorf("setting component globals: %w", err)
+	}
+	s.GenericServerRunOptions.ComponentGlobalsRegistry = registry
+
+	// Serving: loopback only, on a port the kernel picks. Handing the
+	// listener over (instead of a port number) leaves no race.
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listening: %w", err)
+	}
+	loopbackIP := net.IPv4(127, 0, 0, 1)
+	s.SecureServing.Listener = listener
+	s.SecureServing.BindAddress = loopbackIP
+	s.SecureServing.BindPort = listener.Addr().(*net.TCPAddr).Port
+	// Also the advertise address: without it the apiserver would look for
+	// a non-loopback interface, which a sandboxed machine may not have.
+	s.SecureServing.ExternalAddress = loopbackIP
+	s.GenericServerRunOptions.AdvertiseAddress = loopbackIP
+	// The apiserver writes a self-signed serving certificate here if none
+	// exists; clients use the loopback certificate (see Config) instead.
+	s.SecureServing.ServerCert.CertDirectory = pki.dir
+
+	s.Etcd.StorageConfig.Transport.ServerList = []string{etcdURL}
+	s.ServiceClusterIPRanges = serviceClusterIPRange
+	// The endpoint reconciler publishes the advertise address as the
+	// endpoint of the "kubernetes" Service, and Endpoints reject loopback
+	// addresses; nothing in the sandbox reaches the apiserver through that
+	// Service anyway. The Service itself is still created.
+	s.Extra.EndpointReconcilerType = string(reconcilers.NoneEndpointReconcilerType)
+
+	// Service account tokens: kube-apiserver refuses to start without an
+	// issuer and a signing key.
+	s.ServiceAccountSigningKeyFile = pki.serviceAccountKey
+	s.Authentication.ServiceAccounts.KeyFiles = []string{pki.serviceAccountKey}
+	s.Authentication.ServiceAccounts.Issuers = []string{serviceAccountIssuer}
+
+	// Front proxy: lets the aggregator authenticate to aggregated API
+	// servers, and those servers trust the identity headers it forwards.
+	s.Authentication.RequestHeader.ClientCAFile = pki.frontProxyCA
+	s.Authentication.RequestHeader.AllowedNames = []string{frontProxyClientName}
+	s.Authentication.RequestHeader.UsernameHeaders = []string{"X-Remote-User"}
+	s.Authentication.RequestHeader.UIDHeaders = []string{"X-Remote-Uid"}
+	s.Authentication.RequestHeader.GroupHeaders = []string{"X-Remote-Group"}
+	s.Authentication.RequestHeader.ExtraHeaderPrefixes = []string{"X-Remote-Extra-"}
+	s.ProxyClientCertFile = pki.frontProxyClientCert
+	s.ProxyClientKeyFile = pki.frontProxyClientKey
+
+	// RBAC rather than the AlwaysAllow default, so that permissions can be
+	// tested through impersonation. The admin loopback identity is in
+	// system:masters and unaffected.
+	s.Authorization.Modes = []string{"RBAC"}
+
+	// No controller manager creates service accounts, so the admission
+	// plugin that requires them would reject every Pod.
+	s.Admission.GenericAdmission.DisablePlugins = []string{"ServiceAccount"}
+
+	// The server lives until stop is called, not until startCtx ends.
+	ctx, cancel := context.WithCancel(context.Background())
+	abort := func(err error) (*apiServer, error) {
+		cancel()
+		return nil, err
+	}
+
+	completed, err := s.Complete(ctx)
+	if err != nil {
+		listener.Close()
+		return abort(fmt.Errorf("completing options: %w", err))
+	}
+	if errs := completed.Validate(); len(errs) != 0 {
+		listener.Close()
+		return abort(fmt.Errorf("validating options: %w", utilerrors.NewAggregate(errs)))
+	}
+	config, err := app.NewConfig(completed)
+	if err != nil {
+		listener.Close()
+		return abort(fmt.Errorf("building config: %w", err))
+	}
+	completedConfig, err := config.Complete()
+	if err != nil {
+		listener.Close()
+		return abort(fmt.Errorf("completing config: %w", err))
+	}
+	server, err := app.CreateServerChain(completedConfig)
+	if err != nil {
+		listener.Close()
+		return abort(fmt.Errorf("creating server chain: %w", err))
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		defer close(done)
+		prepared, err := server.PrepareRun()
+		if err != nil {
+			listener.Close()
+			done <- fmt.Errorf("preparing to run: %w", err)
+			return
+		}
+		// Run closes the listener when ctx ends.
+		done <- prepared.Run(ctx)
+	}()
+	api := &apiServer{stop: cancel, done: done}
+
+	cfg := rest.CopyConfig(server.GenericAPIServer.LoopbackClientConfig)
+	cfg.QPS = 1000
+	cfg.Burst = 10000
+	if err := waitReady(startCtx, cfg, done); err != nil {
+		return api, err
+	}
+	api.config = cfg
+	return api, nil
+}
+
+// waitReady polls until /readyz answers ok and the default namespace exists
+// (the bootstrap controller creates it shortly after the server starts
+// serving; clients expect it).
+func waitReady(ctx context.Context, cfg *rest.Config, done <-chan error) error {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, apiReadyTimeout)
+	defer cancel()
+
+	ticker := time.NewTicker(50 * time.Millisecond)
+	defer ticker.Stop()
+	var lastErr error
+	for {
+		select {
+		case err, ok := <-done:
+			if !ok || err == nil {
+				err = errors.New("exited without error")
+			}
+			return fmt.Errorf("kube-apiserver stopped while starting: %w", err)
+		case <-ctx.Done():
+			if lastErr != nil {
+				return fmt.Errorf("waiting for readiness: %w (last: %w)", ctx.Err(), lastErr)
+			}
+			return fmt.Errorf("waiting for readiness: %w", ctx.Err())
+		case <-ticker.C:
+		}
+		if lastErr = checkReady(ctx, client); lastErr == nil {
+			return nil
+		}
+	}
+}
+
+func checkReady(ctx context.Context, client kubernetes.Interface) error {
+	var status int
+	body, err := client.CoreV1().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status).Raw()
+	if status != http.StatusOK {
+		return fmt.Errorf("/readyz: status %d: %s (%w)", status, body, err)
+	}
+	if _, err := client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return errors.New("default namespace not created yet")
+		}
+		return fmt.Errorf("getting default namespace: %w", err)
+	}
+	return nil
+}
