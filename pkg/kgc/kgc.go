@@ -6,10 +6,15 @@
 // It is meant for API servers that run without a controller manager and for
 // tests against etcd + kube-apiserver alone:
 //
-//	c, err := kgc.New(cfg, kgc.Options{})
+//	gc, err := kgc.Start(ctx, cfg, kgc.Options{}) // returns once synced
 //	if err != nil { … }
-//	go c.Run(ctx)
-//	if err := c.WaitForSync(ctx); err != nil { … }
+//	defer gc.Stop()
+//
+// or, to manage the goroutine yourself, New then Run and WaitForSync.
+//
+// A Collector keeps no global state: several may run in one process (for
+// parallel tests), and a stopped Collector leaves no goroutines and no open
+// connections behind.
 package kgc
 
 import (
@@ -67,10 +72,15 @@ func DefaultIgnoredResources() []schema.GroupResource { return kgcdiscovery.Defa
 
 // Collector is a garbage collector for one API server.
 type Collector struct {
-	c        *collector.Collector
-	events   typedcorev1.EventInterface
-	recorder *lazyRecorder
-	logger   logr.Logger
+	c          *collector.Collector
+	events     typedcorev1.EventInterface
+	recorder   *lazyRecorder
+	logger     logr.Logger
+	httpClient *http.Client
+
+	started atomic.Bool
+	done    chan struct{} // closed when Run returns
+	stop    context.CancelFunc
 }
 
 // New validates opts and builds a Collector for the API server cfg points at.
@@ -93,15 +103,21 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	// kgc lists every deletable resource, deprecated ones included, on
 	// purpose: the apiserver's deprecation warnings are noise here.
 	cfg.WarningHandler = rest.NoWarnings{}
-	md, err := metadata.NewForConfig(cfg)
+	// One HTTP client for all of kgc's clients, so that Run can close its
+	// idle connections when it returns.
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kgc: http client: %w", err)
+	}
+	md, err := metadata.NewForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("kgc: metadata client: %w", err)
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("kgc: discovery client: %w", err)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("kgc: clientset: %w", err)
 	}
@@ -110,9 +126,11 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 		ignored = DefaultIgnoredResources()
 	}
 	out := &Collector{
-		events:   cs.CoreV1().Events(""),
-		recorder: &lazyRecorder{},
-		logger:   opts.Logger,
+		events:     cs.CoreV1().Events(""),
+		recorder:   &lazyRecorder{},
+		logger:     opts.Logger,
+		httpClient: httpClient,
+		done:       make(chan struct{}),
 	}
 	out.c, err = collector.New(collector.Config{
 		Metadata:     md,
@@ -129,9 +147,50 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	return out, nil
 }
 
+// Start builds a Collector, runs it in the background and returns once its
+// monitors have synced, from which point cascading deletion works. ctx
+// bounds the wait for sync and, when cancelled, stops the collector. Stop
+// stops it and waits for it to finish.
+func Start(ctx context.Context, cfg *rest.Config, opts Options) (*Collector, error) {
+	c, err := New(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	c.stop = cancel
+	go func() { _ = c.Run(runCtx) }()
+	if err := c.WaitForSync(ctx); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("kgc: waiting for sync: %w", err)
+	}
+	return c, nil
+}
+
+// Stop stops a Collector started with Start and waits until everything it
+// started has ended. It is safe to call more than once. (A Collector run
+// with Run is stopped by cancelling Run's context instead.)
+func (c *Collector) Stop() {
+	if c.stop == nil {
+		return
+	}
+	c.stop()
+	if c.started.Load() {
+		<-c.done
+	}
+}
+
+// ErrAlreadyStarted is returned by Run on a Collector that already ran.
+var ErrAlreadyStarted = errors.New("kgc: collector already started")
+
 // Run runs the collector until ctx is done. It returns once everything it
-// started has stopped. Run may be called once.
+// started has stopped. A Collector runs once; a second Run returns
+// ErrAlreadyStarted.
 func (c *Collector) Run(ctx context.Context) error {
+	if !c.started.CompareAndSwap(false, true) {
+		return ErrAlreadyStarted
+	}
+	defer close(c.done)
+	defer c.httpClient.CloseIdleConnections()
 	if c.logger.GetSink() != nil {
 		ctx = klog.NewContext(ctx, c.logger)
 	}
@@ -144,10 +203,25 @@ func (c *Collector) Run(ctx context.Context) error {
 	return c.c.Run(ctx)
 }
 
-// WaitForSync blocks until the monitors have synced and workers run, or ctx is done.
+// ErrStopped is returned by WaitForSync when the collector stopped first.
+var ErrStopped = errors.New("kgc: collector stopped before its monitors synced")
+
+// WaitForSync blocks until the monitors have synced and workers run, the
+// collector has stopped (ErrStopped), or ctx is done.
 func (c *Collector) WaitForSync(ctx context.Context) error {
-	return wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
-		return c.c.Synced(), nil
+	return wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if c.c.Synced() {
+			return true, nil
+		}
+		select {
+		case <-c.done:
+			if err := ctx.Err(); err != nil {
+				return false, err // the caller's own cancellation stopped it
+			}
+			return false, ErrStopped
+		default:
+			return false, nil
+		}
 	})
 }
 

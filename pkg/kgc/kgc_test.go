@@ -102,3 +102,73 @@ func TestRunAgainstBrokenServer(t *testing.T) {
 		t.Error("Run never contacted the server")
 	}
 }
+
+func TestRunOnlyOnce(t *testing.T) {
+	c, err := kgc.New(&rest.Config{Host: "http://127.0.0.1:1"}, kgc.Options{Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two Runs race for the collector with an already-cancelled context, so
+	// the winner returns at once: exactly one must be refused.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	results := make(chan error, 2)
+	for range 2 {
+		go func() { results <- c.Run(ctx) }()
+	}
+	refused := 0
+	for range 2 {
+		select {
+		case err := <-results:
+			if errors.Is(err, kgc.ErrAlreadyStarted) {
+				refused++
+			} else if err != nil {
+				t.Errorf("Run = %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return")
+		}
+	}
+	if refused != 1 {
+		t.Errorf("%d of 2 Runs were refused, want exactly 1", refused)
+	}
+}
+
+func TestWaitForSyncReportsStoppedCollector(t *testing.T) {
+	c, err := kgc.New(&rest.Config{Host: "http://127.0.0.1:1"}, kgc.Options{Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(runCtx) }()
+	cancel()
+	<-done
+	waitCtx, waitCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer waitCancel()
+	if err := c.WaitForSync(waitCtx); !errors.Is(err, kgc.ErrStopped) {
+		t.Errorf("WaitForSync after Run ended = %v, want ErrStopped", err)
+	}
+}
+
+func TestStartGivesUpWithItsContext(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	gc, err := kgc.Start(ctx, &rest.Config{Host: "http://127.0.0.1:1"}, kgc.Options{Workers: 1})
+	if err == nil {
+		gc.Stop()
+		t.Fatal("Start against an unreachable server succeeded")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Start = %v, want the context's deadline", err)
+	}
+}
+
+func TestStopWithoutStartIsANoop(t *testing.T) {
+	c, err := kgc.New(&rest.Config{Host: "http://127.0.0.1:1"}, kgc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stop()
+	c.Stop()
+}
