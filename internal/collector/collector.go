@@ -20,6 +20,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/apiops"
 	"github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/metrics"
 )
 
 // ResettableRESTMapper is a RESTMapper whose discovery cache can be dropped.
@@ -49,6 +50,8 @@ type Config struct {
 	// SyncTimeout bounds the wait for the initial monitor sync before the
 	// workers start anyway; default 60s.
 	SyncTimeout time.Duration
+	// Metrics is optional; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // Collector is kgc's garbage collector. Create it with New and start it with Run.
@@ -64,6 +67,10 @@ type Collector struct {
 
 	attemptToDelete workqueue.TypedRateLimitingInterface[types.UID]
 	attemptToOrphan workqueue.TypedRateLimitingInterface[types.UID]
+
+	// cascadeStart is when each in-flight cascade started; only the graph
+	// builder goroutine touches it.
+	cascadeStart map[types.UID]time.Time
 
 	// kinds maps each monitored kind to its resource, refreshed by discovery.
 	kinds  atomic.Pointer[map[schema.GroupVersionKind]schema.GroupVersionResource]
@@ -107,6 +114,8 @@ func New(cfg Config) (*Collector, error) {
 		events:  newFIFO[graph.Event](),
 		ops:     &apiops.Ops{Client: cfg.Metadata},
 		warned:  newOnceSet(4096),
+
+		cascadeStart: make(map[types.UID]time.Time),
 	}
 	for _, gr := range cfg.Ignored {
 		c.ignored[gr] = struct{}{}
@@ -122,7 +131,7 @@ func New(cfg Config) (*Collector, error) {
 	newQueue := func(name string) workqueue.TypedRateLimitingInterface[types.UID] {
 		return workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](5*time.Millisecond, 60*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: name},
+			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: name, MetricsProvider: cfg.Metrics.QueueMetricsProvider()},
 		)
 	}
 	c.attemptToDelete = newQueue("garbage_collector_attempt_to_delete")
@@ -271,6 +280,18 @@ func (c *Collector) runGraphBuilder(ctx context.Context) {
 		for _, uid := range eff.AttemptToOrphan {
 			c.attemptToOrphan.Add(uid)
 		}
+		now := time.Now()
+		for _, uid := range eff.CascadeStarted {
+			if _, ok := c.cascadeStart[uid]; !ok {
+				c.cascadeStart[uid] = now
+			}
+		}
+		for _, uid := range eff.CascadeDone {
+			if t, ok := c.cascadeStart[uid]; ok {
+				c.cfg.Metrics.CascadeDone(now.Sub(t))
+				delete(c.cascadeStart, uid)
+			}
+		}
 		c.events.Done()
 		if ctx.Err() != nil {
 			return
@@ -324,6 +345,23 @@ func (c *Collector) target(it *graph.Item) (apiops.Target, error) {
 		UID:             it.Identity.UID,
 		ResourceVersion: it.ResourceVersion,
 	}, nil
+}
+
+// reportUnresolvable counts a reference kgc cannot resolve and, for a kind no
+// API serves, tells the dependent's owner-to-be once.
+func (c *Collector) reportUnresolvable(dependent graph.Identity, ref *metav1.OwnerReference, state OwnerState) {
+	switch state {
+	case Invalid:
+		c.cfg.Metrics.Unresolvable("invalid")
+	case Unresolvable:
+		c.cfg.Metrics.Unresolvable("kind_not_served")
+		if c.cfg.Recorder == nil || !c.warned.First([3]string{"kind", string(dependent.UID), string(ref.UID)}) {
+			return
+		}
+		c.cfg.Recorder.Warning(dependent, "OwnerRefKindNotServed", fmt.Sprintf(
+			"ownerRef [%s, Kind=%s, Name=%s, UID=%s] names a kind no API serves; the object is kept and checked again later",
+			ref.APIVersion, ref.Kind, ref.Name, ref.UID))
+	}
 }
 
 func (c *Collector) reportInvalidNamespace(dependent graph.Identity, ref metav1.OwnerReference, ownerNamespace string) {

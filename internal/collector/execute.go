@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/metrics"
 )
 
 // errRetry asks for a rate-limited re-check without reporting a failure.
@@ -37,11 +38,13 @@ func (c *Collector) attemptToDeleteItem(ctx context.Context, uid types.UID) erro
 		for i := range it.OwnerReferences {
 			s, err := c.resolver.resolve(ctx, it.Identity, &it.OwnerReferences[i])
 			states[i] = s
-			if err != nil {
+			switch {
+			case err != nil:
 				errs = append(errs, err)
-			} else if s == Unresolvable {
-				klog.FromContext(ctx).V(1).Info("Owner kind is not served; keeping object",
-					"object", it.Identity.String(), "ownerAPIVersion", it.OwnerReferences[i].APIVersion, "ownerKind", it.OwnerReferences[i].Kind)
+			case s == Unresolvable || s == Invalid:
+				klog.FromContext(ctx).V(1).Info("Owner reference cannot be resolved; keeping object", "object", it.Identity.String(),
+					"ownerAPIVersion", it.OwnerReferences[i].APIVersion, "ownerKind", it.OwnerReferences[i].Kind, "state", s.String())
+				c.reportUnresolvable(it.Identity, &it.OwnerReferences[i], s)
 			}
 		}
 		if err := errors.Join(errs...); err != nil {
@@ -76,13 +79,16 @@ func (c *Collector) execute(ctx context.Context, it *graph.Item, a Action) error
 	case RemoveReferences:
 		logger.V(2).Info("Removing dangling and waiting owner references", "object", it.Identity.String())
 		_, err = c.ops.SetOwnerReferences(ctx, t, a.Refs)
+		c.record(metrics.OpRemoveRefs, err)
 	case RemoveForegroundFinalizer:
 		logger.V(2).Info("Dependents gone; removing foregroundDeletion finalizer", "object", it.Identity.String())
 		_, err = c.ops.SetFinalizers(ctx, t, a.Finalizers)
+		c.record(metrics.OpRemoveFinalizer, err)
 	case DeleteItem:
 		if a.Unblock {
 			logger.V(2).Info("Clearing blockOwnerDeletion to break a cycle", "object", it.Identity.String())
 			obj, perr := c.ops.SetOwnerReferences(ctx, t, a.Refs)
+			c.record(metrics.OpUnblockRefs, perr)
 			if perr != nil {
 				return ignoreNotFound(perr)
 			}
@@ -90,6 +96,7 @@ func (c *Collector) execute(ctx context.Context, it *graph.Item, a Action) error
 		}
 		logger.V(2).Info("Deleting garbage", "object", it.Identity.String(), "policy", string(a.Policy))
 		err = c.ops.Delete(ctx, t, a.Policy)
+		c.record(metrics.OpDelete, err)
 	default:
 		return fmt.Errorf("unknown action %d", a.Type)
 	}
@@ -116,6 +123,7 @@ func (c *Collector) attemptToOrphanItem(ctx context.Context, uid types.UID) erro
 		t, err := c.target(&graph.Item{Object: dep})
 		if err == nil {
 			_, err = c.ops.SetOwnerReferences(ctx, t, refs)
+			c.record(metrics.OpOrphan, err)
 		}
 		if err = ignoreNotFound(err); err != nil {
 			errs = append(errs, fmt.Errorf("orphaning %s: %w", dep.Identity, err))
@@ -131,7 +139,23 @@ func (c *Collector) attemptToOrphanItem(ctx context.Context, uid types.UID) erro
 	klog.FromContext(ctx).V(2).Info("Dependents orphaned; removing orphan finalizer", "object", owner.Identity.String(), "dependents", len(owner.Dependents))
 	finalizers := slices.DeleteFunc(slices.Clone(owner.Finalizers), func(f string) bool { return f == graph.FinalizerOrphan })
 	_, err = c.ops.SetFinalizers(ctx, t, finalizers)
+	c.record(metrics.OpRemoveFinalizer, err)
 	return ignoreNotFound(err)
+}
+
+// record counts one write and its outcome.
+func (c *Collector) record(op string, err error) {
+	outcome := metrics.OutcomeSuccess
+	switch {
+	case err == nil:
+	case apierrors.IsConflict(err):
+		outcome = metrics.OutcomeConflict
+	case apierrors.IsNotFound(err):
+		outcome = metrics.OutcomeNotFound
+	default:
+		outcome = metrics.OutcomeError
+	}
+	c.cfg.Metrics.Operation(op, outcome)
 }
 
 func ignoreNotFound(err error) error {

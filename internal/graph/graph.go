@@ -63,6 +63,11 @@ type Effects struct {
 	// Absent lists identities observed deleted: they never come back (UIDs
 	// are unique), so the collector may remember them as absent owners.
 	Absent []Identity
+	// CascadeStarted lists owners that, with dependents, were observed
+	// deleted or started deleting their dependents; CascadeDone lists such
+	// owners whose last dependent just went. (For metrics.)
+	CascadeStarted []types.UID
+	CascadeDone    []types.UID
 }
 
 func (e *Effects) addDelete(uid types.UID) { e.AttemptToDelete = append(e.AttemptToDelete, uid) }
@@ -158,7 +163,8 @@ func (g *Graph) upsert(obj *Object, eff *Effects) {
 	}
 	if n.DeletingDependents() {
 		eff.addDelete(uid)
-		if !wasDeletingDependents {
+		if !wasDeletingDependents && len(n.dependents) > 0 {
+			eff.CascadeStarted = append(eff.CascadeStarted, uid)
 			for dep := range n.dependents {
 				eff.addDelete(dep)
 			}
@@ -192,6 +198,9 @@ func (g *Graph) unlink(dependent, ownerUID types.UID, blocking bool, eff *Effect
 		return
 	}
 	delete(o.dependents, dependent)
+	if len(o.dependents) == 0 && (o.absent || o.DeletingDependents()) {
+		eff.CascadeDone = append(eff.CascadeDone, ownerUID)
+	}
 	if o.virtual && len(o.dependents) == 0 {
 		delete(g.nodes, ownerUID)
 		return
@@ -249,6 +258,7 @@ func (g *Graph) remove(obj *Object, eff *Effects) {
 	// re-checked now that their owner is gone.
 	n.Object = Object{Identity: n.Identity}
 	n.virtual, n.absent = true, true
+	eff.CascadeStarted = append(eff.CascadeStarted, uid)
 	for dep := range n.dependents {
 		eff.addDelete(dep)
 	}

@@ -224,3 +224,32 @@ func cloneRefs(refs []metav1.OwnerReference) []metav1.OwnerReference {
 	}
 	return out
 }
+
+// Counts is the graph's size by node state; a node may count in several.
+type Counts struct {
+	Observed, Virtual, Absent, Deleting, DeletingDependents int
+}
+
+// Counts counts nodes by state.
+func (g *Graph) Counts() Counts {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	var c Counts
+	for _, n := range g.nodes {
+		switch {
+		case n.absent:
+			c.Absent++
+		case n.virtual:
+			c.Virtual++
+		default:
+			c.Observed++
+		}
+		if n.Deleting {
+			c.Deleting++
+		}
+		if n.DeletingDependents() {
+			c.DeletingDependents++
+		}
+	}
+	return c
+}

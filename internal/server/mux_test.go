@@ -100,7 +100,7 @@ func serve(t *testing.T, h http.Handler, method, target string) (*http.Response,
 }
 
 func TestHealth(t *testing.T) {
-	mux := BuildMux(&fakeSource{g: graph.New(), ready: errors.New("never")})
+	mux := BuildMux(&fakeSource{g: graph.New(), ready: errors.New("never")}, Options{})
 	for _, path := range []string{"/healthz", "/livez"} {
 		res, body := serve(t, mux, http.MethodGet, path)
 		if res.StatusCode != http.StatusOK || body != "ok\n" {
@@ -120,7 +120,7 @@ func TestHealth(t *testing.T) {
 
 func TestReadyz(t *testing.T) {
 	src := &fakeSource{g: graph.New(), ready: errors.New("monitors have not synced")}
-	srv := httptest.NewServer(BuildMux(src))
+	srv := httptest.NewServer(BuildMux(src, Options{}))
 	defer srv.Close()
 	get := func() (int, string) {
 		res, err := http.Get(srv.URL + "/readyz")
@@ -144,7 +144,7 @@ func TestReadyz(t *testing.T) {
 
 func TestGraphGolden(t *testing.T) {
 	src := &fakeSource{g: testGraph(t)}
-	res, body := serve(t, BuildMux(src), http.MethodGet, GraphPath)
+	res, body := serve(t, BuildMux(src, Options{}), http.MethodGet, GraphPath)
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", res.StatusCode)
 	}
@@ -188,7 +188,7 @@ func edgeCount(body string) int {
 
 func TestGraphUIDFilter(t *testing.T) {
 	src := &fakeSource{g: testGraph(t)}
-	mux := BuildMux(src)
+	mux := BuildMux(src, Options{})
 	tests := []struct {
 		query     string
 		wantUIDs  []string
@@ -234,11 +234,61 @@ func TestGraphUIDFilter(t *testing.T) {
 }
 
 func TestGraphEmpty(t *testing.T) {
-	res, body := serve(t, BuildMux(&fakeSource{g: graph.New()}), http.MethodGet, GraphPath)
+	res, body := serve(t, BuildMux(&fakeSource{g: graph.New()}, Options{}), http.MethodGet, GraphPath)
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", res.StatusCode)
 	}
 	if !strings.HasPrefix(body, "strict digraph full {\n") || !strings.HasSuffix(body, "}\n") || strings.Contains(body, "[") {
 		t.Errorf("empty graph = %q", body)
+	}
+}
+
+type checkingSource struct {
+	fakeSource
+	checks []Check
+}
+
+func (s *checkingSource) Checks() []Check { return s.checks }
+
+func TestReadyzVerbose(t *testing.T) {
+	src := &checkingSource{
+		fakeSource: fakeSource{g: graph.New()},
+		checks: []Check{
+			{Name: "monitor:v1/configmaps"},
+			{Name: "monitor:example.com/v1/widgets", Err: errors.New("not synced"), Informational: true},
+		},
+	}
+	res, body := serve(t, BuildMux(src, Options{}), http.MethodGet, "/readyz?verbose")
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, want 200: %s", res.StatusCode, body)
+	}
+	for _, want := range []string{
+		"[+]synced ok\n",
+		"[+]monitor:v1/configmaps ok\n",
+		"[-]monitor:example.com/v1/widgets failed: not synced (informational)\n",
+		"readyz check passed\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("verbose readyz lacks %q:\n%s", want, body)
+		}
+	}
+	src.ready = errors.New("monitors have not synced")
+	res, body = serve(t, BuildMux(src, Options{}), http.MethodGet, "/readyz?verbose")
+	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "[-]synced failed: monitors have not synced") || !strings.Contains(body, "readyz check failed") {
+		t.Errorf("unready verbose readyz: %d\n%s", res.StatusCode, body)
+	}
+}
+
+func TestOptionalEndpoints(t *testing.T) {
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("kgc_up 1\n")) })
+	off := BuildMux(&fakeSource{g: graph.New()}, Options{})
+	on := BuildMux(&fakeSource{g: graph.New()}, Options{Metrics: metrics, Profiling: true})
+	for _, path := range []string{"/metrics", "/debug/pprof/"} {
+		if res, _ := serve(t, off, http.MethodGet, path); res.StatusCode != http.StatusNotFound {
+			t.Errorf("%s served without being enabled: %d", path, res.StatusCode)
+		}
+		if res, body := serve(t, on, http.MethodGet, path); res.StatusCode != http.StatusOK {
+			t.Errorf("%s not served when enabled: %d %s", path, res.StatusCode, body)
+		}
 	}
 }

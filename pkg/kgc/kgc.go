@@ -22,10 +22,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -44,6 +48,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/collector"
 	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/metrics"
 	"github.com/kgc-dev/kgc/internal/server"
 )
 
@@ -64,6 +69,13 @@ type Options struct {
 	Burst int
 	// Logger defaults to klog's.
 	Logger logr.Logger
+	// Registerer receives kgc's metrics (see docs/metrics.md). nil means no
+	// metrics; nothing is ever registered globally. When it is also a
+	// prometheus.Gatherer (a *prometheus.Registry is), Handler serves it at
+	// /metrics.
+	Registerer prometheus.Registerer
+	// Profiling serves /debug/pprof/ from Handler.
+	Profiling bool
 }
 
 // DefaultIgnoredResources returns the resources kgc ignores by default: core
@@ -77,6 +89,7 @@ type Collector struct {
 	recorder   *lazyRecorder
 	logger     logr.Logger
 	httpClient *http.Client
+	handler    http.Handler
 
 	started atomic.Bool
 	done    chan struct{} // closed when Run returns
@@ -100,6 +113,24 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 		cfg.QPS, cfg.Burst = 20, 30
 	}
 	cfg = rest.AddUserAgent(cfg, "kgc")
+	var inner *collector.Collector // set below; read only at scrape time
+	m, err := metrics.New(opts.Registerer, metrics.Sources{
+		Graph: func() metrics.GraphCounts {
+			g := inner.Graph().Counts()
+			return metrics.GraphCounts(g)
+		},
+		Monitors: func() []metrics.MonitorState {
+			var out []metrics.MonitorState
+			for gvr, synced := range inner.MonitorStatus() {
+				out = append(out, metrics.MonitorState{Resource: gvrString(gvr), Synced: synced})
+			}
+			return out
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kgc: registering metrics: %w", err)
+	}
+	cfg.Wrap(m.InstrumentTransport)
 	// kgc lists every deletable resource, deprecated ones included, on
 	// purpose: the apiserver's deprecation warnings are noise here.
 	cfg.WarningHandler = rest.NoWarnings{}
@@ -140,10 +171,17 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 		Workers:      opts.Workers,
 		Ignored:      ignored,
 		ResyncPeriod: opts.DiscoveryResyncPeriod,
+		Metrics:      m,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kgc: %w", err)
 	}
+	inner = out.c
+	hopts := server.Options{Profiling: opts.Profiling}
+	if g, ok := opts.Registerer.(prometheus.Gatherer); ok {
+		hopts.Metrics = promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+	}
+	out.handler = server.BuildMux(source{out.c}, hopts)
 	return out, nil
 }
 
@@ -225,9 +263,10 @@ func (c *Collector) WaitForSync(ctx context.Context) error {
 	})
 }
 
-// Handler serves /healthz, /livez, /readyz and the debug graph
-// (/debug/controllers/garbage-collector-controller/graph).
-func (c *Collector) Handler() http.Handler { return server.BuildMux(source{c.c}) }
+// Handler serves /healthz, /livez, /readyz (?verbose lists every monitor),
+// the debug graph (/debug/controllers/garbage-collector-controller/graph),
+// and, as Options ask, /metrics and /debug/pprof/.
+func (c *Collector) Handler() http.Handler { return c.handler }
 
 type source struct{ c *collector.Collector }
 
@@ -236,6 +275,29 @@ func (s source) Ready() error {
 		return errors.New("monitors have not synced")
 	}
 	return nil
+}
+
+// Checks lists each monitor; a monitor that has not synced is shown but does
+// not make kgc unready (it only affects its own resource).
+func (s source) Checks() []server.Check {
+	status := s.c.MonitorStatus()
+	out := make([]server.Check, 0, len(status))
+	for gvr, synced := range status {
+		ch := server.Check{Name: "monitor:" + gvrString(gvr), Informational: true}
+		if !synced {
+			ch.Err = errors.New("not synced")
+		}
+		out = append(out, ch)
+	}
+	slices.SortFunc(out, func(a, b server.Check) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func gvrString(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return gvr.Version + "/" + gvr.Resource
+	}
+	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
 }
 
 func (s source) Snapshot(uids ...types.UID) []graph.NodeView { return s.c.Graph().Snapshot(uids...) }

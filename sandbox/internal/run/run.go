@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"net"
 	"net/http"
@@ -75,7 +76,7 @@ func parseSandboxFlags(args []string, stderr io.Writer) (sandboxConfig, error) {
 	fs := flag.NewFlagSet("kgc-sandbox", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.dir, "dir", DefaultDir, `state directory (etcd data, certificates, kubeconfig), kept across runs; "" for a temporary directory removed on exit`)
-	fs.StringVar(&c.httpAddress, "http-address", DefaultHTTPAddress, "address for kgc's HTTP endpoints (/healthz, /readyz, the graph); port 0 picks a free port")
+	fs.StringVar(&c.httpAddress, "http-address", DefaultHTTPAddress, "address for kgc's HTTP endpoints (/healthz, /readyz, /metrics, /debug/pprof, the graph); port 0 picks a free port")
 	fs.IntVar(&c.workers, "workers", 0, "kgc workers per queue (0: kgc's default)")
 	fs.BoolVar(&c.demo, "demo", false, "run the built-in cascade demo once kgc is ready, then exit (status 0 when the cascades completed)")
 	fs.BoolVar(&c.verbose, "verbose", false, "show kube-apiserver's and etcd's own logs")
@@ -127,7 +128,12 @@ func sandboxCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 	}()
 
-	collector, err := kgc.New(cp.Config, kgc.Options{Workers: cfg.workers, Logger: newLogger(stderr, cfg.v)})
+	collector, err := kgc.New(cp.Config, kgc.Options{
+		Workers:    cfg.workers,
+		Logger:     newLogger(stderr, cfg.v),
+		Registerer: prometheus.NewRegistry(),
+		Profiling:  true,
+	})
 	if err != nil {
 		return fmt.Errorf("creating kgc: %w", err)
 	}
@@ -212,7 +218,7 @@ kgc-sandbox is ready: etcd + kube-apiserver in this process, kgc collecting garb
 
   kubeconfig   %[1]s
                export KUBECONFIG=%[1]s
-  kgc HTTP     %[2]s/healthz  %[2]s/readyz
+  kgc HTTP     %[2]s/healthz  %[2]s/readyz?verbose  %[2]s/metrics
   graph (DOT)  %[2]s%[3]s
                (?uid=<uid> shows one object's connected component)
 `, kubeconfig, httpURL, graphPath)

@@ -1,0 +1,158 @@
+package metrics
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type docRow struct {
+	typ    string
+	labels []string
+}
+
+// readDocs parses the table of docs/metrics.md.
+func readDocs(t *testing.T) map[string]docRow {
+	t.Helper()
+	data, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("^\\| `(kgc_[a-z_]+)` \\| (counter|gauge|histogram|summary) \\|([^|]*)\\|")
+	out := map[string]docRow{}
+	for _, line := range strings.Split(string(data), "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		var labels []string
+		for _, l := range strings.Split(m[3], ",") {
+			if l = strings.Trim(strings.TrimSpace(l), "`"); l != "" {
+				labels = append(labels, l)
+			}
+		}
+		slices.Sort(labels)
+		out[m[1]] = docRow{typ: m[2], labels: labels}
+	}
+	if len(out) == 0 {
+		t.Fatal("no metric rows found in docs/metrics.md")
+	}
+	return out
+}
+
+// exercise records one sample in every metric, so that every family shows
+// up in Gather with its type and labels.
+func exercise(t *testing.T, m *Metrics) {
+	t.Helper()
+	m.Operation(OpDelete, OutcomeSuccess)
+	m.Unresolvable("kind_not_served")
+	m.CascadeDone(1)
+	p := m.QueueMetricsProvider()
+	p.NewDepthMetric("q").Inc()
+	p.NewAddsMetric("q").Inc()
+	p.NewLatencyMetric("q").Observe(1)
+	p.NewWorkDurationMetric("q").Observe(1)
+	p.NewUnfinishedWorkSecondsMetric("q").Set(1)
+	p.NewLongestRunningProcessorSecondsMetric("q").Set(1)
+	p.NewRetriesMetric("q").Inc()
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	client := &http.Client{Transport: m.InstrumentTransport(http.DefaultTransport)}
+	res, err := client.Get(srv.URL + "/api/v1/namespaces/ns/configmaps/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+}
+
+func TestDocsMatchCode(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg, Sources{
+		Graph:    func() GraphCounts { return GraphCounts{Observed: 1} },
+		Monitors: func() []MonitorState { return []MonitorState{{Resource: "v1/configmaps", Synced: true}} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exercise(t, m)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := readDocs(t)
+	seen := map[string]bool{}
+	for _, f := range families {
+		name := f.GetName()
+		seen[name] = true
+		doc, ok := docs[name]
+		if !ok {
+			t.Errorf("metric %s is not documented in docs/metrics.md", name)
+			continue
+		}
+		if typ := strings.ToLower(f.GetType().String()); typ != doc.typ {
+			t.Errorf("metric %s is a %s in code, a %s in docs/metrics.md", name, typ, doc.typ)
+		}
+		var labels []string
+		for _, lp := range f.GetMetric()[0].GetLabel() {
+			labels = append(labels, lp.GetName())
+		}
+		slices.Sort(labels)
+		if !slices.Equal(labels, doc.labels) {
+			t.Errorf("metric %s has labels %v in code, %v in docs/metrics.md", name, labels, doc.labels)
+		}
+	}
+	for name := range docs {
+		if !seen[name] {
+			t.Errorf("docs/metrics.md documents %s, which the code does not export", name)
+		}
+	}
+}
+
+func TestNilMetricsRecordNothing(t *testing.T) {
+	m, err := New(nil, Sources{})
+	if err != nil || m != nil {
+		t.Fatalf("New(nil) = %v, %v; want nil, nil", m, err)
+	}
+	m.Operation(OpDelete, OutcomeSuccess)
+	m.Unresolvable("invalid")
+	m.CascadeDone(1)
+	if m.QueueMetricsProvider() != nil {
+		t.Error("nil metrics returned a queue metrics provider")
+	}
+	rt := http.DefaultTransport
+	if m.InstrumentTransport(rt) != rt {
+		t.Error("nil metrics wrapped the transport")
+	}
+}
+
+func TestVerb(t *testing.T) {
+	for _, tc := range []struct{ method, url, want string }{
+		{"GET", "/api/v1/namespaces/ns/configmaps/x", "get"},
+		{"GET", "/api/v1/namespaces/ns/configmaps", "list"},
+		{"GET", "/api/v1/configmaps?watch=true", "watch"},
+		{"GET", "/apis/apps/v1/deployments?watch=1&resourceVersion=5", "watch"},
+		{"GET", "/api/v1/namespaces", "list"},
+		{"GET", "/api/v1/namespaces/ns", "get"},
+		{"GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/admin", "get"},
+		{"DELETE", "/api/v1/namespaces/ns/pods/p", "delete"},
+		{"DELETE", "/api/v1/namespaces/ns/pods", "deletecollection"},
+		{"PATCH", "/apis/example.com/v1/namespaces/ns/widgets/w", "patch"},
+		{"POST", "/api/v1/namespaces/ns/events", "create"},
+		{"PUT", "/apis/coordination.k8s.io/v1/namespaces/ns/leases/kgc", "update"},
+		{"GET", "/api", "discovery"},
+		{"GET", "/apis", "discovery"},
+		{"GET", "/apis/apps/v1", "discovery"},
+		{"GET", "/openapi/v2", "discovery"},
+	} {
+		req := httptest.NewRequest(tc.method, tc.url, nil)
+		if got := Verb(req); got != tc.want {
+			t.Errorf("Verb(%s %s) = %s, want %s", tc.method, tc.url, got, tc.want)
+		}
+	}
+}

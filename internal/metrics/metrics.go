@@ -1,0 +1,310 @@
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
+)
+
+const namespace = "kgc"
+
+// Operation outcomes.
+const (
+	OutcomeSuccess  = "success"
+	OutcomeConflict = "conflict"
+	OutcomeNotFound = "not_found"
+	OutcomeError    = "error"
+)
+
+// Operations kgc performs on objects.
+const (
+	OpDelete          = "delete"
+	OpRemoveRefs      = "remove_owner_references"
+	OpUnblockRefs     = "unblock_owner_references"
+	OpOrphan          = "orphan_dependent"
+	OpRemoveFinalizer = "remove_finalizer"
+)
+
+// Metrics holds kgc's metrics. A nil *Metrics is valid and records nothing.
+type Metrics struct {
+	operations   *prometheus.CounterVec
+	apiRequests  *prometheus.CounterVec
+	cascade      prometheus.Histogram
+	unresolvable *prometheus.CounterVec
+
+	queueDepth      *prometheus.GaugeVec
+	queueAdds       *prometheus.CounterVec
+	queueLatency    *prometheus.HistogramVec
+	queueWork       *prometheus.HistogramVec
+	queueUnfinished *prometheus.GaugeVec
+	queueLongest    *prometheus.GaugeVec
+	queueRetries    *prometheus.CounterVec
+
+	collectors []prometheus.Collector
+}
+
+// GraphCounts is the graph size by node state.
+type GraphCounts struct {
+	Observed, Virtual, Absent, Deleting, DeletingDependents int
+}
+
+// MonitorState is one monitor's state.
+type MonitorState struct {
+	Resource string // group/version/resource
+	Synced   bool
+}
+
+// Sources are read at scrape time, so that gauges are never stale.
+type Sources struct {
+	Graph    func() GraphCounts
+	Monitors func() []MonitorState
+}
+
+// New creates kgc's metrics and registers them on reg. With a nil reg it
+// returns nil, and a nil *Metrics records nothing.
+func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	m := &Metrics{
+		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "operations_total",
+			Help: "Writes kgc made to objects, by operation and outcome.",
+		}, []string{"operation", "outcome"}),
+		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "api_requests_total",
+			Help: "HTTP requests kgc sent to the API server, by verb and status code.",
+		}, []string{"verb", "code"}),
+		cascade: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "cascade_duration_seconds",
+			Help:    "Time from kgc observing an owner deleted or deleting its dependents to the last of its dependents gone.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 18),
+		}),
+		unresolvable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "unresolvable_references_total",
+			Help: "Owner references kgc could not resolve when checking a dependent, by reason (kind_not_served, invalid).",
+		}, []string{"reason"}),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "workqueue", Name: "depth",
+			Help: "Items waiting in a work queue.",
+		}, []string{"name"}),
+		queueAdds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "workqueue", Name: "adds_total",
+			Help: "Items added to a work queue.",
+		}, []string{"name"}),
+		queueLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "workqueue", Name: "queue_duration_seconds",
+			Help:    "Time an item waits in a work queue before a worker takes it.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 10, 10),
+		}, []string{"name"}),
+		queueWork: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "workqueue", Name: "work_duration_seconds",
+			Help:    "Time a worker spends on one item.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 10, 10),
+		}, []string{"name"}),
+		queueUnfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "workqueue", Name: "unfinished_work_seconds",
+			Help: "Seconds of work in progress not yet observed by work_duration_seconds; large values suggest stuck workers.",
+		}, []string{"name"}),
+		queueLongest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "workqueue", Name: "longest_running_processor_seconds",
+			Help: "Seconds the longest-running worker of a queue has been on its item.",
+		}, []string{"name"}),
+		queueRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "workqueue", Name: "retries_total",
+			Help: "Rate-limited retries of items in a work queue.",
+		}, []string{"name"}),
+	}
+	m.collectors = []prometheus.Collector{
+		m.operations, m.apiRequests, m.cascade, m.unresolvable,
+		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries,
+		&stateCollector{src: src},
+	}
+	for _, c := range m.collectors {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Collectors returns every collector New registered (for docs tests).
+func (m *Metrics) Collectors() []prometheus.Collector {
+	if m == nil {
+		return nil
+	}
+	return m.collectors
+}
+
+// Operation counts one write to an object.
+func (m *Metrics) Operation(op, outcome string) {
+	if m == nil {
+		return
+	}
+	m.operations.WithLabelValues(op, outcome).Inc()
+}
+
+// Unresolvable counts one unresolvable reference.
+func (m *Metrics) Unresolvable(reason string) {
+	if m == nil {
+		return
+	}
+	m.unresolvable.WithLabelValues(reason).Inc()
+}
+
+// CascadeDone observes one cascade's duration.
+func (m *Metrics) CascadeDone(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.cascade.Observe(d.Seconds())
+}
+
+// QueueMetricsProvider returns a per-queue metrics provider for client-go
+// work queues (nil when metrics are off, which client-go treats as none).
+func (m *Metrics) QueueMetricsProvider() workqueue.MetricsProvider {
+	if m == nil {
+		return nil
+	}
+	return queueProvider{m}
+}
+
+type queueProvider struct{ m *Metrics }
+
+func (p queueProvider) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return p.m.queueDepth.WithLabelValues(name)
+}
+func (p queueProvider) NewAddsMetric(name string) workqueue.CounterMetric {
+	return p.m.queueAdds.WithLabelValues(name)
+}
+func (p queueProvider) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return p.m.queueLatency.WithLabelValues(name)
+}
+func (p queueProvider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return p.m.queueWork.WithLabelValues(name)
+}
+func (p queueProvider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.m.queueUnfinished.WithLabelValues(name)
+}
+func (p queueProvider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.m.queueLongest.WithLabelValues(name)
+}
+func (p queueProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return p.m.queueRetries.WithLabelValues(name)
+}
+
+// stateCollector reports the graph and the monitors as they are at scrape time.
+type stateCollector struct{ src Sources }
+
+var (
+	graphNodesDesc = prometheus.NewDesc(namespace+"_graph_nodes",
+		"Nodes in the ownership graph, by state (observed, virtual, absent, deleting, deleting_dependents; a node may count in several).",
+		[]string{"state"}, nil)
+	monitorsDesc = prometheus.NewDesc(namespace+"_monitors",
+		"Monitored resources by state (synced, syncing): a monitor that stays syncing cannot list or watch its resource.",
+		[]string{"state"}, nil)
+	monitorSyncedDesc = prometheus.NewDesc(namespace+"_monitor_synced",
+		"1 if the monitor of a resource has synced, 0 if it is still syncing or failing.",
+		[]string{"resource"}, nil)
+)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- graphNodesDesc
+	ch <- monitorsDesc
+	ch <- monitorSyncedDesc
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.src.Graph != nil {
+		g := c.src.Graph()
+		for state, n := range map[string]int{
+			"observed": g.Observed, "virtual": g.Virtual, "absent": g.Absent,
+			"deleting": g.Deleting, "deleting_dependents": g.DeletingDependents,
+		} {
+			ch <- prometheus.MustNewConstMetric(graphNodesDesc, prometheus.GaugeValue, float64(n), state)
+		}
+	}
+	if c.src.Monitors != nil {
+		synced, syncing := 0, 0
+		for _, mon := range c.src.Monitors() {
+			v := 0.0
+			if mon.Synced {
+				synced++
+				v = 1
+			} else {
+				syncing++
+			}
+			ch <- prometheus.MustNewConstMetric(monitorSyncedDesc, prometheus.GaugeValue, v, mon.Resource)
+		}
+		ch <- prometheus.MustNewConstMetric(monitorsDesc, prometheus.GaugeValue, float64(synced), "synced")
+		ch <- prometheus.MustNewConstMetric(monitorsDesc, prometheus.GaugeValue, float64(syncing), "syncing")
+	}
+}
+
+// InstrumentTransport counts every request kgc sends, by verb and code.
+func (m *Metrics) InstrumentTransport(rt http.RoundTripper) http.RoundTripper {
+	if m == nil {
+		return rt
+	}
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		code := "error"
+		if err == nil {
+			code = strconv.Itoa(resp.StatusCode)
+		}
+		m.apiRequests.WithLabelValues(Verb(req), code).Inc()
+		return resp, err
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Verb names a request the way the API server's audit log does: get, list,
+// watch, create, update, patch, delete, deletecollection, or discovery.
+func Verb(req *http.Request) string {
+	segs := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	// Strip /api/<version> or /apis/<group>/<version>.
+	switch {
+	case len(segs) >= 2 && segs[0] == "api":
+		segs = segs[2:]
+	case len(segs) >= 3 && segs[0] == "apis":
+		segs = segs[3:]
+	default:
+		return "discovery"
+	}
+	if len(segs) == 0 {
+		return "discovery"
+	}
+	if len(segs) >= 3 && segs[0] == "namespaces" {
+		segs = segs[2:]
+	}
+	collection := len(segs) == 1
+	switch req.Method {
+	case http.MethodGet:
+		if req.URL.Query().Get("watch") == "true" || req.URL.Query().Get("watch") == "1" {
+			return "watch"
+		}
+		if collection {
+			return "list"
+		}
+		return "get"
+	case http.MethodPost:
+		return "create"
+	case http.MethodPut:
+		return "update"
+	case http.MethodPatch:
+		return "patch"
+	case http.MethodDelete:
+		if collection {
+			return "deletecollection"
+		}
+		return "delete"
+	}
+	return strings.ToLower(req.Method)
+}
