@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -54,6 +55,8 @@ func NewRunCommand(run RunFunc) *cobra.Command {
 		Short: "Run the garbage collector against an API server",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.LeaderElection.Complete(cmd.Flags(), o.Kubeconfig)
+			o.Observability.Verbosity = verbosity(cmd.Flags())
 			if err := o.Complete(); err != nil {
 				return err
 			}
@@ -87,6 +90,7 @@ func (o *RunOptions) RestConfig() (*rest.Config, error) {
 
 // Run is `kgc run`: the collector plus its HTTP server, until ctx is done.
 func Run(ctx context.Context, o *RunOptions) error {
+	ctx = o.Observability.setupLogging(ctx, os.Stderr)
 	logger := klog.FromContext(ctx)
 	cfg, err := o.RestConfig()
 	if err != nil {
@@ -98,6 +102,8 @@ func Run(ctx context.Context, o *RunOptions) error {
 		DiscoveryResyncPeriod: o.DiscoveryResyncPeriod,
 		QPS:                   o.KubeAPIQPS,
 		Burst:                 o.KubeAPIBurst,
+		Registerer:            newRegistry(),
+		Profiling:             o.Observability.Profiling,
 	})
 	if err != nil {
 		return err
@@ -129,7 +135,8 @@ func Run(ctx context.Context, o *RunOptions) error {
 			_ = srv.Shutdown(sctx)
 		}()
 	}
-	go func() { errc <- c.Run(ctx) }()
+	// The HTTP server runs on standbys too; the collector only while leading.
+	go func() { errc <- runWithLeaderElection(ctx, cfg, o.LeaderElection, c.Run) }()
 	select {
 	case err := <-errc:
 		cancel()

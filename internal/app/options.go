@@ -24,6 +24,8 @@ type RunOptions struct {
 	DiscoveryResyncPeriod time.Duration
 	IgnoredResources      []string
 	HTTPAddress           string
+	LeaderElection        LeaderElectionOptions
+	Observability         ObservabilityOptions
 
 	// Completed fields.
 	Ignored []schema.GroupResource
@@ -37,6 +39,8 @@ func NewRunOptions() *RunOptions {
 		ConcurrentGCSyncs:     20,
 		DiscoveryResyncPeriod: 30 * time.Second,
 		HTTPAddress:           ":10258",
+		LeaderElection:        NewLeaderElectionOptions(),
+		Observability:         NewObservabilityOptions(),
 	}
 	for _, gr := range discovery.DefaultIgnored() {
 		o.IgnoredResources = append(o.IgnoredResources, gr.String())
@@ -54,6 +58,8 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.DiscoveryResyncPeriod, "discovery-resync-period", o.DiscoveryResyncPeriod, "How often to rediscover deletable resources and start or stop their monitors.")
 	fs.StringSliceVar(&o.IgnoredResources, "ignored-resources", o.IgnoredResources, "Resources never monitored, as resource.group (core: resource). Pass an empty value to monitor everything.")
 	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address for /healthz, /readyz and the debug graph. Empty disables the server.")
+	o.LeaderElection.AddFlags(fs)
+	o.Observability.AddFlags(fs)
 }
 
 // Complete fills derived fields; call before Validate.
@@ -91,6 +97,8 @@ func (o *RunOptions) Validate() []error {
 			errs = append(errs, fmt.Errorf("--http-address %q: port must be a number from 0 to 65535", o.HTTPAddress))
 		}
 	}
+	errs = append(errs, o.LeaderElection.Validate()...)
+	errs = append(errs, o.Observability.Validate()...)
 	return errs
 }
 

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
 )
 
 // parse runs `kgc run args…` with a run func that only captures the options.
@@ -43,6 +45,8 @@ func defaults() RunOptions {
 		ConcurrentGCSyncs:     20,
 		DiscoveryResyncPeriod: 30 * time.Second,
 		HTTPAddress:           ":10258",
+		LeaderElection:        NewLeaderElectionOptions(), // off: TestMain pins "not in a cluster"
+		Observability:         NewObservabilityOptions(),
 		IgnoredResources:      []string{"events", "events.events.k8s.io"},
 		Ignored:               []schema.GroupResource{{Resource: "events"}, {Group: "events.k8s.io", Resource: "events"}},
 	}
@@ -285,5 +289,43 @@ func TestValidateRejectsNonNumericPort(t *testing.T) {
 		if errs := o.Validate(); len(errs) != 1 {
 			t.Errorf("Validate(--http-address=%q) = %v, want one error", addr, errs)
 		}
+	}
+}
+
+func TestObservabilityFlags(t *testing.T) {
+	var got *RunOptions
+	cmd := NewRunCommand(func(_ context.Context, o *RunOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--log-format=json", "--profiling", "-v=3"})
+	// -v is klog's process-wide flag: put it back for the other tests.
+	t.Cleanup(func() { _ = cmd.Flags().Set("v", "0") })
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got.Observability.LogFormat != LogFormatJSON || !got.Observability.Profiling || got.Observability.Verbosity != 3 {
+		t.Errorf("observability options = %+v", got.Observability)
+	}
+	cmd = NewRunCommand(func(context.Context, *RunOptions) error { t.Fatal("run with a bad --log-format"); return nil })
+	cmd.SetArgs([]string{"--log-format=xml"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--log-format") {
+		t.Errorf("--log-format=xml: err = %v", err)
+	}
+}
+
+func TestJSONLogging(t *testing.T) {
+	var buf strings.Builder
+	o := ObservabilityOptions{LogFormat: LogFormatJSON, Verbosity: 1}
+	ctx := o.setupLogging(context.Background(), &buf)
+	t.Cleanup(func() { klog.ClearLogger() })
+	klog.FromContext(ctx).V(1).Info("Deleting garbage", "object", "ConfigMap.v1 ns/x")
+	klog.FromContext(ctx).V(2).Info("too verbose")
+	line := strings.TrimSpace(buf.String())
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(line), &rec); err != nil {
+		t.Fatalf("log line %q is not one JSON object: %v", line, err)
+	}
+	if rec["msg"] != "Deleting garbage" || rec["object"] != "ConfigMap.v1 ns/x" {
+		t.Errorf("log record = %v", rec)
 	}
 }

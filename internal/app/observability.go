@@ -1,0 +1,85 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+)
+
+// Log formats.
+const (
+	LogFormatText = "text"
+	LogFormatJSON = "json"
+)
+
+// ObservabilityOptions are the flags for logs, metrics and profiling.
+type ObservabilityOptions struct {
+	LogFormat string
+	Profiling bool
+	// Verbosity is klog's -v, completed from the flags.
+	Verbosity int
+}
+
+// NewObservabilityOptions returns the defaults.
+func NewObservabilityOptions() ObservabilityOptions {
+	return ObservabilityOptions{LogFormat: LogFormatText}
+}
+
+// AddFlags registers the options on fs.
+func (o *ObservabilityOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, `Log format: "text" (klog) or "json" (one JSON object per line).`)
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve /debug/pprof/ on --http-address.")
+}
+
+// Validate returns every problem with the options.
+func (o *ObservabilityOptions) Validate() []error {
+	if o.LogFormat != LogFormatText && o.LogFormat != LogFormatJSON {
+		return []error{fmt.Errorf("--log-format must be %q or %q, got %q", LogFormatText, LogFormatJSON, o.LogFormat)}
+	}
+	return nil
+}
+
+// setupLogging routes kgc's and its libraries' logs to the chosen format and
+// returns ctx carrying the logger.
+func (o *ObservabilityOptions) setupLogging(ctx context.Context, w io.Writer) context.Context {
+	if o.LogFormat != LogFormatJSON {
+		return ctx
+	}
+	logger := funcr.NewJSON(func(obj string) { fmt.Fprintln(w, obj) }, funcr.Options{
+		LogTimestamp:    true,
+		TimestampFormat: "2006-01-02T15:04:05.000000Z07:00",
+		Verbosity:       o.Verbosity,
+	})
+	// client-go and friends log through klog's global logger.
+	klog.SetLogger(logger)
+	return logr.NewContext(ctx, logger)
+}
+
+// verbosity reads klog's -v level.
+func verbosity(fs *pflag.FlagSet) int {
+	f := fs.Lookup("v")
+	if f == nil {
+		return 0
+	}
+	v, err := strconv.Atoi(f.Value.String())
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// newRegistry returns kgc run's metrics registry: kgc's metrics plus the Go
+// runtime's and the process's.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
