@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,15 +32,62 @@ const (
 	// serviceClusterIPRange is where Service ClusterIPs are allocated.
 	// Nothing routes to them: there is no kube-proxy.
 	serviceClusterIPRange = "10.96.0.0/16"
+
+	// watchTerminationGrace is kube-apiserver's
+	// --shutdown-watch-termination-grace-period. Any positive value makes
+	// the server end every open watch as soon as it stops accepting
+	// requests, and then wait at most this long for those watch handlers to
+	// return. With the default (zero) watches are neither ended nor
+	// counted, and the HTTP server's graceful shutdown waits for them until
+	// its timeout, the request timeout (a minute).
+	watchTerminationGrace = time.Second
+	// stopGrace is how long Stop lets kube-apiserver drain on its own
+	// before it closes the client connections still open (requests that
+	// ignore the shutdown, a client too slow to take a watch's last
+	// events). A normal shutdown takes well under a second.
+	stopGrace = 5 * time.Second
+	// stopTimeout bounds the whole of Stop's wait for kube-apiserver; it
+	// only keeps a wedged shutdown from hanging the caller forever.
+	stopTimeout = time.Minute
 )
 
 // apiServer is a kube-apiserver running in a goroutine.
 type apiServer struct {
 	config *rest.Config
-	// stop cancels the apiserver's context; done then yields Run's result
+	// cancel cancels the apiserver's context; done then yields Run's result
 	// and is closed once the goroutine has returned.
-	stop context.CancelFunc
-	done <-chan error
+	cancel context.CancelFunc
+	done   <-chan error
+	// listener is the serving listener; it knows the open connections.
+	listener *trackingListener
+}
+
+// stop shuts kube-apiserver down and waits for Run to return. Clients may
+// still be connected: open watches are ended by the server itself (see
+// watchTerminationGrace), and whatever connection still holds the shutdown
+// up after stopGrace is closed under it. Connections the HTTP server no
+// longer tracks (hijacked ones: websocket watches, upgrades) are closed
+// once Run has returned, so that no handler outlives the server.
+func (a *apiServer) stop() error {
+	a.cancel()
+	defer a.listener.closeConns()
+
+	grace := time.NewTimer(stopGrace)
+	defer grace.Stop()
+	select {
+	case err := <-a.done:
+		return err
+	case <-grace.C:
+	}
+	a.listener.closeConns()
+	timeout := time.NewTimer(stopTimeout - stopGrace)
+	defer timeout.Stop()
+	select {
+	case err := <-a.done:
+		return err
+	case <-timeout.C:
+		return fmt.Errorf("did not stop within %v", stopTimeout)
+	}
 }
 
 // startAPIServer builds kube-apiserver's options the way its command line
@@ -74,7 +122,8 @@ func startAPIServer(startCtx context.Context, etcdURL string, pki pkiFiles) (*ap
 		return nil, fmt.Errorf("listening: %w", err)
 	}
 	loopbackIP := net.IPv4(127, 0, 0, 1)
-	s.SecureServing.Listener = listener
+	tracking := newTrackingListener(listener)
+	s.SecureServing.Listener = tracking
 	s.SecureServing.BindAddress = loopbackIP
 	s.SecureServing.BindPort = listener.Addr().(*net.TCPAddr).Port
 	// Also the advertise address: without it the apiserver would look for
@@ -84,6 +133,10 @@ func startAPIServer(startCtx context.Context, etcdURL string, pki pkiFiles) (*ap
 	// The apiserver writes a self-signed serving certificate here if none
 	// exists; clients use the loopback certificate (see Config) instead.
 	s.SecureServing.ServerCert.CertDirectory = pki.dir
+
+	// End open watches at shutdown instead of waiting for their clients
+	// to hang up; see watchTerminationGrace.
+	s.GenericServerRunOptions.ShutdownWatchTerminationGracePeriod = watchTerminationGrace
 
 	s.Etcd.StorageConfig.Transport.ServerList = []string{etcdURL}
 	s.ServiceClusterIPRanges = serviceClusterIPRange
@@ -163,7 +216,7 @@ func startAPIServer(startCtx context.Context, etcdURL string, pki pkiFiles) (*ap
 		// Run closes the listener when ctx ends.
 		done <- prepared.Run(ctx)
 	}()
-	api := &apiServer{stop: cancel, done: done}
+	api := &apiServer{cancel: cancel, done: done, listener: tracking}
 
 	cfg := rest.CopyConfig(server.GenericAPIServer.LoopbackClientConfig)
 	cfg.QPS = 1000
@@ -222,4 +275,72 @@ func checkReady(ctx context.Context, client kubernetes.Interface) error {
 		return fmt.Errorf("getting default namespace: %w", err)
 	}
 	return nil
+}
+
+// trackingListener records the connections it accepts until they are
+// closed, so that Stop can close those the apiserver's graceful shutdown
+// would wait for or does not know about. Closing the listener itself stays
+// the HTTP server's business: kube-apiserver panics if Serve fails before
+// it asked for the shutdown.
+type trackingListener struct {
+	net.Listener
+
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{}
+	// closing is set by closeConns; connections accepted afterwards are
+	// closed at once.
+	closing bool
+}
+
+func newTrackingListener(l net.Listener) *trackingListener {
+	return &trackingListener{Listener: l, conns: make(map[*trackedConn]struct{})}
+}
+
+// Accept returns the next connection, wrapped so that closing it forgets
+// it. Accepted TCP connections already have keep-alive enabled by package
+// net, which is all the apiserver's own listener wrapper would add.
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc := &trackedConn{Conn: c, l: l}
+	l.mu.Lock()
+	closing := l.closing
+	if !closing {
+		l.conns[tc] = struct{}{}
+	}
+	l.mu.Unlock()
+	if closing {
+		// Not an error from Accept, which would end Serve (see above):
+		// the server sees a dead connection and drops it.
+		c.Close()
+	}
+	return tc, nil
+}
+
+// closeConns closes every open connection, and those accepted from now on.
+func (l *trackingListener) closeConns() {
+	l.mu.Lock()
+	l.closing = true
+	conns := make([]*trackedConn, 0, len(l.conns))
+	for c := range l.conns {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	l *trackingListener
+}
+
+func (c *trackedConn) Close() error {
+	c.l.mu.Lock()
+	delete(c.l.conns, c)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
 }

@@ -12,11 +12,6 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// stopTimeout bounds how long Stop waits for kube-apiserver to drain. The
-// apiserver normally stops in well under a second; the bound only keeps a
-// wedged shutdown from hanging the caller forever.
-const stopTimeout = time.Minute
-
 // Options configures Start. The zero value is usable.
 type Options struct {
 	// Dir holds etcd data, certificates and the admin kubeconfig. Empty means
@@ -56,8 +51,7 @@ type ControlPlane struct {
 	lock    *os.File
 
 	etcd      *etcdServer
-	stopAPI   context.CancelFunc
-	apiDone   <-chan error
+	api       *apiServer
 	stopOnce  sync.Once
 	stopError error
 }
@@ -105,10 +99,8 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 
 	apiStart := time.Now()
 	api, err := startAPIServer(ctx, cp.EtcdURL, pki)
-	if api != nil {
-		// Recorded even on error so that Stop can wait for the goroutine.
-		cp.stopAPI, cp.apiDone = api.stop, api.done
-	}
+	// Recorded even on error so that Stop can wait for the goroutine.
+	cp.api = api
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver: %w", err)
 	}
@@ -124,8 +116,12 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 }
 
 // Stop stops kube-apiserver, then etcd, and removes the directory if Start
-// created it. It is safe to call more than once and from several goroutines;
-// later calls return the first call's result without doing anything.
+// created it. Clients need not be stopped first: the apiserver ends the
+// watches still open, and closes connections still busy a few seconds into
+// the shutdown (the clients see errors and retry against a closed port until
+// they are stopped). It is safe to call more than once and from several
+// goroutines; later calls return the first call's result without doing
+// anything.
 func (cp *ControlPlane) Stop() error {
 	cp.stopOnce.Do(func() { cp.stopError = cp.stop() })
 	return cp.stopError
@@ -138,15 +134,11 @@ func (cp *ControlPlane) stop() error {
 	// The apiserver goes first: it holds etcd clients and watches, and
 	// stopping etcd under it would turn a clean drain into a storm of
 	// retries.
-	if cp.stopAPI != nil {
-		cp.stopAPI()
-		select {
-		case err := <-cp.apiDone:
-			if err != nil {
-				errs = append(errs, fmt.Errorf("kube-apiserver: %w", err))
-			}
-		case <-time.After(stopTimeout):
-			errs = append(errs, fmt.Errorf("kube-apiserver did not stop within %v", stopTimeout))
+	// Clients may still be connected and watching: the apiserver ends
+	// their watches and, past a short grace period, their connections.
+	if cp.api != nil {
+		if err := cp.api.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("kube-apiserver: %w", err))
 		}
 	}
 
@@ -166,7 +158,7 @@ func (cp *ControlPlane) stop() error {
 			errs = append(errs, fmt.Errorf("removing %s: %w", cp.Dir, err))
 		}
 	}
-	if cp.stopAPI != nil || cp.etcd != nil {
+	if cp.api != nil || cp.etcd != nil {
 		cp.logf("control plane stopped in %v", time.Since(began).Round(time.Millisecond))
 	}
 	return errors.Join(errs...)

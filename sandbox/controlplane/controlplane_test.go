@@ -1,8 +1,11 @@
 package controlplane
 
 import (
+	"context"
 	"errors"
+	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,8 +15,11 @@ import (
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -157,6 +163,167 @@ func TestNoGoroutineLeak(t *testing.T) {
 	}
 	t.Logf("goroutines: %d before Start, %d while running, back to %d %v after Stop",
 		before, running, runtime.NumGoroutine(), time.Since(began).Round(time.Millisecond))
+}
+
+// TestStopWithOpenWatch requires Stop to return promptly while clients
+// still hold watches open (a raw Watch and a running informer that the
+// caller forgot to stop), and the cycle to leak nothing once those clients
+// are stopped too.
+func TestStopWithOpenWatch(t *testing.T) {
+	ctx := t.Context()
+	_ = healthz.LogHealthz.Check(nil)
+	ignore := goleak.IgnoreCurrent()
+
+	cp, err := Start(ctx, Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	stopped := make(chan error, 1)
+	stopping := false
+	t.Cleanup(func() {
+		// Only when the test failed before or while stopping: wait for
+		// Stop rather than leave a control plane running under other tests.
+		if stopping {
+			<-stopped
+		} else {
+			_ = cp.Stop()
+		}
+	})
+	client := kubernetes.NewForConfigOrDie(cp.Config)
+
+	w, err := client.CoreV1().ConfigMaps(metav1.NamespaceDefault).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("watching configmaps: %v", err)
+	}
+	defer w.Stop()
+
+	informerCtx, stopInformer := context.WithCancel(ctx)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	defer func() {
+		stopInformer()
+		factory.Shutdown()
+	}()
+	seen := make(chan struct{})
+	informer := factory.Core().V1().ConfigMaps().Informer()
+	if _, err := informer.AddEventHandler(cache.FilteringResourceEventHandler{
+		FilterFunc: func(obj any) bool {
+			cm, ok := obj.(*corev1.ConfigMap)
+			return ok && cm.Name == "watched"
+		},
+		Handler: cache.ResourceEventHandlerFuncs{AddFunc: func(any) { close(seen) }},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(informerCtx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			t.Fatalf("informer for %v did not sync", typ)
+		}
+	}
+
+	// An event through both proves that the watches are established on
+	// the server, not merely requested.
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watched", Namespace: metav1.NamespaceDefault}}
+	if _, err := client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating configmap: %v", err)
+	}
+	timeout := time.After(30 * time.Second)
+	for added := false; !added; {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("watch closed before the event")
+			}
+			added = ev.Type == watch.Added && ev.Object.(*corev1.ConfigMap).Name == cm.Name
+		case <-timeout:
+			t.Fatal("no watch event for the new configmap")
+		}
+	}
+	select {
+	case <-seen:
+	case <-timeout:
+		t.Fatal("informer did not see the new configmap")
+	}
+
+	// Both watches are still open and the informer keeps running.
+	const stopBound = 10 * time.Second
+	began := time.Now()
+	stopping = true
+	go func() { stopped <- cp.Stop() }()
+	select {
+	case err := <-stopped:
+		stopping = false
+		if err != nil {
+			t.Fatalf("Stop with open watches: %v", err)
+		}
+	case <-time.After(stopBound):
+		t.Fatalf("Stop with open watches did not return within %v", stopBound)
+	}
+	t.Logf("stopped with open watches in %v", time.Since(began).Round(time.Millisecond))
+
+	// The server ended the raw watch; the informer is retrying against a
+	// closed port. Stopping them is the client's part; then nothing of the
+	// control plane may remain.
+	w.Stop()
+	stopInformer()
+	factory.Shutdown()
+	began = time.Now()
+	if err := findRetry(30*time.Second, ignore); err != nil {
+		t.Errorf("goroutines leaked after Stop with open watches: %v", err)
+	}
+	t.Logf("goroutines back to baseline %v after the clients stopped", time.Since(began).Round(time.Millisecond))
+}
+
+// TestTrackingListener checks Stop's last resort on its own: closeConns
+// closes the connections accepted so far and every one accepted later,
+// without closing the listener.
+func TestTrackingListener(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newTrackingListener(raw)
+	defer l.Close()
+
+	// accept returns both ends of a new connection.
+	accept := func() (client, server net.Conn) {
+		t.Helper()
+		client, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { client.Close() })
+		if server, err = l.Accept(); err != nil {
+			t.Fatalf("Accept: %v", err)
+		}
+		return client, server
+	}
+	closedByServer := func(client net.Conn) bool {
+		t.Helper()
+		_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err := client.Read(make([]byte, 1))
+		return errors.Is(err, io.EOF)
+	}
+
+	open, _ := accept()
+	// A connection closed before closeConns is forgotten.
+	if _, server := accept(); server.Close() != nil {
+		t.Fatal("closing an accepted connection failed")
+	}
+	if n := len(l.conns); n != 1 {
+		t.Errorf("%d connections tracked, want 1", n)
+	}
+
+	l.closeConns()
+	if !closedByServer(open) {
+		t.Error("open connection not closed by closeConns")
+	}
+	if n := len(l.conns); n != 0 {
+		t.Errorf("%d connections tracked after closeConns, want 0", n)
+	}
+	if late, _ := accept(); !closedByServer(late) {
+		t.Error("connection accepted after closeConns not closed")
+	}
 }
 
 func findRetry(timeout time.Duration, opts ...goleak.Option) error {
