@@ -110,6 +110,7 @@ func Run(ctx context.Context, o *RunOptions) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	st := &standby{enabled: o.LeaderElection.LeaderElect}
 	errc := make(chan error, 2)
 	if o.HTTPAddress != "" {
 		ln, err := net.Listen("tcp", o.HTTPAddress)
@@ -117,7 +118,7 @@ func Run(ctx context.Context, o *RunOptions) error {
 			return fmt.Errorf("listening on --http-address: %w", err)
 		}
 		srv := &http.Server{
-			Handler:           c.Handler(),
+			Handler:           st.readiness(c.Handler()),
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       30 * time.Second,
 			WriteTimeout:      2 * time.Minute,
@@ -136,7 +137,7 @@ func Run(ctx context.Context, o *RunOptions) error {
 		}()
 	}
 	// The HTTP server runs on standbys too; the collector only while leading.
-	go func() { errc <- runWithLeaderElection(ctx, cfg, o.LeaderElection, c.Run) }()
+	go func() { errc <- runWithLeaderElection(ctx, cfg, o.LeaderElection, st.collect(c.Run)) }()
 	select {
 	case err := <-errc:
 		cancel()

@@ -1,0 +1,289 @@
+package deploy
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// wantClusterRoleRules is kgc's least privilege, pinned: widening the
+// ClusterRole must be a deliberate change of this test too.
+var wantClusterRoleRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch", "patch", "update", "delete"}},
+	{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+}
+
+var wantLeaderElectionRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+}
+
+// installed is deploy/ decoded: exactly one object of each kind.
+type installed struct {
+	namespace          *corev1.Namespace
+	serviceAccount     *corev1.ServiceAccount
+	clusterRole        *rbacv1.ClusterRole
+	clusterRoleBinding *rbacv1.ClusterRoleBinding
+	role               *rbacv1.Role
+	roleBinding        *rbacv1.RoleBinding
+	deployment         *appsv1.Deployment
+	service            *corev1.Service
+}
+
+func decodeInstalled(t *testing.T, manifests []manifest) installed {
+	t.Helper()
+	var in installed
+	set := func(dst any, m manifest, v any) {
+		if !reflect.ValueOf(dst).Elem().IsNil() {
+			t.Fatalf("%s: a second %s; the tests expect exactly one", m, m.obj.GetKind())
+		}
+		reflect.ValueOf(dst).Elem().Set(reflect.ValueOf(v))
+	}
+	for _, m := range manifests {
+		switch gvk := m.obj.GroupVersionKind(); gvk.GroupKind().String() {
+		case "Namespace":
+			set(&in.namespace, m, typed[corev1.Namespace](t, m))
+		case "ServiceAccount":
+			set(&in.serviceAccount, m, typed[corev1.ServiceAccount](t, m))
+		case "ClusterRole.rbac.authorization.k8s.io":
+			set(&in.clusterRole, m, typed[rbacv1.ClusterRole](t, m))
+		case "ClusterRoleBinding.rbac.authorization.k8s.io":
+			set(&in.clusterRoleBinding, m, typed[rbacv1.ClusterRoleBinding](t, m))
+		case "Role.rbac.authorization.k8s.io":
+			set(&in.role, m, typed[rbacv1.Role](t, m))
+		case "RoleBinding.rbac.authorization.k8s.io":
+			set(&in.roleBinding, m, typed[rbacv1.RoleBinding](t, m))
+		case "Deployment.apps":
+			set(&in.deployment, m, typed[appsv1.Deployment](t, m))
+		case "Service":
+			set(&in.service, m, typed[corev1.Service](t, m))
+		default:
+			t.Fatalf("%s: a kind the tests do not know (%s); teach TestManifestsCoherent about it", m, gvk)
+		}
+		if ns := m.obj.GetNamespace(); ns != "" && ns != kgcNamespace {
+			t.Errorf("%s: in namespace %q, want %q", m, ns, kgcNamespace)
+		}
+	}
+	for name, v := range map[string]any{
+		"Namespace": in.namespace, "ServiceAccount": in.serviceAccount,
+		"ClusterRole": in.clusterRole, "ClusterRoleBinding": in.clusterRoleBinding,
+		"Role": in.role, "RoleBinding": in.roleBinding,
+		"Deployment": in.deployment, "Service": in.service,
+	} {
+		if reflect.ValueOf(v).IsNil() {
+			t.Fatalf("deploy/ has no %s", name)
+		}
+	}
+	return in
+}
+
+// TestManifestsCoherent checks what the API server cannot: that the objects
+// fit together (bindings name the role and the service account, the Service
+// reaches the pods' port, the probes hit kgc's endpoints), that the role is
+// the least privilege kgc needs, and that the Deployment is hardened as
+// promised.
+func TestManifestsCoherent(t *testing.T) {
+	manifests := loadManifests(t)
+	in := decodeInstalled(t, manifests)
+
+	// The namespace comes first: kubectl applies the files in name order.
+	if manifests[0].obj.GetKind() != "Namespace" {
+		t.Errorf("the first object of deploy/ is %s; the Namespace must come first", manifests[0])
+	}
+	if in.namespace.Name != kgcNamespace {
+		t.Errorf("Namespace is %q, want %q", in.namespace.Name, kgcNamespace)
+	}
+	if got := in.namespace.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
+		t.Errorf("Namespace enforces Pod Security level %q, want restricted", got)
+	}
+
+	sa := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: in.serviceAccount.Name, Namespace: in.serviceAccount.Namespace}
+	if in.serviceAccount.Name != "kgc" {
+		t.Errorf("ServiceAccount is %q, want kgc (the tests impersonate system:serviceaccount:%s:kgc)", in.serviceAccount.Name, kgcNamespace)
+	}
+
+	// RBAC: the rules are pinned, and each binding grants its role to kgc alone.
+	if !reflect.DeepEqual(in.clusterRole.Rules, wantClusterRoleRules) {
+		t.Errorf("ClusterRole rules =\n  %+v\nwant\n  %+v", in.clusterRole.Rules, wantClusterRoleRules)
+	}
+	if !reflect.DeepEqual(in.role.Rules, wantLeaderElectionRules) {
+		t.Errorf("Role rules =\n  %+v\nwant\n  %+v", in.role.Rules, wantLeaderElectionRules)
+	}
+	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: in.clusterRole.Name}); in.clusterRoleBinding.RoleRef != want {
+		t.Errorf("ClusterRoleBinding roleRef = %+v, want %+v", in.clusterRoleBinding.RoleRef, want)
+	}
+	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: in.role.Name}); in.roleBinding.RoleRef != want {
+		t.Errorf("RoleBinding roleRef = %+v, want %+v", in.roleBinding.RoleRef, want)
+	}
+	for name, subjects := range map[string][]rbacv1.Subject{"ClusterRoleBinding": in.clusterRoleBinding.Subjects, "RoleBinding": in.roleBinding.Subjects} {
+		if !reflect.DeepEqual(subjects, []rbacv1.Subject{sa}) {
+			t.Errorf("%s subjects = %+v, want only %+v", name, subjects, sa)
+		}
+	}
+	if in.role.Namespace != kgcNamespace || in.roleBinding.Namespace != kgcNamespace {
+		t.Errorf("the leader-election Role and RoleBinding are in %q and %q, want %q", in.role.Namespace, in.roleBinding.Namespace, kgcNamespace)
+	}
+
+	// The Deployment.
+	d := in.deployment
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("Deployment replicas = %v, want 2", d.Spec.Replicas)
+	}
+	pod := d.Spec.Template.Spec
+	if pod.ServiceAccountName != in.serviceAccount.Name {
+		t.Errorf("Deployment runs as service account %q, want %q", pod.ServiceAccountName, in.serviceAccount.Name)
+	}
+	if pod.AutomountServiceAccountToken != nil && !*pod.AutomountServiceAccountToken {
+		t.Error("Deployment disables the service account token kgc authenticates with")
+	}
+	selector, err := labels.ValidatedSelectorFromSet(d.Spec.Selector.MatchLabels)
+	if err != nil || len(d.Spec.Selector.MatchExpressions) > 0 {
+		t.Fatalf("Deployment selector %+v: want matchLabels only (%v)", d.Spec.Selector, err)
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("Deployment has %d containers, want 1", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	if c.Image != "ghcr.io/kgc-dev/kgc:latest" {
+		t.Errorf("image = %q, want the documented placeholder ghcr.io/kgc-dev/kgc:latest", c.Image)
+	}
+	if len(c.Command) > 0 {
+		t.Errorf("container command = %q: leave it to the image's ENTRYPOINT", c.Command)
+	}
+	for _, arg := range []string{"--leader-elect", "--leader-elect-resource-namespace=" + kgcNamespace, "--http-address=:10258"} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("container args %q lack %s", c.Args, arg)
+		}
+	}
+	if len(c.Args) == 0 || c.Args[0] != "run" {
+		t.Errorf("container args %q: want `run` first", c.Args)
+	}
+	var httpPort *corev1.ContainerPort
+	for i := range c.Ports {
+		if c.Ports[i].ContainerPort == 10258 {
+			httpPort = &c.Ports[i]
+		}
+	}
+	if httpPort == nil || httpPort.Name == "" {
+		t.Fatalf("container ports %+v: want a named port 10258", c.Ports)
+	}
+	for name, probe := range map[string]struct {
+		p     *corev1.Probe
+		paths []string
+	}{
+		"liveness":  {c.LivenessProbe, []string{"/livez", "/healthz"}},
+		"readiness": {c.ReadinessProbe, []string{"/readyz"}},
+	} {
+		if probe.p == nil || probe.p.HTTPGet == nil {
+			t.Errorf("%s probe: want an HTTP probe", name)
+			continue
+		}
+		g := probe.p.HTTPGet
+		if !slices.Contains(probe.paths, g.Path) {
+			t.Errorf("%s probe path %q, want one of %q", name, g.Path, probe.paths)
+		}
+		if !portIs(g.Port, httpPort) {
+			t.Errorf("%s probe port %s is not kgc's HTTP port %s/%d", name, g.Port.String(), httpPort.Name, httpPort.ContainerPort)
+		}
+	}
+
+	// Hardening.
+	psc, sc := pod.SecurityContext, c.SecurityContext
+	if psc == nil || sc == nil {
+		t.Fatal("pod and container security contexts are required")
+	}
+	isTrue := func(b *bool) bool { return b != nil && *b }
+	if !isTrue(psc.RunAsNonRoot) && !isTrue(sc.RunAsNonRoot) {
+		t.Error("runAsNonRoot is not set")
+	}
+	if uid := psc.RunAsUser; uid == nil || *uid == 0 {
+		t.Errorf("pod runAsUser = %v, want a non-zero UID", uid)
+	}
+	if !isTrue(sc.ReadOnlyRootFilesystem) {
+		t.Error("readOnlyRootFilesystem is not set")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation is not false")
+	}
+	if isTrue(sc.Privileged) {
+		t.Error("the container is privileged")
+	}
+	if sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+		t.Errorf("capabilities = %+v, want drop [ALL] and nothing added", sc.Capabilities)
+	}
+	runtimeDefault := func(p *corev1.SeccompProfile) bool {
+		return p != nil && p.Type == corev1.SeccompProfileTypeRuntimeDefault
+	}
+	if !runtimeDefault(psc.SeccompProfile) && !runtimeDefault(sc.SeccompProfile) {
+		t.Error("seccomp profile RuntimeDefault is not set")
+	}
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, lim := c.Resources.Requests[r], c.Resources.Limits[r]
+		if req.IsZero() || lim.IsZero() {
+			t.Errorf("%s: want both a request and a limit (request %s, limit %s)", r, req.String(), lim.String())
+		} else if req.Cmp(lim) > 0 {
+			t.Errorf("%s request %s exceeds its limit %s", r, req.String(), lim.String())
+		}
+	}
+	if m := c.Resources.Limits[corev1.ResourceMemory]; !m.IsZero() && m.Cmp(resource.MustParse("256Mi")) < 0 {
+		t.Errorf("memory limit %s: kgc caches every object's metadata, give it room", m.String())
+	}
+
+	// The metrics Service reaches kgc's HTTP port on the Deployment's pods.
+	s := in.service
+	if !selector.Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("Deployment selector %v does not match its template's labels %v", selector, d.Spec.Template.Labels)
+	}
+	if len(s.Spec.Selector) == 0 || !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("Service selector %v does not select the Deployment's pods %v", s.Spec.Selector, d.Spec.Template.Labels)
+	}
+	var found bool
+	for _, p := range s.Spec.Ports {
+		if p.Port == 10258 {
+			found = true
+			if !portIs(p.TargetPort, httpPort) {
+				t.Errorf("Service port 10258 targets %s, not kgc's HTTP port", p.TargetPort.String())
+			}
+		}
+	}
+	if !found {
+		t.Errorf("Service ports %+v: want port 10258", s.Spec.Ports)
+	}
+}
+
+// portIs reports whether a probe or Service port designates p.
+func portIs(port intstr.IntOrString, p *corev1.ContainerPort) bool {
+	if port.Type == intstr.String {
+		return port.StrVal == p.Name
+	}
+	return port.IntVal == p.ContainerPort
+}
+
+// TestReadmeDeployReferences checks that every deploy/ path the README
+// mentions exists, so that the install instructions do not point at removed
+// files.
+func TestReadmeDeployReferences(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// deploy/… at the start of a path, not sandbox/integration/deploy/….
+	refs := regexp.MustCompile(`(?m)(?:^|[^/\w.-])(deploy/[\w./-]*)`).FindAllStringSubmatch(string(readme), -1)
+	if len(refs) == 0 {
+		t.Fatal("the README never mentions deploy/")
+	}
+	for _, ref := range refs {
+		if _, err := os.Stat(filepath.Join(repoRoot, ref[1])); err != nil {
+			t.Errorf("README mentions %s: %v", ref[1], err)
+		}
+	}
+}
