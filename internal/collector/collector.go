@@ -147,8 +147,10 @@ func (c *Collector) Graph() *graph.Graph { return c.graph }
 // Synced reports whether the initial monitor sync finished and workers run.
 func (c *Collector) Synced() bool { return c.synced.Load() }
 
-// MonitorStatus reports each monitored resource and whether it has synced.
-func (c *Collector) MonitorStatus() map[schema.GroupVersionResource]bool { return c.monitors.Status() }
+// MonitorStatus reports each monitored resource's state.
+func (c *Collector) MonitorStatus() map[schema.GroupVersionResource]discovery.Status {
+	return c.monitors.Status()
+}
 
 // Run runs the collector until ctx is done, then stops every goroutine it
 // started before returning.
@@ -193,8 +195,8 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	if err != nil {
 		var pending []string
-		for gvr, ok := range c.monitors.Status() {
-			if !ok {
+		for gvr, st := range c.monitors.Status() {
+			if !st.Synced {
 				pending = append(pending, gvr.String())
 			}
 		}

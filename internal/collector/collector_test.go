@@ -435,7 +435,7 @@ func TestCollectorDeletesDependentOfDeletedOwner(t *testing.T) {
 		t.Error("REST mapper never reset although monitors were added")
 	}
 	st := e.c.MonitorStatus()
-	if len(st) != 3 || !st[gvConfigMaps] || !st[gvDeployments] || !st[gvNamespaces] {
+	if len(st) != 3 || !st[gvConfigMaps].Synced || !st[gvDeployments].Synced || !st[gvNamespaces].Synced {
 		t.Errorf("MonitorStatus = %v, want configmaps, deployments and namespaces synced (events ignored)", st)
 	}
 }

@@ -31,7 +31,21 @@ type monitor struct {
 	informer cache.SharedIndexInformer
 	cancel   context.CancelFunc
 	done     chan struct{}
+
+	mu      sync.Mutex
+	lastErr error // the last list or watch error
 }
+
+// Status is one monitor's state.
+type Status struct {
+	Synced bool
+	// LastError is the monitor's last list or watch error. A monitor that
+	// has not synced and has an error is failing: it cannot list its resource.
+	LastError error
+}
+
+// Failing reports whether the monitor cannot list its resource.
+func (s Status) Failing() bool { return !s.Synced && s.LastError != nil }
 
 // NewMonitors returns a manager whose monitors call observe for each event.
 // observe must not block for long: it runs on the informer's goroutine.
@@ -127,6 +141,17 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 	}
 	mctx, cancel := context.WithCancel(ctx)
 	mon := &monitor{resource: r, reg: reg, informer: inf, cancel: cancel, done: make(chan struct{})}
+	// Remember list/watch errors so a failing resource is visible; the
+	// reflector itself keeps retrying with backoff.
+	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, rf *cache.Reflector, err error) {
+		mon.mu.Lock()
+		mon.lastErr = err
+		mon.mu.Unlock()
+		cache.DefaultWatchErrorHandler(ctx, rf, err)
+	}); err != nil {
+		cancel()
+		return nil, fmt.Errorf("setting watch error handler for %s: %w", r.GVR, err)
+	}
 	go func() {
 		defer close(mon.done)
 		inf.RunWithContext(mctx)
@@ -150,21 +175,24 @@ func (m *Monitors) Stop() {
 	}
 }
 
-// Status reports, per running monitor, whether it has delivered its initial list.
-func (m *Monitors) Status() map[schema.GroupVersionResource]bool {
+// Status reports, per running monitor, whether it has delivered its initial
+// list and its last list/watch error.
+func (m *Monitors) Status() map[schema.GroupVersionResource]Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[schema.GroupVersionResource]bool, len(m.running))
+	out := make(map[schema.GroupVersionResource]Status, len(m.running))
 	for gvr, mon := range m.running {
-		out[gvr] = mon.reg.HasSynced()
+		mon.mu.Lock()
+		out[gvr] = Status{Synced: mon.reg.HasSynced(), LastError: mon.lastErr}
+		mon.mu.Unlock()
 	}
 	return out
 }
 
 // HasSynced reports whether every running monitor delivered its initial list.
 func (m *Monitors) HasSynced() bool {
-	for _, ok := range m.Status() {
-		if !ok {
+	for _, st := range m.Status() {
+		if !st.Synced {
 			return false
 		}
 	}

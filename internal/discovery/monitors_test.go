@@ -2,12 +2,15 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -92,7 +95,7 @@ func TestMonitorsDeliverMetadataEvents(t *testing.T) {
 	}
 	waitUntil(t, "monitor sync", m.HasSynced)
 	waitUntil(t, "watch", func() bool { return watchCount(client, configMaps.GVR) > 0 })
-	if st := m.Status(); !st[configMaps.GVR] || len(st) != 1 {
+	if st := m.Status(); !st[configMaps.GVR].Synced || len(st) != 1 {
 		t.Errorf("Status = %v", st)
 	}
 
@@ -262,4 +265,32 @@ func TestMonitorsSyncLifecycle(t *testing.T) {
 	}
 	// Every informer goroutine ends with Stop (allow for the runtime's own).
 	waitUntil(t, "informer goroutines to end", func() bool { return runtime.NumGoroutine() <= before+2 })
+}
+
+// A monitor whose list fails is reported failing, with the error, while
+// the other monitors sync.
+func TestMonitorFailingResource(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	client.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, kruntime.Object, error) {
+		return true, nil, errors.New("conversion webhook for example.com/v1, Kind=Widget failed: connection refused")
+	})
+	m := NewMonitors(client, func(graph.Event) {})
+	defer m.Stop()
+	m.Sync(ctx, map[schema.GroupVersionResource]Resource{configMaps.GVR: configMaps, widgets.GVR: widgets}, nil)
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, monitorTimeout, true, func(context.Context) (bool, error) {
+		st := m.Status()
+		return st[configMaps.GVR].Synced && st[widgets.GVR].Failing(), nil
+	})
+	if err != nil {
+		t.Fatalf("want configmaps synced and widgets failing, got %+v", m.Status())
+	}
+	if st := m.Status()[widgets.GVR]; !strings.Contains(st.LastError.Error(), "conversion webhook") {
+		t.Errorf("widgets' last error = %v", st.LastError)
+	}
+	if m.Status()[configMaps.GVR].Failing() {
+		t.Error("a synced monitor is reported failing")
+	}
 }

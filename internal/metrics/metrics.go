@@ -56,6 +56,7 @@ type GraphCounts struct {
 type MonitorState struct {
 	Resource string // group/version/resource
 	Synced   bool
+	Failing  bool // not synced, and its list or watch fails
 }
 
 // Sources are read at scrape time, so that gauges are never stale.
@@ -205,7 +206,7 @@ var (
 		"Nodes in the ownership graph, by state (observed, virtual, absent, deleting, deleting_dependents; a node may count in several).",
 		[]string{"state"}, nil)
 	monitorsDesc = prometheus.NewDesc(namespace+"_monitors",
-		"Monitored resources by state (synced, syncing): a monitor that stays syncing cannot list or watch its resource.",
+		"Monitored resources by state: synced, syncing (initial list in progress), failing (not synced; its list or watch fails).",
 		[]string{"state"}, nil)
 	monitorSyncedDesc = prometheus.NewDesc(namespace+"_monitor_synced",
 		"1 if the monitor of a resource has synced, 0 if it is still syncing or failing.",
@@ -229,19 +230,23 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if c.src.Monitors != nil {
-		synced, syncing := 0, 0
+		synced, syncing, failing := 0, 0, 0
 		for _, mon := range c.src.Monitors() {
 			v := 0.0
-			if mon.Synced {
+			switch {
+			case mon.Synced:
 				synced++
 				v = 1
-			} else {
+			case mon.Failing:
+				failing++
+			default:
 				syncing++
 			}
 			ch <- prometheus.MustNewConstMetric(monitorSyncedDesc, prometheus.GaugeValue, v, mon.Resource)
 		}
 		ch <- prometheus.MustNewConstMetric(monitorsDesc, prometheus.GaugeValue, float64(synced), "synced")
 		ch <- prometheus.MustNewConstMetric(monitorsDesc, prometheus.GaugeValue, float64(syncing), "syncing")
+		ch <- prometheus.MustNewConstMetric(monitorsDesc, prometheus.GaugeValue, float64(failing), "failing")
 	}
 }
 

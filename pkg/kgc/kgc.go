@@ -121,8 +121,8 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 		},
 		Monitors: func() []metrics.MonitorState {
 			var out []metrics.MonitorState
-			for gvr, synced := range inner.MonitorStatus() {
-				out = append(out, metrics.MonitorState{Resource: gvrString(gvr), Synced: synced})
+			for gvr, st := range inner.MonitorStatus() {
+				out = append(out, metrics.MonitorState{Resource: gvrString(gvr), Synced: st.Synced, Failing: st.Failing()})
 			}
 			return out
 		},
@@ -282,10 +282,13 @@ func (s source) Ready() error {
 func (s source) Checks() []server.Check {
 	status := s.c.MonitorStatus()
 	out := make([]server.Check, 0, len(status))
-	for gvr, synced := range status {
+	for gvr, st := range status {
 		ch := server.Check{Name: "monitor:" + gvrString(gvr), Informational: true}
-		if !synced {
-			ch.Err = errors.New("not synced")
+		switch {
+		case st.Failing():
+			ch.Err = fmt.Errorf("failing: %w", st.LastError)
+		case !st.Synced:
+			ch.Err = errors.New("not synced yet")
 		}
 		out = append(out, ch)
 	}
