@@ -1150,3 +1150,26 @@ func BenchmarkApplyDelete(b *testing.B) {
 		g.Apply(dels[i%chunk])
 	}
 }
+
+// BenchmarkItemLargeOwner is a foreground owner check's read: an owner with
+// 20,000 dependents.
+func BenchmarkItemLargeOwner(b *testing.B) {
+	g := graph.New()
+	owner := graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "owner", UID: "owner"}}
+	g.Apply(graph.Event{Type: graph.Upsert, Object: owner})
+	t := true
+	for i := range 20000 {
+		uid := types.UID(fmt.Sprintf("dep-%d", i))
+		g.Apply(graph.Event{Type: graph.Upsert, Object: graph.Object{
+			Identity:        graph.Identity{APIVersion: "v1", Kind: "Pod", Namespace: "ns", Name: string(uid), UID: uid},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "owner", UID: "owner", BlockOwnerDeletion: &t}},
+		}})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		it, _ := g.Item("owner")
+		if len(it.Dependents) != 20000 || !it.Dependents[0].Blocking {
+			b.Fatal("wrong item")
+		}
+	}
+}

@@ -52,7 +52,7 @@ func (g *Graph) Item(uid types.UID) (Item, bool) {
 		}
 		it.Dependents = append(it.Dependents, Dependent{
 			UID:                depUID,
-			Blocking:           refsByUID(d.OwnerReferences)[uid],
+			Blocking:           blocks(d.OwnerReferences, uid),
 			Deleting:           d.Deleting,
 			DeletingDependents: d.DeletingDependents(),
 		})
@@ -252,4 +252,16 @@ func (g *Graph) Counts() Counts {
 		}
 	}
 	return c
+}
+
+// blocks reports whether any of refs to owner has blockOwnerDeletion=true.
+// It is on the path of every foreground owner check, once per dependent, so
+// it scans instead of building refsByUID's map.
+func blocks(refs []metav1.OwnerReference, owner types.UID) bool {
+	for i := range refs {
+		if refs[i].UID == owner && refs[i].BlockOwnerDeletion != nil && *refs[i].BlockOwnerDeletion {
+			return true
+		}
+	}
+	return false
 }
