@@ -354,9 +354,9 @@ func (c *Collector) target(it *graph.Item) (apiops.Target, error) {
 func (c *Collector) reportUnresolvable(dependent graph.Identity, ref *metav1.OwnerReference, state OwnerState) {
 	switch state {
 	case Invalid:
-		c.cfg.Metrics.Unresolvable("invalid")
+		c.cfg.Metrics.Unresolvable(metrics.ReasonInvalid)
 	case Unresolvable:
-		c.cfg.Metrics.Unresolvable("kind_not_served")
+		c.cfg.Metrics.Unresolvable(metrics.ReasonKindNotServed)
 		if c.cfg.Recorder == nil || !c.warned.First([3]string{"kind", string(dependent.UID), string(ref.UID)}) {
 			return
 		}

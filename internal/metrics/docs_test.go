@@ -156,3 +156,28 @@ func TestVerb(t *testing.T) {
 		}
 	}
 }
+
+// Every documented metric but the request counter (whose label values are
+// the server's status codes) is exported before anything happened.
+func TestDocumentedMetricsExistFromTheStart(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := New(reg, Sources{Graph: func() GraphCounts { return GraphCounts{} }, Monitors: func() []MonitorState { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, f := range families {
+		seen[f.GetName()] = true
+	}
+	for name := range readDocs(t) {
+		if strings.HasPrefix(name, "kgc_workqueue_") || name == "kgc_api_requests_total" || name == "kgc_monitor_synced" {
+			continue // created with their queues / first request / first monitor
+		}
+		if !seen[name] {
+			t.Errorf("%s is not exported until something happens", name)
+		}
+	}
+}

@@ -29,6 +29,12 @@ const (
 	OpRemoveFinalizer = "remove_finalizer"
 )
 
+// Reasons a reference is unresolvable.
+const (
+	ReasonKindNotServed = "kind_not_served"
+	ReasonInvalid       = "invalid"
+)
+
 // Metrics holds kgc's metrics. A nil *Metrics is valid and records nothing.
 type Metrics struct {
 	operations   *prometheus.CounterVec
@@ -129,6 +135,16 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	// Known label values start at zero, so every documented series is on
+	// /metrics from the start (and rate() sees the first increment).
+	for _, op := range []string{OpDelete, OpRemoveRefs, OpUnblockRefs, OpOrphan, OpRemoveFinalizer} {
+		for _, outcome := range []string{OutcomeSuccess, OutcomeConflict, OutcomeNotFound, OutcomeError} {
+			m.operations.WithLabelValues(op, outcome)
+		}
+	}
+	for _, reason := range []string{ReasonKindNotServed, ReasonInvalid} {
+		m.unresolvable.WithLabelValues(reason)
 	}
 	return m, nil
 }

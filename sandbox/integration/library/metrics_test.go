@@ -60,16 +60,27 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatalf("/metrics lacks documented metrics %v", missing)
 	}
-	body := get(t, srv.URL+"/metrics")
-	for _, want := range []string{
-		`kgc_operations_total{operation="delete",outcome="success"}`,
-		`kgc_unresolvable_references_total{reason="kind_not_served"}`,
-		`kgc_monitor_synced{resource="v1/configmaps"} 1`,
-		`kgc_api_requests_total{code="200",verb="watch"}`, // informers stream their initial list
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %s; API request counts:\n%s", want, grepLines(body, "kgc_api_requests_total"))
+	// Series exist from the start at zero: require the ones this test drove
+	// to have counted.
+	var body string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		body = get(t, srv.URL+"/metrics")
+		for _, want := range []string{
+			`(?m)^kgc_operations_total\{operation="delete",outcome="success"\} [1-9]`,
+			`(?m)^kgc_unresolvable_references_total\{reason="kind_not_served"\} [1-9]`,
+			`(?m)^kgc_monitor_synced\{resource="v1/configmaps"\} 1$`,
+			`(?m)^kgc_api_requests_total\{code="200",verb="watch"\} [1-9]`, // informers stream their initial list
+			`(?m)^kgc_cascade_duration_seconds_count [1-9]`,
+		} {
+			if !regexp.MustCompile(want).MatchString(body) {
+				missing = []string{want}
+				return false, nil
+			}
 		}
+		return true, nil
+	})
+	if err != nil {
+		t.Errorf("/metrics does not match %v; API request counts:\n%s", missing, grepLines(body, "kgc_api_requests_total"))
 	}
 	if verbose := get(t, srv.URL+"/readyz?verbose"); !strings.Contains(verbose, "[+]monitor:v1/configmaps ok") || !strings.Contains(verbose, "readyz check passed") {
 		t.Errorf("/readyz?verbose:\n%s", verbose)
