@@ -50,6 +50,10 @@ type Config struct {
 	// SyncTimeout bounds the wait for the initial monitor sync before the
 	// workers start anyway; default 60s.
 	SyncTimeout time.Duration
+	// DrainTimeout bounds how long, once Run's context is done, in-flight
+	// items may finish their API calls; default 5s (below the default gap
+	// between a leader's renew deadline and its lease duration).
+	DrainTimeout time.Duration
 	// Metrics is optional; nil records nothing.
 	Metrics *metrics.Metrics
 }
@@ -107,6 +111,9 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.SyncTimeout == 0 {
 		cfg.SyncTimeout = 60 * time.Second
 	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = 5 * time.Second
+	}
 	c := &Collector{
 		cfg:     cfg,
 		ignored: make(map[schema.GroupResource]struct{}),
@@ -157,13 +164,20 @@ func (c *Collector) MonitorStatus() map[schema.GroupVersionResource]discovery.St
 func (c *Collector) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("garbagecollector")
 	ctx = klog.NewContext(ctx, logger)
+	// Workers' API calls run on workCtx, which outlives ctx by at most
+	// DrainTimeout: at shutdown no new item starts, and the items in flight
+	// finish their calls instead of being cut off halfway.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	defer func() {
+		drain := time.AfterFunc(c.cfg.DrainTimeout, cancelWork)
 		c.attemptToDelete.ShutDown()
 		c.attemptToOrphan.ShutDown()
 		c.monitors.Stop()
 		c.events.Close()
 		wg.Wait()
+		drain.Stop()
+		cancelWork()
 	}()
 
 	wg.Add(1)
@@ -210,11 +224,11 @@ func (c *Collector) Run(ctx context.Context) error {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			c.runWorker(ctx, c.attemptToDelete, c.attemptToDeleteItem)
+			c.runWorker(ctx, workCtx, c.attemptToDelete, c.attemptToDeleteItem)
 		}()
 		go func() {
 			defer wg.Done()
-			c.runWorker(ctx, c.attemptToOrphan, c.attemptToOrphanItem)
+			c.runWorker(ctx, workCtx, c.attemptToOrphan, c.attemptToOrphanItem)
 		}()
 	}
 
@@ -303,13 +317,20 @@ func (c *Collector) runGraphBuilder(ctx context.Context) {
 
 // runWorker processes one queue until it shuts down: nil from process
 // forgets the item, an error retries it with per-item exponential backoff.
-func (c *Collector) runWorker(ctx context.Context, q workqueue.TypedRateLimitingInterface[types.UID], process func(context.Context, types.UID) error) {
+// Once ctx is done it starts no new item (the queue hands out what it still
+// holds; those are dropped); the item in flight finishes on workCtx.
+func (c *Collector) runWorker(ctx, workCtx context.Context, q workqueue.TypedRateLimitingInterface[types.UID], process func(context.Context, types.UID) error) {
 	for {
 		uid, shutdown := q.Get()
 		if shutdown {
 			return
 		}
-		err := process(ctx, uid)
+		if ctx.Err() != nil {
+			q.Forget(uid)
+			q.Done(uid)
+			continue
+		}
+		err := process(workCtx, uid)
 		switch {
 		case err == nil:
 			q.Forget(uid)
