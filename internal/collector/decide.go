@@ -100,7 +100,7 @@ func decideForegroundOwner(item *graph.Item) Action {
 	if !blocked {
 		return Action{
 			Type:       RemoveForegroundFinalizer,
-			Finalizers: slices.DeleteFunc(slices.Clone(item.Finalizers), func(f string) bool { return f == graph.FinalizerForeground }),
+			Finalizers: withoutFinalizer(item.Finalizers, graph.FinalizerForeground),
 		}
 	}
 	return Action{Type: CheckDependents, Dependents: check}
@@ -180,4 +180,9 @@ func policyFromFinalizers(finalizers []string) metav1.DeletionPropagation {
 	default:
 		return metav1.DeletePropagationBackground
 	}
+}
+
+// withoutFinalizer returns a copy of finalizers without f.
+func withoutFinalizer(finalizers []string, f string) []string {
+	return slices.DeleteFunc(slices.Clone(finalizers), func(x string) bool { return x == f })
 }

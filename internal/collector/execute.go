@@ -137,8 +137,7 @@ func (c *Collector) attemptToOrphanItem(ctx context.Context, uid types.UID) erro
 		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Dependents orphaned; removing orphan finalizer", "object", owner.Identity.String(), "dependents", len(owner.Dependents))
-	finalizers := slices.DeleteFunc(slices.Clone(owner.Finalizers), func(f string) bool { return f == graph.FinalizerOrphan })
-	_, err = c.ops.SetFinalizers(ctx, t, finalizers)
+	_, err = c.ops.SetFinalizers(ctx, t, withoutFinalizer(owner.Finalizers, graph.FinalizerOrphan))
 	c.record(metrics.OpRemoveFinalizer, err)
 	return ignoreNotFound(err)
 }
