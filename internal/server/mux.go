@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/pprof"
-	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -46,6 +45,10 @@ type Options struct {
 	Profiling bool
 }
 
+type handler struct {
+	src Source
+}
+
 // BuildMux returns kgc's HTTP handler.
 func BuildMux(src Source, opts Options) *http.ServeMux {
 	mux := http.NewServeMux()
@@ -77,20 +80,9 @@ func BuildMux(src Source, opts Options) *http.ServeMux {
 		}
 		ok(w, r)
 	})
-	mux.HandleFunc("GET "+GraphPath, func(w http.ResponseWriter, r *http.Request) {
-		var uids []types.UID
-		for _, u := range r.URL.Query()["uid"] {
-			if u != "" && !slices.Contains(uids, types.UID(u)) {
-				uids = append(uids, types.UID(u))
-			}
-		}
-		var nodes []graph.NodeView
-		if len(uids) > 0 || len(r.URL.Query()["uid"]) == 0 {
-			nodes = src.Snapshot(uids...)
-		}
-		w.Header().Set("Content-Type", "text/vnd.graphviz; charset=utf-8")
-		_ = WriteDOT(w, nodes)
-	})
+	h := &handler{src: src}
+	mux.HandleFunc("GET "+GraphPath, h.serveGraph)
+	registerUI(mux, h)
 	return mux
 }
 

@@ -264,8 +264,9 @@ func (c *Collector) WaitForSync(ctx context.Context) error {
 }
 
 // Handler serves /healthz, /livez, /readyz (?verbose lists every monitor),
-// the debug graph (/debug/controllers/garbage-collector-controller/graph),
-// and, as Options ask, /metrics and /debug/pprof/.
+// the debug graph (/debug/controllers/garbage-collector-controller/graph,
+// DOT or ?format=json, filtered by ?namespace=, ?uid= or ?kind=&name=), the
+// web view of the ownership graph (/ui), and, as Options ask, /metrics and /debug/pprof/.
 func (c *Collector) Handler() http.Handler { return c.handler }
 
 type source struct{ c *collector.Collector }
@@ -304,6 +305,10 @@ func gvrString(gvr schema.GroupVersionResource) string {
 }
 
 func (s source) Snapshot(uids ...types.UID) []graph.NodeView { return s.c.Graph().Snapshot(uids...) }
+
+// Graph lets the handler read the graph in bounded batches and serve its
+// JSON form with finalizers and dependents.
+func (s source) Graph() *graph.Graph { return s.c.Graph() }
 
 // lazyRecorder forwards to the recorder of the running Run, if any.
 type lazyRecorder struct {

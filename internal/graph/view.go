@@ -1,0 +1,168 @@
+package graph
+
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ViewNode is one node for display with everything the graph knows about it:
+// a NodeView plus its finalizers and the UIDs of its observed dependents.
+type ViewNode struct {
+	NodeView
+	Orphaning  bool
+	Finalizers []string
+	// Dependents sorted.
+	Dependents []types.UID
+}
+
+// ViewBatch is how many nodes a view copies per read-lock hold. Between
+// batches the lock is released, so the graph's writer waits at most for one
+// batch however large the graph is.
+var ViewBatch = 256
+
+// afterViewBatch, when set (by tests), runs after each batch with the lock
+// released.
+var afterViewBatch func()
+
+func viewOf(n *node) ViewNode {
+	v := ViewNode{
+		NodeView: NodeView{
+			Identity:           n.Identity,
+			Virtual:            n.virtual,
+			Absent:             n.absent,
+			Deleting:           n.Deleting,
+			DeletingDependents: n.DeletingDependents(),
+			Owners:             cloneRefs(n.OwnerReferences),
+		},
+		Orphaning:  n.Orphaning(),
+		Finalizers: slices.Clone(n.Finalizers),
+	}
+	if len(n.dependents) > 0 {
+		v.Dependents = make([]types.UID, 0, len(n.dependents))
+		for dep := range n.dependents {
+			v.Dependents = append(v.Dependents, dep)
+		}
+		slices.Sort(v.Dependents)
+	}
+	return v
+}
+
+func batchSize() int {
+	if ViewBatch < 1 {
+		return 1
+	}
+	return ViewBatch
+}
+
+// ScanViews copies every node whose identity keep accepts (every node when
+// keep is nil) and returns them sorted by UID, with the number of nodes in the
+// graph. It never holds the read lock for more than ViewBatch nodes: the
+// writer may apply events between batches, so the result is not one
+// instant's state, but each node is copied whole and appears at most once.
+// keep runs with the lock held and must not call into the graph.
+func (g *Graph) ScanViews(keep func(*Identity) bool) (out []ViewNode, total int) {
+	batch := batchSize()
+	g.mu.RLock()
+	n := 0
+	// Ranging over a map while other goroutines modify it between steps is
+	// well defined here: every step of the iteration and every write happen
+	// under g.mu, so they are serialized exactly as if the modifications were
+	// made in the loop body (entries removed before being reached are skipped,
+	// entries added may or may not be produced).
+	for _, nd := range g.nodes {
+		if keep == nil || keep(&nd.Identity) {
+			out = append(out, viewOf(nd))
+		}
+		n++
+		if n%batch == 0 {
+			g.mu.RUnlock()
+			if afterViewBatch != nil {
+				afterViewBatch()
+			}
+			g.mu.RLock()
+		}
+	}
+	total = len(g.nodes)
+	g.mu.RUnlock()
+	return sortViews(out), total
+}
+
+// Views copies the nodes with the given UIDs that are in the graph (in
+// batches of at most ViewBatch under the read lock), sorted by UID.
+func (g *Graph) Views(uids []types.UID) []ViewNode {
+	batch := batchSize()
+	out := make([]ViewNode, 0, len(uids))
+	for start := 0; start < len(uids); start += batch {
+		end := min(start+batch, len(uids))
+		g.mu.RLock()
+		for _, uid := range uids[start:end] {
+			if nd := g.nodes[uid]; nd != nil {
+				out = append(out, viewOf(nd))
+			}
+		}
+		g.mu.RUnlock()
+		if afterViewBatch != nil && end < len(uids) {
+			afterViewBatch()
+		}
+	}
+	return sortViews(out)
+}
+
+// ComponentViews copies the connected components (through owner and
+// dependent edges) containing uids, walking them in batches of at most
+// ViewBatch nodes per read-lock hold. UIDs not in the graph are skipped.
+func (g *Graph) ComponentViews(uids []types.UID) []ViewNode {
+	seen := make(map[types.UID]bool, len(uids))
+	var frontier []types.UID
+	for _, u := range uids {
+		if !seen[u] {
+			seen[u] = true
+			frontier = append(frontier, u)
+		}
+	}
+	var out []ViewNode
+	for len(frontier) > 0 {
+		vs := g.Views(frontier)
+		frontier = frontier[:0]
+		for i := range vs {
+			v := &vs[i]
+			for j := range v.Owners {
+				if u := v.Owners[j].UID; !seen[u] {
+					seen[u] = true
+					frontier = append(frontier, u)
+				}
+			}
+			for _, u := range v.Dependents {
+				if !seen[u] {
+					seen[u] = true
+					frontier = append(frontier, u)
+				}
+			}
+		}
+		out = append(out, vs...)
+	}
+	return sortViews(out)
+}
+
+// sortViews sorts by UID and drops duplicates, keeping the last copy.
+func sortViews(vs []ViewNode) []ViewNode {
+	slices.SortStableFunc(vs, func(a, b ViewNode) int {
+		switch {
+		case a.Identity.UID < b.Identity.UID:
+			return -1
+		case a.Identity.UID > b.Identity.UID:
+			return 1
+		}
+		return 0
+	})
+	out := vs[:0]
+	for i := range vs {
+		if len(out) > 0 && out[len(out)-1].Identity.UID == vs[i].Identity.UID {
+			out[len(out)-1] = vs[i]
+			continue
+		}
+		out = append(out, vs[i])
+	}
+	return out
+}

@@ -1,0 +1,397 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/graphapi"
+)
+
+// GraphProvider is implemented by sources that expose the graph itself. The
+// graph endpoint then copies it in bounded batches (never holding the
+// graph's lock for more than graph.ViewBatch nodes) and serves finalizers
+// and dependents in the JSON form. Sources that only implement Snapshot get
+// the same views computed from one Snapshot.
+type GraphProvider interface {
+	Graph() *graph.Graph
+}
+
+// graphQuery is a parsed request for the graph endpoint.
+type graphQuery struct {
+	json bool
+	uids []types.UID
+	// object is set for ?kind=&name=[&namespace=][&apiVersion=].
+	object *objectRef
+	// namespace is set for a namespace view (no kind/name).
+	namespace  string
+	inNS       bool
+	rawUIDOnly bool // only ?uid= (possibly all empty): upstream's query
+}
+
+type objectRef struct {
+	group, apiVersion, kind, namespace, name string
+}
+
+func (o *objectRef) String() string {
+	s := o.kind
+	if o.apiVersion != "" {
+		s += "." + o.apiVersion
+	}
+	if o.namespace != "" {
+		return s + " " + o.namespace + "/" + o.name
+	}
+	return s + " " + o.name
+}
+
+func (o *objectRef) matches(id *graph.Identity) bool {
+	if id.Name != o.name || id.Namespace != o.namespace || !strings.EqualFold(id.Kind, o.kind) {
+		return false
+	}
+	return o.apiVersion == "" || id.GroupKind().Group == o.group
+}
+
+type httpError struct {
+	code int
+	msg  string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &httpError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+}
+
+func parseGraphQuery(r *http.Request) (*graphQuery, error) {
+	q := r.URL.Query()
+	gq := &graphQuery{}
+	switch f := q.Get("format"); f {
+	case "json":
+		gq.json = true
+	case "dot":
+	case "":
+		gq.json = acceptsJSON(r.Header.Values("Accept"))
+	default:
+		return nil, badRequest("unknown format %q: use format=dot or format=json", f)
+	}
+	for _, u := range q["uid"] {
+		if u != "" && !slices.Contains(gq.uids, types.UID(u)) {
+			gq.uids = append(gq.uids, types.UID(u))
+		}
+	}
+	kind, name, apiVersion := q.Get("kind"), q.Get("name"), q.Get("apiVersion")
+	ns, hasNS := q["namespace"]
+	switch {
+	case (kind == "") != (name == ""):
+		return nil, badRequest("kind and name go together: give both to select an object (and namespace for a namespaced one)")
+	case apiVersion != "" && kind == "":
+		return nil, badRequest("apiVersion selects an object: give kind and name too")
+	case kind != "":
+		gv, err := schema.ParseGroupVersion(apiVersion)
+		if err != nil {
+			return nil, badRequest("bad apiVersion %q: %v", apiVersion, err)
+		}
+		gq.object = &objectRef{group: gv.Group, apiVersion: apiVersion, kind: kind, name: name, namespace: q.Get("namespace")}
+	case hasNS:
+		if len(q["uid"]) > 0 {
+			return nil, badRequest("namespace filters the whole graph; uid selects objects' components: give one or the other")
+		}
+		if len(ns) != 1 || ns[0] == "" {
+			return nil, badRequest("namespace needs exactly one non-empty value")
+		}
+		gq.namespace, gq.inNS = ns[0], true
+	}
+	gq.rawUIDOnly = gq.object == nil && !gq.inNS && len(q["uid"]) > 0
+	return gq, nil
+}
+
+// acceptsJSON reports whether an Accept header prefers JSON to anything else.
+func acceptsJSON(values []string) bool {
+	for _, v := range values {
+		for _, part := range strings.Split(v, ",") {
+			mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err != nil {
+				continue
+			}
+			switch mt {
+			case "application/json":
+				return true
+			case "text/vnd.graphviz", "text/plain", "*/*", "text/*":
+				return false
+			}
+		}
+	}
+	return false
+}
+
+// store is where views are read from: the graph itself in batches, or one
+// Snapshot held in memory.
+type store interface {
+	scan(keep func(*graph.Identity) bool) (nodes []graph.ViewNode, total int)
+	components(uids []types.UID) []graph.ViewNode
+	views(uids []types.UID) []graph.ViewNode
+	count() int
+}
+
+type graphStore struct{ g *graph.Graph }
+
+func (s graphStore) scan(keep func(*graph.Identity) bool) ([]graph.ViewNode, int) {
+	return s.g.ScanViews(keep)
+}
+func (s graphStore) components(uids []types.UID) []graph.ViewNode { return s.g.ComponentViews(uids) }
+func (s graphStore) views(uids []types.UID) []graph.ViewNode      { return s.g.Views(uids) }
+func (s graphStore) count() int                                   { return s.g.Len() }
+
+// memStore serves views from one Snapshot, for sources without the graph.
+type memStore struct {
+	nodes []graph.ViewNode
+	byUID map[types.UID]int
+}
+
+func newMemStore(snap []graph.NodeView) *memStore {
+	s := &memStore{nodes: make([]graph.ViewNode, len(snap)), byUID: make(map[types.UID]int, len(snap))}
+	for i := range snap {
+		s.nodes[i] = graph.ViewNode{NodeView: snap[i]}
+		s.byUID[snap[i].Identity.UID] = i
+	}
+	for i := range s.nodes {
+		seen := map[types.UID]bool{}
+		for _, ref := range s.nodes[i].Owners {
+			if j, ok := s.byUID[ref.UID]; ok && !seen[ref.UID] {
+				seen[ref.UID] = true
+				s.nodes[j].Dependents = append(s.nodes[j].Dependents, s.nodes[i].Identity.UID)
+			}
+		}
+	}
+	return s
+}
+
+func (s *memStore) scan(keep func(*graph.Identity) bool) ([]graph.ViewNode, int) {
+	var out []graph.ViewNode
+	for i := range s.nodes {
+		if keep == nil || keep(&s.nodes[i].Identity) {
+			out = append(out, s.nodes[i])
+		}
+	}
+	return out, len(s.nodes)
+}
+
+func (s *memStore) count() int { return len(s.nodes) }
+
+func (s *memStore) views(uids []types.UID) []graph.ViewNode {
+	var out []graph.ViewNode
+	for _, u := range uids {
+		if i, ok := s.byUID[u]; ok {
+			out = append(out, s.nodes[i])
+		}
+	}
+	sortViewNodes(out)
+	return out
+}
+
+func (s *memStore) components(uids []types.UID) []graph.ViewNode {
+	seen := map[types.UID]bool{}
+	stack := slices.Clone(uids)
+	var out []graph.ViewNode
+	for len(stack) > 0 {
+		u := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		i, ok := s.byUID[u]
+		if seen[u] || !ok {
+			continue
+		}
+		seen[u] = true
+		out = append(out, s.nodes[i])
+		for _, ref := range s.nodes[i].Owners {
+			stack = append(stack, ref.UID)
+		}
+		stack = append(stack, s.nodes[i].Dependents...)
+	}
+	sortViewNodes(out)
+	return out
+}
+
+func sortViewNodes(vs []graph.ViewNode) {
+	sort.Slice(vs, func(i, j int) bool { return vs[i].Identity.UID < vs[j].Identity.UID })
+}
+
+// selectNodes answers q from st: the whole graph, a namespace with its
+// direct neighbours, or the components of the selected objects.
+func selectNodes(st store, q *graphQuery) (nodes []graph.ViewNode, total int, err error) {
+	switch {
+	case q.rawUIDOnly && len(q.uids) == 0:
+		return nil, st.count(), nil // upstream: ?uid= with no value selects nothing
+	case q.inNS:
+		ns := q.namespace
+		nodes, total = st.scan(func(id *graph.Identity) bool { return id.Namespace == ns })
+		have := make(map[types.UID]bool, len(nodes))
+		for i := range nodes {
+			have[nodes[i].Identity.UID] = true
+		}
+		var extra []types.UID
+		add := func(u types.UID) {
+			if !have[u] {
+				have[u] = true
+				extra = append(extra, u)
+			}
+		}
+		for i := range nodes {
+			for _, ref := range nodes[i].Owners {
+				add(ref.UID)
+			}
+			for _, d := range nodes[i].Dependents {
+				add(d)
+			}
+		}
+		if len(extra) > 0 {
+			nodes = append(nodes, st.views(extra)...)
+			sortViewNodes(nodes)
+		}
+		return nodes, total, nil
+	case q.object != nil || len(q.uids) > 0:
+		roots := slices.Clone(q.uids)
+		var missing []string
+		if len(q.uids) > 0 {
+			found := st.views(q.uids)
+			if len(found) < len(q.uids) {
+				have := map[types.UID]bool{}
+				for i := range found {
+					have[found[i].Identity.UID] = true
+				}
+				for _, u := range q.uids {
+					if !have[u] {
+						missing = append(missing, "uid "+string(u))
+					}
+				}
+			}
+		}
+		if q.object != nil {
+			o := q.object
+			matches, _ := st.scan(o.matches)
+			if len(matches) == 0 {
+				missing = append(missing, o.String())
+			}
+			for i := range matches {
+				roots = append(roots, matches[i].Identity.UID)
+			}
+		}
+		if len(missing) > 0 {
+			return nil, 0, &httpError{http.StatusNotFound, "not in kgc's graph: " + strings.Join(missing, ", ") +
+				" (kgc tracks objects of deletable resources and the owners they reference)"}
+		}
+		return st.components(roots), st.count(), nil
+	default:
+		nodes, total = st.scan(nil)
+		return nodes, total, nil
+	}
+}
+
+func (h *handler) serveGraph(w http.ResponseWriter, r *http.Request) {
+	q, err := parseGraphQuery(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var nodes []graph.ViewNode
+	var total int
+	if gp, ok := h.src.(GraphProvider); ok {
+		nodes, total, err = selectNodes(graphStore{gp.Graph()}, q)
+	} else if q.rawUIDOnly || (q.object == nil && !q.inNS) {
+		// Upstream's queries: the whole graph, or ?uid= closures.
+		var snap []graph.NodeView
+		if !q.rawUIDOnly || len(q.uids) > 0 {
+			snap = h.src.Snapshot(q.uids...)
+		}
+		ms := newMemStore(snap)
+		nodes, total = ms.nodes, len(ms.nodes)
+		if q.json && len(q.uids) > 0 {
+			_, _, err = selectNodes(ms, q) // reports unknown UIDs
+		}
+	} else {
+		nodes, total, err = selectNodes(newMemStore(h.src.Snapshot()), q)
+	}
+	// Upstream serves ?uid= of unknown objects as an empty DOT graph; keep
+	// that, and report unknown objects everywhere else.
+	var he *httpError
+	if err != nil && !(errors.As(err, &he) && he.code == http.StatusNotFound && !q.json && q.rawUIDOnly) {
+		writeError(w, err)
+		return
+	}
+	if err != nil {
+		nodes = nil
+	}
+	if !q.json {
+		views := make([]graph.NodeView, len(nodes))
+		for i := range nodes {
+			views[i] = nodes[i].NodeView
+		}
+		w.Header().Set("Content-Type", "text/vnd.graphviz; charset=utf-8")
+		_ = WriteDOT(w, views)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = WriteJSON(w, nodes, total, h.src.Ready() == nil)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	var he *httpError
+	if errors.As(err, &he) {
+		code = he.code
+	}
+	http.Error(w, err.Error(), code)
+}
+
+// State classifies a node for display; see the graphapi.State* constants.
+func State(n *graph.ViewNode) string {
+	switch {
+	case n.Virtual && n.Absent:
+		return graphapi.StateAbsent
+	case n.Virtual:
+		return graphapi.StatePlaceholder
+	case n.DeletingDependents:
+		return graphapi.StateWaitingForDependents
+	case n.Orphaning:
+		return graphapi.StateOrphaning
+	case n.Deleting:
+		return graphapi.StateDeleting
+	default:
+		return graphapi.StateLive
+	}
+}
+
+// ToAPI converts views to the JSON wire format.
+func ToAPI(nodes []graph.ViewNode, total int, synced bool) graphapi.Graph {
+	out := graphapi.Graph{Nodes: make([]graphapi.Node, len(nodes)), Total: total, Synced: synced}
+	for i := range nodes {
+		n := &nodes[i]
+		out.Nodes[i] = graphapi.Node{
+			UID:             n.Identity.UID,
+			APIVersion:      n.Identity.APIVersion,
+			Kind:            n.Identity.Kind,
+			Namespace:       n.Identity.Namespace,
+			Name:            n.Identity.Name,
+			State:           State(n),
+			Finalizers:      n.Finalizers,
+			OwnerReferences: n.Owners,
+			Dependents:      n.Dependents,
+		}
+	}
+	return out
+}
+
+// WriteJSON writes nodes as a graphapi.Graph.
+func WriteJSON(w io.Writer, nodes []graph.ViewNode, total int, synced bool) error {
+	return json.NewEncoder(w).Encode(ToAPI(nodes, total, synced))
+}
