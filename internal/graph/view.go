@@ -2,6 +2,7 @@ package graph
 
 import (
 	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -22,8 +23,26 @@ type ViewNode struct {
 var ViewBatch = 256
 
 // afterViewBatch, when set (by tests), runs after each batch with the lock
-// released.
-var afterViewBatch func()
+// released; viewHold, when set, is told how long each batch held the lock.
+var (
+	afterViewBatch func()
+	viewHold       func(time.Duration)
+)
+
+// held reports a lock hold that started at start to viewHold.
+func held(start time.Time) {
+	if viewHold != nil {
+		viewHold(time.Since(start))
+	}
+}
+
+// now is time.Now when holds are measured.
+func now() time.Time {
+	if viewHold != nil {
+		return time.Now()
+	}
+	return time.Time{}
+}
 
 func viewOf(n *node) ViewNode {
 	v := ViewNode{
@@ -64,6 +83,7 @@ func batchSize() int {
 func (g *Graph) ScanViews(keep func(*Identity) bool) (out []ViewNode, total int) {
 	batch := batchSize()
 	g.mu.RLock()
+	start := now()
 	n := 0
 	// Ranging over a map while other goroutines modify it between steps is
 	// well defined here: every step of the iteration and every write happen
@@ -76,14 +96,17 @@ func (g *Graph) ScanViews(keep func(*Identity) bool) (out []ViewNode, total int)
 		}
 		n++
 		if n%batch == 0 {
+			held(start)
 			g.mu.RUnlock()
 			if afterViewBatch != nil {
 				afterViewBatch()
 			}
 			g.mu.RLock()
+			start = now()
 		}
 	}
 	total = len(g.nodes)
+	held(start)
 	g.mu.RUnlock()
 	return sortViews(out), total
 }
@@ -96,11 +119,13 @@ func (g *Graph) Views(uids []types.UID) []ViewNode {
 	for start := 0; start < len(uids); start += batch {
 		end := min(start+batch, len(uids))
 		g.mu.RLock()
+		t0 := now()
 		for _, uid := range uids[start:end] {
 			if nd := g.nodes[uid]; nd != nil {
 				out = append(out, viewOf(nd))
 			}
 		}
+		held(t0)
 		g.mu.RUnlock()
 		if afterViewBatch != nil && end < len(uids) {
 			afterViewBatch()
@@ -145,9 +170,10 @@ func (g *Graph) ComponentViews(uids []types.UID) []ViewNode {
 	return sortViews(out)
 }
 
-// sortViews sorts by UID and drops duplicates, keeping the last copy.
+// sortViews sorts by UID and drops duplicates (a node the writer re-created
+// mid-scan may be copied twice; either copy will do).
 func sortViews(vs []ViewNode) []ViewNode {
-	slices.SortStableFunc(vs, func(a, b ViewNode) int {
+	slices.SortFunc(vs, func(a, b ViewNode) int {
 		switch {
 		case a.Identity.UID < b.Identity.UID:
 			return -1
@@ -159,7 +185,6 @@ func sortViews(vs []ViewNode) []ViewNode {
 	out := vs[:0]
 	for i := range vs {
 		if len(out) > 0 && out[len(out)-1].Identity.UID == vs[i].Identity.UID {
-			out[len(out)-1] = vs[i]
 			continue
 		}
 		out = append(out, vs[i])

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -16,7 +18,7 @@ import (
 // coordinates and state as attributes, one edge from each dependent to each
 // of its owners.
 func WriteDOT(w io.Writer, nodes []graph.NodeView) error {
-	var b strings.Builder
+	b := bufio.NewWriterSize(w, 64<<10)
 	b.WriteString("strict digraph full {\n")
 	if len(nodes) > 0 {
 		present := make(map[types.UID]bool, len(nodes))
@@ -25,7 +27,7 @@ func WriteDOT(w io.Writer, nodes []graph.NodeView) error {
 		}
 		b.WriteString("  // Node definitions.\n")
 		for _, n := range nodes {
-			writeDOTNode(&b, n)
+			writeDOTNode(b, n)
 		}
 		b.WriteString("  // Edge definitions.\n")
 		for _, n := range nodes {
@@ -35,16 +37,19 @@ func WriteDOT(w io.Writer, nodes []graph.NodeView) error {
 					continue
 				}
 				seen[ref.UID] = true
-				fmt.Fprintf(&b, "  %s -> %s;\n", quote(string(n.Identity.UID)), quote(string(ref.UID)))
+				b.WriteString("  ")
+				writeQuoted(b, string(n.Identity.UID))
+				b.WriteString(" -> ")
+				writeQuoted(b, string(ref.UID))
+				b.WriteString(";\n")
 			}
 		}
 	}
 	b.WriteString("}\n")
-	_, err := io.WriteString(w, b.String())
-	return err
+	return b.Flush()
 }
 
-func writeDOTNode(b *strings.Builder, n graph.NodeView) {
+func writeDOTNode(b *bufio.Writer, n graph.NodeView) {
 	gv, _ := schema.ParseGroupVersion(n.Identity.APIVersion)
 	kind := n.Identity.Kind + "." + gv.Version
 	if gv.Group != "" {
@@ -59,8 +64,16 @@ func writeDOTNode(b *strings.Builder, n graph.NodeView) {
 			label += c.name + "\n"
 		}
 	}
-	fmt.Fprintf(b, "  %s [\n", quote(string(n.Identity.UID)))
-	attr := func(k, v string) { fmt.Fprintf(b, "    %s=%s\n", k, quote(v)) }
+	b.WriteString("  ")
+	writeQuoted(b, string(n.Identity.UID))
+	b.WriteString(" [\n")
+	attr := func(k, v string) {
+		b.WriteString("    ")
+		b.WriteString(k)
+		b.WriteByte('=')
+		writeQuoted(b, v)
+		b.WriteByte('\n')
+	}
 	attr("label", label)
 	attr("group", gv.Group)
 	attr("version", gv.Version)
@@ -68,15 +81,18 @@ func writeDOTNode(b *strings.Builder, n graph.NodeView) {
 	attr("namespace", n.Identity.Namespace)
 	attr("name", n.Identity.Name)
 	attr("uid", string(n.Identity.UID))
-	attr("missing", fmt.Sprint(n.Absent))
-	attr("beingDeleted", fmt.Sprint(n.Deleting))
-	attr("deletingDependents", fmt.Sprint(n.DeletingDependents))
-	attr("virtual", fmt.Sprint(n.Virtual))
+	attr("missing", strconv.FormatBool(n.Absent))
+	attr("beingDeleted", strconv.FormatBool(n.Deleting))
+	attr("deletingDependents", strconv.FormatBool(n.DeletingDependents))
+	attr("virtual", strconv.FormatBool(n.Virtual))
 	b.WriteString("  ];\n")
 }
 
-// quote renders s as a DOT quoted string.
-func quote(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	return `"` + r.Replace(s) + `"`
+var dotEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+// writeQuoted writes s as a DOT quoted string.
+func writeQuoted(b *bufio.Writer, s string) {
+	b.WriteByte('"')
+	_, _ = dotEscaper.WriteString(b, s)
+	b.WriteByte('"')
 }

@@ -306,17 +306,15 @@ func (h *handler) serveGraph(w http.ResponseWriter, r *http.Request) {
 	var total int
 	if gp, ok := h.src.(GraphProvider); ok {
 		nodes, total, err = selectNodes(graphStore{gp.Graph()}, q)
-	} else if q.rawUIDOnly || (q.object == nil && !q.inNS) {
-		// Upstream's queries: the whole graph, or ?uid= closures.
+	} else if !q.json && q.object == nil && !q.inNS {
+		// Upstream's queries, answered with upstream's one call: the whole
+		// graph, or ?uid= closures.
 		var snap []graph.NodeView
 		if !q.rawUIDOnly || len(q.uids) > 0 {
 			snap = h.src.Snapshot(q.uids...)
 		}
 		ms := newMemStore(snap)
 		nodes, total = ms.nodes, len(ms.nodes)
-		if q.json && len(q.uids) > 0 {
-			_, _, err = selectNodes(ms, q) // reports unknown UIDs
-		}
 	} else {
 		nodes, total, err = selectNodes(newMemStore(h.src.Snapshot()), q)
 	}

@@ -59,7 +59,9 @@ func registerUI(mux *http.ServeMux, h *handler) {
 		if r.URL.RawQuery != "" {
 			target += "?" + r.URL.RawQuery
 		}
-		http.Redirect(w, r, target, http.StatusMovedPermanently)
+		// Relative, so that the view also works behind a path prefix.
+		w.Header().Set("Location", target)
+		w.WriteHeader(http.StatusMovedPermanently)
 	})
 	mux.HandleFunc("GET "+UIPath+"/namespaces", h.serveNamespaces)
 }
