@@ -223,9 +223,9 @@ func maxHold(t testing.TB, read func()) (longest time.Duration, holds int) {
 }
 
 // TestLockHoldsDuringScan checks that a whole-graph view of 100k nodes is
-// taken in bounded holds, and logs the longest hold and the writer's
-// longest stall next to those of the one-lock Snapshot (numbers for reading;
-// BenchmarkWriterStall100k reports them as metrics).
+// taken in bounded holds, and logs the longest hold next to the one-lock
+// Snapshot's (numbers for reading; BenchmarkWriterStall100k reports the
+// writer's longest wait as a metric).
 func TestLockHoldsDuringScan(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a 100k-node graph")
@@ -236,13 +236,11 @@ func TestLockHoldsDuringScan(t *testing.T) {
 	if want := (g.Len() + ViewBatch - 1) / ViewBatch; holds != want && holds != want+1 {
 		t.Errorf("%d lock holds for %d nodes in batches of %d, want %d", holds, g.Len(), ViewBatch, want)
 	}
-	stallBatched, _ := stall(g, func() { g.ScanViews(nil) })
 	start := time.Now()
 	g.Snapshot()
 	whole := time.Since(start)
-	stallWhole, _ := stall(g, func() { g.Snapshot() })
-	t.Logf("%d nodes: ScanViews: %d holds of <= %d nodes, longest hold %v, longest writer stall %v; one-lock Snapshot: hold %v, writer stall %v",
-		g.Len(), holds, ViewBatch, longest, stallBatched, whole, stallWhole)
+	t.Logf("%d nodes: ScanViews: %d holds of <= %d nodes, longest %v; one-lock Snapshot: one hold of %v",
+		g.Len(), holds, ViewBatch, longest, whole)
 }
 
 func BenchmarkScanViews100k(b *testing.B) {
