@@ -1,4 +1,24 @@
 // Package server builds kgc's HTTP handler: health, readiness and the debug
 // views of the ownership graph. BuildMux is a pure function of its inputs,
 // so every endpoint is tested with httptest.
+//
+// The graph endpoint (GraphPath) serves upstream's Graphviz document by
+// default and the graphapi JSON form with ?format=json or
+// "Accept: application/json". Both take the same filters:
+//
+//	?uid=U (repeatable)                    the connected components of those objects
+//	?kind=K&name=N[&namespace=NS][&apiVersion=G/V]
+//	                                       the component of that object
+//	?namespace=NS                          the namespace's objects and the owners
+//	                                       and dependents directly connected to them
+//
+// Bad parameters get 400 and unknown objects 404, except upstream's DOT
+// ?uid= query, which stays an empty graph as upstream serves it. Sources
+// that implement GraphProvider are read in batches of graph.ViewBatch
+// nodes per read-lock hold, so a 100k-node view never blocks the graph's
+// writer for long.
+//
+// UIPath serves the web view: embedded HTML, CSS and JavaScript (no
+// external resources, enforced by a Content-Security-Policy) that draws
+// the JSON graph.
 package server
