@@ -285,7 +285,9 @@ func selectNodes(st store, q *graphQuery) (nodes []graph.ViewNode, total int, er
 				roots = append(roots, matches[i].Identity.UID)
 			}
 		}
-		if len(missing) > 0 {
+		// Upstream serves ?uid= of unknown objects in DOT as if they were not
+		// asked for; keep that, and report unknown objects everywhere else.
+		if len(missing) > 0 && !(q.rawUIDOnly && !q.json) {
 			return nil, 0, &httpError{http.StatusNotFound, "not in kgc's graph: " + strings.Join(missing, ", ") +
 				" (kgc tracks objects of deletable resources and the owners they reference)"}
 		}
@@ -318,15 +320,9 @@ func (h *handler) serveGraph(w http.ResponseWriter, r *http.Request) {
 	} else {
 		nodes, total, err = selectNodes(newMemStore(h.src.Snapshot()), q)
 	}
-	// Upstream serves ?uid= of unknown objects as an empty DOT graph; keep
-	// that, and report unknown objects everywhere else.
-	var he *httpError
-	if err != nil && !(errors.As(err, &he) && he.code == http.StatusNotFound && !q.json && q.rawUIDOnly) {
+	if err != nil {
 		writeError(w, err)
 		return
-	}
-	if err != nil {
-		nodes = nil
 	}
 	if !q.json {
 		views := make([]graph.NodeView, len(nodes))

@@ -223,10 +223,14 @@ func TestGraphBadRequests(t *testing.T) {
 				}
 			})
 		}
-		// Upstream's DOT ?uid= of an unknown object stays an empty graph.
+		// Upstream's DOT ?uid= ignores unknown objects.
 		res, body := serve(t, mux, http.MethodGet, GraphPath+"?uid=missing")
 		if res.StatusCode != http.StatusOK || nodeUIDs(body) != nil {
 			t.Errorf("%s: DOT ?uid=missing = %d %q, want an empty graph", name, res.StatusCode, body)
+		}
+		res, body = serve(t, mux, http.MethodGet, GraphPath+"?uid=missing&uid=uid-6")
+		if got := nodeUIDs(body); res.StatusCode != http.StatusOK || !slices.Equal(got, []string{"uid-10", "uid-6"}) {
+			t.Errorf("%s: DOT ?uid=missing&uid=uid-6 = %d %v, want uid-6's component", name, res.StatusCode, got)
 		}
 	}
 }
