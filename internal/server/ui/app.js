@@ -204,6 +204,36 @@
     return { byUID, width: totalW + 2 * PAD, height: y + rowH + 2 * PAD };
   }
 
+  // capByComponent keeps whole connected components, up to max nodes,
+  // preferring components where something is not simply live.
+  function capByComponent(nodes, max) {
+    const by = new Map(nodes.map((n) => [n.uid, n]));
+    const seen = new Set();
+    const comps = [];
+    for (const n of nodes) {
+      if (seen.has(n.uid)) continue;
+      const comp = [];
+      const stack = [n.uid];
+      seen.add(n.uid);
+      while (stack.length) {
+        const m = by.get(stack.pop());
+        comp.push(m);
+        const next = (m.ownerReferences || []).map((r) => r.uid).concat(m.dependents || []);
+        for (const u of next) if (by.has(u) && !seen.has(u)) { seen.add(u); stack.push(u); }
+      }
+      comp.interesting = comp.some((m) => m.state !== 'live');
+      comps.push(comp);
+    }
+    comps.sort((a, b) => (b.interesting - a.interesting));
+    const out = [];
+    for (const c of comps) {
+      if (out.length + c.length > max) continue;
+      out.push(...c);
+      if (out.length >= max) break;
+    }
+    return out.length ? out : comps[0].slice(0, max);
+  }
+
   function near(uid) {
     const s = new Set([uid]);
     const n = ui.byUID.get(uid);
@@ -216,8 +246,8 @@
     let nodes = g.nodes;
     let note = '';
     if (nodes.length > MAX_NODES) {
-      note = ' (drawing the first ' + MAX_NODES + '; pick a namespace or focus an object)';
-      nodes = nodes.slice(0, MAX_NODES);
+      nodes = capByComponent(nodes, MAX_NODES);
+      note = ' (drawing ' + nodes.length + ', whole components, those with objects being deleted first; pick a namespace or focus an object)';
     }
     nodes = nodes.map((n) => Object.assign({}, n));
     const canvas = $('canvas');
@@ -287,6 +317,11 @@
     });
     if (svg) svg.classList.toggle('searching', q !== '');
     $('matches').textContent = q ? hits.length + (hits.length === 1 ? ' match' : ' matches') : '';
+    if (jump && !hits.length && q && ui.graph) {
+      // Not drawn (the view was capped): focus on the object's component.
+      const n = ui.graph.nodes.find((x) => x.name.toLowerCase() === q) || ui.graph.nodes.find((x) => x.name.toLowerCase().includes(q));
+      if (n) { focus(n.uid); return; }
+    }
     if (jump && hits.length) {
       // Prefer an exact name match.
       const exact = hits.find((el) => el.dataset.name.toLowerCase() === q) || hits[0];
