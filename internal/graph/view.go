@@ -82,6 +82,13 @@ func batchSize() int {
 // keep runs with the lock held and must not call into the graph.
 func (g *Graph) ScanViews(keep func(*Identity) bool) (out []ViewNode, total int) {
 	batch := batchSize()
+	// out grows only while the lock is released, by at least a batch, so no
+	// hold pays for copying what was already copied.
+	if keep == nil {
+		out = make([]ViewNode, 0, g.Len()+batch)
+	} else {
+		out = make([]ViewNode, 0, batch)
+	}
 	g.mu.RLock()
 	start := now()
 	n := 0
@@ -100,6 +107,9 @@ func (g *Graph) ScanViews(keep func(*Identity) bool) (out []ViewNode, total int)
 			g.mu.RUnlock()
 			if afterViewBatch != nil {
 				afterViewBatch()
+			}
+			if cap(out)-len(out) < batch {
+				out = slices.Grow(out, max(batch, len(out)))
 			}
 			g.mu.RLock()
 			start = now()
