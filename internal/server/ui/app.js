@@ -22,6 +22,8 @@
   const ui = {
     namespace: params.get('namespace'), // null: not chosen yet; '': all namespaces
     focus: params.get('uid') || '',
+    // ?kind=K&name=N[&namespace=NS]: focus on that object (resolved to its uid).
+    object: params.get('kind') && params.get('name') ? { kind: params.get('kind'), name: params.get('name'), namespace: params.get('namespace') || '' } : null,
     selected: params.get('select') || '',
     graph: null,
     byUID: new Map(),
@@ -86,12 +88,20 @@
     try {
       await loadNamespaces();
       let url = GRAPH + '?format=json';
-      if (ui.focus) url += '&uid=' + encodeURIComponent(ui.focus);
+      const o = ui.object;
+      if (o) url += '&kind=' + encodeURIComponent(o.kind) + '&name=' + encodeURIComponent(o.name) + (o.namespace ? '&namespace=' + encodeURIComponent(o.namespace) : '');
+      else if (ui.focus) url += '&uid=' + encodeURIComponent(ui.focus);
       else if (ui.namespace) url += '&namespace=' + encodeURIComponent(ui.namespace);
       let g;
       try {
         g = await getJSON(url);
       } catch (e) {
+        if (o) { // no such object: show its namespace instead
+          setBanner(e.message, true);
+          ui.object = null;
+          ui.loading = false;
+          return refresh();
+        }
         if (ui.focus) { // the focused object went away
           setBanner('The focused object is gone: ' + e.message, true);
           ui.focus = '';
@@ -101,6 +111,12 @@
           return refresh();
         }
         throw e;
+      }
+      if (o) {
+        const m = g.nodes.find((n) => n.kind.toLowerCase() === o.kind.toLowerCase() && n.name === o.name && (n.namespace || '') === o.namespace);
+        ui.object = null;
+        if (m) { ui.focus = m.uid; ui.selected = m.uid; }
+        syncURL();
       }
       ui.graph = g;
       setBanner(g.synced ? '' : 'kgc has not synced its informers yet: the graph may be incomplete.', false);

@@ -446,6 +446,16 @@ func TestWebView(t *testing.T) {
 	}
 	waitJS(t, tab, "the namespace again", fmt.Sprintf(`document.querySelectorAll('#graph .node').length === %d`, len(want.Nodes)))
 
+	// A link to one object (as other tools may print) opens its component.
+	if err := chromedp.Do(tab, chromedp.Navigate(kgcURL+"/ui?kind=deployment&name=api&namespace="+ns)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, tab, "the linked object's component", `document.querySelectorAll('#graph .node').length === 3 && !!document.querySelector('#graph .node.selected[data-name="api"]')`)
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#unfocus`))); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, tab, "the namespace again", fmt.Sprintf(`document.querySelectorAll('#graph .node').length === %d`, len(want.Nodes)))
+
 	// The page picks up changes: release the stuck pod's finalizer and the
 	// whole api chain goes away.
 	releaseFinalizer(t, ctx, pod.Name)
