@@ -220,7 +220,8 @@ kgc-sandbox is ready: etcd + kube-apiserver in this process, kgc collecting garb
                export KUBECONFIG=%[1]s
   kgc HTTP     %[2]s/healthz  %[2]s/readyz?verbose  %[2]s/metrics
   graph (DOT)  %[2]s%[3]s
-               (?uid=<uid> shows one object's connected component)
+               (?uid=<uid> shows one object's connected component; ?format=json for JSON)
+  web view     %[2]s/ui
 `, kubeconfig, httpURL, graphPath)
 }
 
