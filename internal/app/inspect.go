@@ -301,4 +301,3 @@ func newTreeCommand(deps InspectDeps) *cobra.Command {
 	o.addFlags(cmd)
 	return cmd
 }
-

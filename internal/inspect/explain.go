@@ -47,7 +47,7 @@ type OwnerInfo struct {
 	Reason    string                `json:"reason"`
 	// ElsewhereNamespace: the UID belongs to an object in this namespace
 	// (OwnerRefInvalidNamespace).
-	ElsewhereNamespace string `json:"elsewhereNamespace,omitempty"`
+	ElsewhereNamespace string  `json:"elsewhereNamespace,omitempty"`
 	Owner              *Object `json:"owner,omitempty"`
 }
 
