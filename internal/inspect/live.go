@@ -119,10 +119,7 @@ func (v *LiveView) Lookup(ctx context.Context, kind, namespace, name string) (*O
 	}
 	obj, err := v.get(ctx, m, ns, name)
 	if apierrors.IsNotFound(err) {
-		if ns == "" {
-			return nil, fmt.Errorf("%w: %s %q", ErrNotFound, m.Resource.GroupResource(), name)
-		}
-		return nil, fmt.Errorf("%w: %s %q in namespace %q", ErrNotFound, m.Resource.GroupResource(), name, ns)
+		return nil, fmt.Errorf("%s %q %w%s", m.Resource.GroupResource(), name, ErrNotFound, inNamespace(ns))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("getting %s %q: %w", m.Resource.GroupResource(), name, err)

@@ -208,7 +208,7 @@ func (s *ServerView) Lookup(ctx context.Context, kind, namespace, name string) (
 	}
 	switch len(found) {
 	case 0:
-		return nil, fmt.Errorf("%w: kgc's graph has no %s %q%s", ErrNotFound, kind, name, inNamespace(namespace))
+		return nil, fmt.Errorf("%s %q %w in kgc's graph%s", kind, name, ErrNotFound, inNamespace(namespace))
 	case 1:
 	default:
 		// Prefer the namespaced object in the namespace asked for.
