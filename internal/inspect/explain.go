@@ -79,6 +79,9 @@ type Explanation struct {
 	// Orphaning: for an object being deleted with the orphan policy, the
 	// dependents that still reference it.
 	Orphaning []*Object `json:"orphaning,omitempty"`
+	// StuckOn: the objects at the bottom of WaitingFor that nothing in kgc
+	// will move: held by finalizers no collector handles, or kept.
+	StuckOn []Held `json:"stuckOn,omitempty"`
 }
 
 // Wait is one blocking dependent of an object in Foreground deletion.
@@ -162,6 +165,10 @@ func decide(o *Object, deps []*Object, res []Resolution) Decision {
 	default:
 		a := collector.DecideDependent(&item, states(res))
 		d.decideDependent(o, res, a, len(deps))
+	}
+	switch d.Verdict {
+	case VerdictDelete, VerdictRemoveReferences, VerdictRemoveForegroundFinalizer, VerdictOrphanDependents:
+		d.Why = append(d.Why, "kgc does this as soon as it processes the object; if it does not happen, check that a garbage collector (kgc, or kube-controller-manager's) is running and ready")
 	}
 	if !o.Deleting && len(custom) > 0 {
 		d.Why = append(d.Why, fmt.Sprintf("once deleted, it waits for finalizer(s) %s: %s", strings.Join(custom, ", "), unhandledNote))
@@ -251,6 +258,7 @@ func Explain(ctx context.Context, v View, o *Object) (*Explanation, error) {
 			}
 			e.WaitingFor = append(e.WaitingFor, w)
 		}
+		e.StuckOn = stuckOn(e.WaitingFor, nil)
 	case o.Orphaning():
 		for _, dep := range deps {
 			for _, r := range dep.OwnerReferences {
@@ -289,4 +297,19 @@ func waitFor(ctx context.Context, v View, o *Object, seen map[types.UID]bool) (*
 		}
 	}
 	return w, nil
+}
+
+// stuckOn collects the waits nothing in kgc will resolve.
+func stuckOn(ws []*Wait, out []Held) []Held {
+	for _, w := range ws {
+		switch {
+		case w.Cycle:
+		case len(w.UnhandledFinalizers) > 0 && w.Object.Deleting:
+			out = append(out, Held{Object: w.Object, Why: "held by finalizer(s) " + strings.Join(w.UnhandledFinalizers, ", ") + ": " + unhandledNote})
+		case w.Decision.Verdict == VerdictKeep || w.Decision.Verdict == VerdictRetry:
+			out = append(out, Held{Object: w.Object, Why: strings.Join(w.Decision.Why, "; ")})
+		}
+		out = stuckOn(w.WaitingFor, out)
+	}
+	return out
 }

@@ -109,6 +109,9 @@ func TestExplainStuckForeground(t *testing.T) {
 	if len(inner) != 1 || inner[0].Object.Name != "web-1-x" || strings.Join(inner[0].UnhandledFinalizers, ",") != "example.com/keep" || inner[0].Decision.Verdict != VerdictWaitForFinalizers {
 		t.Fatalf("inner wait %+v", inner)
 	}
+	if len(e.StuckOn) != 1 || e.StuckOn[0].Object.Name != "web-1-x" || !strings.Contains(e.StuckOn[0].Why, "example.com/keep") {
+		t.Errorf("stuck on %+v", e.StuckOn)
+	}
 	if len(e.NonBlocking) != 1 || e.NonBlocking[0].Name != "notes" {
 		t.Errorf("non-blocking %+v", e.NonBlocking)
 	}
@@ -117,7 +120,7 @@ func TestExplainStuckForeground(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"Deployment.apps/web -n a", "Verdict: wait-for-dependents", "ReplicaSet.apps/web-1", "Pod/web-1-x", "example.com/keep", "nothing in kgc will remove this; whoever owns it must", "ConfigMap/notes"} {
+	for _, want := range []string{"Deployment.apps/web -n a", "Verdict: wait-for-dependents", "Stuck on:\n  - Pod/web-1-x -n a: held by finalizer(s) example.com/keep", "ReplicaSet.apps/web-1", "Pod/web-1-x", "example.com/keep", "nothing in kgc will remove this; whoever owns it must", "ConfigMap/notes"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -44,6 +44,12 @@ func WriteExplanation(w io.Writer, e *Explanation) error {
 			writeWait(b, wt, 1)
 		}
 	}
+	if len(e.StuckOn) > 0 {
+		b.WriteString("Stuck on:\n")
+		for _, h := range e.StuckOn {
+			fmt.Fprintf(b, "  - %s: %s\n", h.Object, h.Why)
+		}
+	}
 	if len(e.NonBlocking) > 0 {
 		b.WriteString("Non-blocking dependents (kgc deletes them too, without waiting):\n")
 		for _, d := range e.NonBlocking {
@@ -76,7 +82,7 @@ func writeWait(b *strings.Builder, wt *Wait, depth int) {
 		fmt.Fprintf(b, ": %s", strings.Join(wt.Decision.Why, "; "))
 	}
 	b.WriteString("\n")
-	if len(wt.UnhandledFinalizers) > 0 {
+	if len(wt.UnhandledFinalizers) > 0 && wt.Decision.Verdict != VerdictWaitForFinalizers {
 		fmt.Fprintf(b, "%s    held by finalizer(s) %s: %s\n", ind, strings.Join(wt.UnhandledFinalizers, ", "), unhandledNote)
 	}
 	for _, c := range wt.WaitingFor {

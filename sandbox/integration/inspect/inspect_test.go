@@ -50,7 +50,7 @@ func TestExplainStuckForeground(t *testing.T) {
 		"Waiting for blocking dependents",
 		"Secret/mid -n " + tc.ns,
 		"ConfigMap/held -n " + tc.ns,
-		"held by finalizer(s) " + holdFinalizer + ": nothing in kgc will remove this; whoever owns it must",
+		"Stuck on:\n  - ConfigMap/held -n " + tc.ns + ": held by finalizer(s) " + holdFinalizer + ": nothing in kgc will remove this; whoever owns it must",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("explain output lacks %q", want)
