@@ -179,6 +179,11 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func notSyncedWarning(cmd *cobra.Command, v inspect.View) {
+	if lv, ok := v.(*inspect.LiveView); ok {
+		for _, w := range lv.Warnings {
+			fmt.Fprintln(cmd.ErrOrStderr(), "Warning: the answer may be incomplete:", w)
+		}
+	}
 	if sv, ok := v.(*inspect.ServerView); ok && !sv.Synced {
 		fmt.Fprintln(cmd.ErrOrStderr(), "Warning: kgc had not synced its monitors yet; its graph may be missing objects")
 	}

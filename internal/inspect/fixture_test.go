@@ -39,12 +39,12 @@ func testMapper() meta.RESTMapper {
 
 // cluster is a fake API server holding object metadata.
 type cluster struct {
-	t      *testing.T
+	t      testing.TB
 	client *metadatafake.FakeMetadataClient
 	n      int
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t testing.TB) *cluster {
 	return &cluster{t: t, client: metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())}
 }
 

@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -42,6 +43,9 @@ type LiveView struct {
 	seen    map[types.UID]bool
 	// scopes already indexed: namespace, or allNamespaces.
 	indexed map[string]bool
+	// Warnings: resources that could not be listed; their objects are
+	// missing from the answers.
+	Warnings []string
 }
 
 type listKey struct {
@@ -50,6 +54,8 @@ type listKey struct {
 }
 
 const allNamespaces = "\x00all"
+
+var errTooMany = errors.New("too many objects")
 
 // NewLiveView returns a View over the API server. mapper resolves kinds
 // (wrap it in a shortcut expander for short names); resources are the
@@ -272,7 +278,7 @@ func (v *LiveView) list(ctx context.Context, r discovery.Resource, ns string) ([
 		}
 		v.total += len(l.Items)
 		if v.MaxObjects > 0 && v.total > v.MaxObjects {
-			return nil, fmt.Errorf("more than %d objects to list; ask a running kgc instead (--server)", v.MaxObjects)
+			return nil, fmt.Errorf("%w: more than %d objects to list; ask a running kgc instead (--server)", errTooMany, v.MaxObjects)
 		}
 		if l.Continue == "" {
 			break
@@ -294,8 +300,14 @@ func (v *LiveView) index(ctx context.Context, scope string) error {
 			continue
 		}
 		l, err := v.list(ctx, r, scope)
-		if err != nil {
+		if errors.Is(err, errTooMany) || ctx.Err() != nil {
 			return err
+		}
+		if err != nil {
+			// One broken resource (an unavailable aggregated API, a failing
+			// conversion webhook) must not hide everything else.
+			v.Warnings = append(v.Warnings, err.Error())
+			continue
 		}
 		for _, o := range l {
 			if v.seen[o.UID] {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/kgc-dev/kgc/internal/collector"
 )
@@ -170,5 +172,24 @@ func TestLiveViewListBound(t *testing.T) {
 	v.MaxObjects = 2
 	if _, err := v.Dependents(context.Background(), rs); err == nil || !strings.Contains(err.Error(), "--server") {
 		t.Errorf("want an error past MaxObjects, got %v", err)
+	}
+}
+
+// TestLiveViewListFailure: a resource that cannot be listed is reported,
+// and the others still answer.
+func TestLiveViewListFailure(t *testing.T) {
+	c := newCluster(t)
+	rs := c.add(rsR, "a", "rs")
+	c.add(podR, "a", "p1", owned(rs, true))
+	c.client.PrependReactor("list", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("conversion webhook unavailable")
+	})
+	v := c.view()
+	d, err := v.Dependents(context.Background(), rs)
+	if err != nil || len(d) != 1 || d[0].Name != "p1" {
+		t.Fatalf("dependents: %v, %v", d, err)
+	}
+	if len(v.Warnings) != 1 || !strings.Contains(v.Warnings[0], "configmaps") || !strings.Contains(v.Warnings[0], "webhook") {
+		t.Errorf("warnings: %q", v.Warnings)
 	}
 }

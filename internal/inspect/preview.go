@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kgc-dev/kgc/internal/collector"
@@ -71,6 +72,10 @@ type simulation struct {
 	order   []types.UID
 	steps   []Step
 	deleted []*Object
+	// byOwner indexes objects by the owner UIDs they reference; references
+	// only ever disappear, so an index may hold stale entries, which
+	// liveDependents filters.
+	byOwner map[types.UID][]*simObject
 }
 
 // maxPreviewObjects bounds a preview's closure.
@@ -88,6 +93,7 @@ func PreviewDelete(ctx context.Context, v View, target *Object, policy metav1.De
 	if err := s.load(ctx, target); err != nil {
 		return nil, err
 	}
+	s.reindex()
 	t := s.objs[target.UID]
 	s.apiDelete(0, t, policy, "you delete it")
 	for level := 1; level <= 4*len(s.objs)+8; level++ {
@@ -139,9 +145,12 @@ func (s *simulation) load(ctx context.Context, target *Object) error {
 			continue
 		}
 		for _, ref := range so.obj.OwnerReferences {
-			if _, inside := s.objs[ref.UID]; inside {
-				// Still check the coordinates: a reference naming an object
-				// of the simulation under other coordinates is dangling.
+			if owner, inside := s.objs[ref.UID]; inside {
+				if sameCoordinates(so.obj, ref, owner.obj) {
+					continue // follows the simulation
+				}
+				// Other coordinates: let the view classify it (dangling,
+				// invalid, ...).
 				r, err := s.v.ResolveOwner(ctx, so.obj, ref)
 				if err != nil {
 					return err
@@ -195,12 +204,40 @@ func (s *simulation) maybeGone(level int, so *simObject) {
 	}
 }
 
+// sameCoordinates reports whether ref, a reference of dep, names owner
+// exactly: group, kind, name, and the namespace rules of the owner's scope.
+func sameCoordinates(dep *Object, ref metav1.OwnerReference, owner *Object) bool {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return false
+	}
+	ogv, _ := schema.ParseGroupVersion(owner.APIVersion)
+	if gv.Group != ogv.Group || ref.Kind != owner.Kind || ref.Name != owner.Name || ref.UID != owner.UID {
+		return false
+	}
+	return owner.Namespace == "" || owner.Namespace == dep.Namespace
+}
+
+// reindex rebuilds the owner UID -> dependents index from the current
+// references.
+func (s *simulation) reindex() {
+	s.byOwner = map[types.UID][]*simObject{}
+	for _, du := range s.order {
+		d := s.objs[du]
+		for _, r := range d.obj.OwnerReferences {
+			if l := s.byOwner[r.UID]; r.UID == du || len(l) > 0 && l[len(l)-1] == d {
+				continue // self-reference, or a second reference to one owner
+			}
+			s.byOwner[r.UID] = append(s.byOwner[r.UID], d)
+		}
+	}
+}
+
 // liveDependents of uid in the simulation's current state.
 func (s *simulation) liveDependents(uid types.UID) []*simObject {
 	var out []*simObject
-	for _, du := range s.order {
-		d := s.objs[du]
-		if d.gone || du == uid {
+	for _, d := range s.byOwner[uid] {
+		if d.gone {
 			continue
 		}
 		if slices.ContainsFunc(d.obj.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == uid }) {
