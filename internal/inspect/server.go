@@ -194,11 +194,16 @@ func (s *ServerView) Lookup(ctx context.Context, kind, namespace, name string) (
 		}
 		return out
 	}
+	var found []*graphapi.Node
 	g, err := s.fetch(ctx, url.Values{"kind": {kind}, "name": {name}, "namespace": {namespace}})
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNoJSONGraph):
 		return nil, err
+	case err == nil:
+		found = find(g)
 	}
-	found := find(g)
+	// Another error may be a filter this kgc does not understand: the
+	// unfiltered graph says.
 	if len(found) == 0 {
 		// The filter may not know this spelling of the kind: look at all.
 		if g, err = s.fetch(ctx, url.Values{}); err != nil {

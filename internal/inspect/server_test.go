@@ -241,3 +241,22 @@ func TestTreeOwnersAboveAndJSON(t *testing.T) {
 		t.Errorf("json: %s", js)
 	}
 }
+
+// TestServerViewFilterRejected: a kgc that rejects the kind filter still
+// answers from its whole graph.
+func TestServerViewFilterRejected(t *testing.T) {
+	f := &fakeKGC{g: stuckGraph()}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("kind") {
+			http.Error(w, "unknown kind", http.StatusBadRequest)
+			return
+		}
+		f.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	v, _ := NewServerView(srv.URL, srv.Client())
+	o, err := v.Lookup(context.Background(), "deployment", "a", "web")
+	if err != nil || o.UID != "uid-web" || !o.DeletingDependents() {
+		t.Errorf("lookup: %+v, %v", o, err)
+	}
+}

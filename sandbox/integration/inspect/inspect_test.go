@@ -423,3 +423,45 @@ func TestServerMode(t *testing.T) {
 		t.Errorf("tree --server -o json:\n%s", out)
 	}
 }
+
+// TestExplainOwnerClassification: references into another namespace, to an
+// unserved kind, from a cluster-scoped object to a namespaced owner, each
+// classified and explained like kgc decides them.
+func TestExplainOwnerClassification(t *testing.T) {
+	tc := newTestCase(t)
+	other := newTestCase(t)
+	realOwner := other.configMap("real")
+	live := tc.configMap("live")
+	elsewhere := obj{apiVersion: "v1", kind: "ConfigMap", name: "real", uid: realOwner.uid}
+	widget := obj{apiVersion: "example.com/v1", kind: "Widget", name: "w", uid: "00000000-0000-4000-8000-0000000beef0"}
+	tc.configMap("dangling", ownedBy(elsewhere, false))
+	tc.configMap("unserved", ownedBy(widget, false), ownedBy(elsewhere, false))
+	tc.configMap("kept", ownedBy(live, false), ownedBy(elsewhere, false))
+	cr := tc.clusterRole("invalid", ownedBy(live, false))
+
+	explain := func(args ...string) string {
+		t.Helper()
+		out, errOut, err := kgcCLI(t, app.InspectDeps{}, append(args, "--kubeconfig", kubeconfigPath)...)
+		if err != nil {
+			t.Fatalf("explain %v: %v\n%s", args, err, errOut)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		args  []string
+		wants []string
+	}{
+		{[]string{"explain", "cm/dangling", "-n", tc.ns}, []string{"Verdict: delete (policy Background)", "DANGLING", `in namespace "` + other.ns + `"`, "OwnerRefInvalidNamespace"}},
+		{[]string{"explain", "cm/unserved", "-n", tc.ns}, []string{"Verdict: keep-and-retry", "UNRESOLVABLE", "no API serves kind Widget"}},
+		{[]string{"explain", "cm/kept", "-n", tc.ns}, []string{"Verdict: remove-references", "SOLID", "ConfigMap/real (dangling)"}},
+		{[]string{"explain", "clusterrole/" + cr.name}, []string{"Verdict: keep", "INVALID", "cluster-scoped object cannot be owned by a namespaced ConfigMap"}},
+		{[]string{"explain", "cm/live", "-n", tc.ns}, []string{"Verdict: keep", "no ownerReferences"}},
+	} {
+		out := explain(c.args...)
+		for _, w := range c.wants {
+			if !strings.Contains(out, w) {
+				t.Errorf("kgc %v lacks %q:\n%s", c.args, w, out)
+			}
+		}
+	}
+}
