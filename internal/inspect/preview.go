@@ -179,11 +179,15 @@ func (s *simulation) step(level int, op string, so *simObject, policy, detail st
 func (s *simulation) apiDelete(level int, so *simObject, policy metav1.DeletionPropagation, why string) {
 	o := so.obj
 	s.step(level, OpDelete, so, string(policy), why)
+	// With an explicit policy the apiserver drops both collector
+	// finalizers and adds back the one the policy asks for (also on an
+	// object already being deleted).
+	o.Finalizers = slices.DeleteFunc(o.Finalizers, func(f string) bool { return f == FinalizerOrphan || f == FinalizerForeground })
 	switch policy {
 	case metav1.DeletePropagationOrphan:
-		o.Finalizers = withFinalizer(slices.DeleteFunc(o.Finalizers, func(f string) bool { return f == FinalizerForeground }), FinalizerOrphan)
+		o.Finalizers = withFinalizer(o.Finalizers, FinalizerOrphan)
 	case metav1.DeletePropagationForeground:
-		o.Finalizers = withFinalizer(slices.DeleteFunc(o.Finalizers, func(f string) bool { return f == FinalizerOrphan }), FinalizerForeground)
+		o.Finalizers = withFinalizer(o.Finalizers, FinalizerForeground)
 	}
 	o.Deleting = true
 	s.maybeGone(level, so)

@@ -179,3 +179,32 @@ func TestPreviewRejectsUnknownPolicy(t *testing.T) {
 		t.Error("want an error")
 	}
 }
+
+// TestPreviewRedeleteChangesPolicy: deleting an object already in
+// Foreground deletion with an explicit background policy makes the
+// apiserver drop the foregroundDeletion finalizer: it goes at once.
+func TestPreviewRedeleteChangesPolicy(t *testing.T) {
+	c := newCluster(t)
+	d := c.add(deployR, "a", "d", deleting(), finalizers(metav1.FinalizerDeleteDependents, "example.com/other"))
+	c.add(rsR, "a", "rs", owned(d, true))
+	v := c.view()
+	p, err := PreviewDelete(context.Background(), v, d, metav1.DeletePropagationBackground)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// d keeps its custom finalizer, so it stays, but it no longer waits:
+	// rs is solidly owned by an object that is merely being deleted.
+	if got := stepsString(p); got != "0:delete:d(Background)" || heldNames(p.Blocked) != "d" || heldNames(p.Kept) != "rs" {
+		t.Errorf("steps %s, blocked %s, kept %s", got, heldNames(p.Blocked), heldNames(p.Kept))
+	}
+	c2 := newCluster(t)
+	d2 := c2.add(deployR, "a", "d", deleting(), finalizers(metav1.FinalizerDeleteDependents))
+	c2.add(rsR, "a", "rs", owned(d2, true))
+	p, err = PreviewDelete(context.Background(), c2.view(), d2, metav1.DeletePropagationBackground)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stepsString(p); got != "0:delete:d(Background) 0:deleted:d 1:delete:rs(Background) 1:deleted:rs" {
+		t.Errorf("steps %s", got)
+	}
+}
