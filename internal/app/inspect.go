@@ -306,3 +306,15 @@ func newTreeCommand(deps InspectDeps) *cobra.Command {
 	o.addFlags(cmd)
 	return cmd
 }
+
+// ExecuteInspect runs one inspection command (args as on the command line,
+// e.g. "tree", "cm/x") with deps, writing to stdout and stderr. It is the
+// in-process entry point for embedders and tests.
+func ExecuteInspect(ctx context.Context, deps InspectDeps, args []string, stdout, stderr io.Writer) error {
+	root := &cobra.Command{Use: "kgc", SilenceUsage: true, SilenceErrors: true}
+	AddInspectCommands(root, deps)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	return root.ExecuteContext(ctx)
+}

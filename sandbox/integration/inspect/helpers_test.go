@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -312,13 +311,8 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // kgcCLI runs a kgc inspection command in-process through its cobra wiring.
 func kgcCLI(t *testing.T, deps app.InspectDeps, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	root := &cobra.Command{Use: "kgc", SilenceUsage: true, SilenceErrors: true}
-	app.AddInspectCommands(root, deps)
 	var out, errb bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	root.SetArgs(args)
-	err = root.ExecuteContext(t.Context())
+	err = app.ExecuteInspect(t.Context(), deps, args, &out, &errb)
 	return out.String(), errb.String(), err
 }
 
