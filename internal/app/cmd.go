@@ -44,6 +44,7 @@ func NewRootCommand(ctx context.Context, run RunFunc) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(NewRunCommand(run))
+	AddInspectCommands(root, InspectDeps{})
 	return root
 }
 

@@ -1,0 +1,182 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kgc-dev/kgc/internal/collector"
+	"github.com/kgc-dev/kgc/internal/graph"
+)
+
+// Finalizers the collector handles; any other finalizer is someone else's.
+const (
+	FinalizerOrphan     = graph.FinalizerOrphan
+	FinalizerForeground = graph.FinalizerForeground
+)
+
+// Object is the metadata of one object, as a View sees it.
+type Object struct {
+	APIVersion      string                  `json:"apiVersion"`
+	Kind            string                  `json:"kind"`
+	Namespace       string                  `json:"namespace,omitempty"`
+	Name            string                  `json:"name"`
+	UID             types.UID               `json:"uid"`
+	ResourceVersion string                  `json:"resourceVersion,omitempty"`
+	Deleting        bool                    `json:"deleting,omitempty"`
+	Finalizers      []string                `json:"finalizers,omitempty"`
+	OwnerReferences []metav1.OwnerReference `json:"ownerReferences,omitempty"`
+	// Placeholder: known only because something references it (a running
+	// kgc's graph has never observed it).
+	Placeholder bool `json:"placeholder,omitempty"`
+}
+
+// String renders the object kubectl-style: kind.group/name, plus namespace.
+func (o *Object) String() string {
+	s := kindGroup(o.APIVersion, o.Kind) + "/" + o.Name
+	if o.Namespace != "" {
+		s += " -n " + o.Namespace
+	}
+	return s
+}
+
+// Ref renders the object as "kind.group/name" without the namespace.
+func (o *Object) Ref() string { return kindGroup(o.APIVersion, o.Kind) + "/" + o.Name }
+
+func kindGroup(apiVersion, kind string) string {
+	gv, _ := schema.ParseGroupVersion(apiVersion)
+	if gv.Group == "" {
+		return kind
+	}
+	return kind + "." + gv.Group
+}
+
+// DeletingDependents: in Foreground deletion.
+func (o *Object) DeletingDependents() bool {
+	return o.Deleting && slices.Contains(o.Finalizers, FinalizerForeground)
+}
+
+// Orphaning: being deleted with the orphan finalizer.
+func (o *Object) Orphaning() bool {
+	return o.Deleting && slices.Contains(o.Finalizers, FinalizerOrphan)
+}
+
+// CustomFinalizers are the finalizers no collector handles: whoever added
+// them must remove them.
+func (o *Object) CustomFinalizers() []string {
+	var out []string
+	for _, f := range o.Finalizers {
+		if f != FinalizerOrphan && f != FinalizerForeground {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// blocks reports whether o's reference to owner has blockOwnerDeletion=true.
+func (o *Object) blocks(owner types.UID) bool {
+	for _, r := range o.OwnerReferences {
+		if r.UID == owner && r.BlockOwnerDeletion != nil && *r.BlockOwnerDeletion {
+			return true
+		}
+	}
+	return false
+}
+
+func (o *Object) item(deps []graph.Dependent) graph.Item {
+	return graph.Item{
+		Object: graph.Object{
+			Identity:        graph.Identity{APIVersion: o.APIVersion, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, UID: o.UID},
+			ResourceVersion: o.ResourceVersion,
+			OwnerReferences: o.OwnerReferences,
+			Finalizers:      o.Finalizers,
+			Deleting:        o.Deleting,
+		},
+		Dependents: deps,
+	}
+}
+
+func dependentsOf(owner *Object, deps []*Object) []graph.Dependent {
+	out := make([]graph.Dependent, 0, len(deps))
+	for _, d := range deps {
+		out = append(out, graph.Dependent{UID: d.UID, Blocking: d.blocks(owner.UID), Deleting: d.Deleting, DeletingDependents: d.DeletingDependents()})
+	}
+	return out
+}
+
+// Resolution is how one ownerReference of a dependent classifies.
+type Resolution struct {
+	State collector.OwnerState
+	// Owner is the object the reference resolves to (nil unless the state
+	// is solid or waiting).
+	Owner *Object
+	// Reason says why, in plain words.
+	Reason string
+	// ElsewhereNamespace is set when the state is dangling because the UID
+	// belongs to an object in another namespace (kgc records a Warning event
+	// OwnerRefInvalidNamespace on the dependent).
+	ElsewhereNamespace string
+}
+
+// View is read-only access to the objects and their ownership.
+type View interface {
+	// Lookup finds the object a user names: kind is what the user typed
+	// (kind, resource, short name, optionally .group).
+	Lookup(ctx context.Context, kind, namespace, name string) (*Object, error)
+	// ResolveOwner classifies one ownerReference of dependent.
+	ResolveOwner(ctx context.Context, dependent *Object, ref metav1.OwnerReference) (Resolution, error)
+	// Dependents returns the objects whose ownerReferences name owner.
+	Dependents(ctx context.Context, owner *Object) ([]*Object, error)
+}
+
+// ErrNotFound is returned (wrapped) when the named object does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrUnknownKind is returned (wrapped) when no API serves the named kind.
+var ErrUnknownKind = errors.New("unknown kind")
+
+// ParseTarget splits the command-line form of an object: "KIND/NAME", or
+// "KIND" "NAME" as two arguments.
+func ParseTarget(args []string) (kind, name string, err error) {
+	switch len(args) {
+	case 1:
+		k, n, ok := strings.Cut(args[0], "/")
+		if !ok || k == "" || n == "" || strings.Contains(n, "/") {
+			return "", "", fmt.Errorf("want KIND/NAME (e.g. deployment/web), got %q", args[0])
+		}
+		return k, n, nil
+	case 2:
+		if strings.Contains(args[0], "/") || strings.Contains(args[1], "/") || args[0] == "" || args[1] == "" {
+			return "", "", fmt.Errorf("want KIND/NAME or KIND NAME, got %q", strings.Join(args, " "))
+		}
+		return args[0], args[1], nil
+	}
+	return "", "", fmt.Errorf("want exactly one object: KIND/NAME or KIND NAME, got %d arguments", len(args))
+}
+
+// resolveAll classifies every ownerReference of o.
+func resolveAll(ctx context.Context, v View, o *Object) ([]Resolution, error) {
+	out := make([]Resolution, len(o.OwnerReferences))
+	for i, ref := range o.OwnerReferences {
+		r, err := v.ResolveOwner(ctx, o, ref)
+		if err != nil {
+			return nil, fmt.Errorf("resolving owner %s/%s of %s: %w", kindGroup(ref.APIVersion, ref.Kind), ref.Name, o, err)
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+func states(rs []Resolution) []collector.OwnerState {
+	out := make([]collector.OwnerState, len(rs))
+	for i, r := range rs {
+		out[i] = r.State
+	}
+	return out
+}
