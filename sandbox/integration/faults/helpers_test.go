@@ -58,7 +58,9 @@ type obj struct {
 	uid      types.UID
 }
 
-func (o obj) String() string { return fmt.Sprintf("%s %s/%s (uid %s)", o.kind.kind, o.ns, o.name, o.uid) }
+func (o obj) String() string {
+	return fmt.Sprintf("%s %s/%s (uid %s)", o.kind.kind, o.ns, o.name, o.uid)
+}
 
 func (o obj) client() metadata.ResourceInterface {
 	return metadataClient.Resource(o.gvr()).Namespace(o.ns)
