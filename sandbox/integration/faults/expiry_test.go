@@ -109,6 +109,18 @@ func TestWatchExpiry(t *testing.T) {
 		t.Logf("relist %s (%s) %s after the 410, status %d", relist.Method, describeQuery(relist), relist.Start.Sub(gone.At).Round(time.Millisecond), relist.Status)
 	}
 
+	// The whole story of kgc's Secrets requests after the release.
+	for _, r := range ft.Requests() {
+		if r.Path == secretsPath && !r.Start.Before(releasedAt) {
+			t.Logf("  +%s %s %s → %d", r.Start.Sub(releasedAt).Round(time.Millisecond), r.Method, describeQuery(&r), r.Status)
+		}
+	}
+	for _, g := range ft.Gone() {
+		if g.Path == secretsPath {
+			t.Logf("  410 for the Secrets request with %s (in stream: %v) at +%s", g.Query.Encode(), g.InStream, g.At.Sub(releasedAt).Round(time.Millisecond))
+		}
+	}
+
 	by.check(t)
 	watcher.check(t, ns)
 }

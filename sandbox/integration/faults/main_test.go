@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
 }
 
-func runMain(m *testing.M) int {
+func runMain(m *testing.M) (code int) {
 	flag.Parse()
 	began := time.Now()
 	dir, err := os.MkdirTemp("", "kgc-integration-faults-")
@@ -69,8 +69,11 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer func() {
+		// The tests restart the apiserver: the control plane must still
+		// stop cleanly.
 		if err := cp.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stop control plane:", err)
+			code = 1
 		}
 	}()
 	logf("control plane up after %s", time.Since(began).Round(time.Millisecond))
