@@ -27,7 +27,9 @@ const secretsPath = "/api/v1/secrets"
 // does not touch (the cache keeps events for at least 75 s and grows its
 // window to keep them); only a window exceeded by very many events, or a
 // restarted apiserver whose new cache starts at a later revision, makes it
-// answer "too old resource version". So the package's control plane runs
+// answer "too old resource version" (TestAPIServerRestartMidCascade sees
+// the latter: most of kgc's resumed watches are answered 410 after the
+// restart, and kgc relists). So the package's control plane runs
 // without a watch cache for Secrets (--watch-cache-sizes=secrets#0) and the
 // test uses Secrets: their watches go to etcd, which after the compaction
 // refuses the old revision, and the apiserver sends the 410 as the watch's
