@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,6 +51,9 @@ const (
 	// stopTimeout bounds the whole of Stop's wait for kube-apiserver; it
 	// only keeps a wedged shutdown from hanging the caller forever.
 	stopTimeout = time.Minute
+	// listenRetryTimeout bounds how long a restarted apiserver waits for
+	// its predecessor's port to be free.
+	listenRetryTimeout = 10 * time.Second
 )
 
 // apiServer is a kube-apiserver running in a goroutine.
@@ -94,7 +99,11 @@ func (a *apiServer) stop() error {
 // would, runs the server chain (aggregator → kube APIs → apiextensions) and
 // waits until it is ready. A non-nil *apiServer is returned whenever a
 // goroutine was started, even with an error, so that the caller can stop it.
-func startAPIServer(startCtx context.Context, etcdURL string, pki pkiFiles) (*apiServer, error) {
+//
+// addr is where to listen: "127.0.0.1:0" for a port the kernel picks, or the
+// address of a previous apiserver of the same control plane when it is
+// restarted (a port closed a moment ago may take a moment to free up).
+func startAPIServer(startCtx context.Context, etcdURL string, pki pkiFiles, addr string, watchCacheSizes []string) (*apiServer, error) {
 	s := options.NewServerRunOptions()
 
 	// A registry per server, as kube-apiserver's own test server does: the
@@ -117,7 +126,7 @@ func startAPIServer(startCtx context.Context, etcdURL string, pki pkiFiles) (*ap
 
 	// Serving: loopback only, on a port the kernel picks. Handing the
 	// listener over (instead of a port number) leaves no race.
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	listener, err := listen(startCtx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening: %w", err)
 	}
@@ -130,9 +139,22 @@ func startAPIServer(startCtx context.Context, etcdURL string, pki pkiFiles) (*ap
 	// a non-loopback interface, which a sandboxed machine may not have.
 	s.SecureServing.ExternalAddress = loopbackIP
 	s.GenericServerRunOptions.AdvertiseAddress = loopbackIP
-	// The apiserver writes a self-signed serving certificate here if none
-	// exists; clients use the loopback certificate (see Config) instead.
+	// The serving certificate (for 127.0.0.1) and the admin token come
+	// from files in the PKI directory, not from the apiserver's in-memory
+	// loopback credentials: those are new with every start, while clients
+	// must keep working across a restart of the apiserver.
 	s.SecureServing.ServerCert.CertDirectory = pki.dir
+	s.SecureServing.ServerCert.CertKey.CertFile = pki.servingCert
+	s.SecureServing.ServerCert.CertKey.KeyFile = pki.servingKey
+	s.Authentication.TokenFile.TokenFile = pki.tokenFile
+	caPEM, err := os.ReadFile(pki.servingCA)
+	if err != nil {
+		listener.Close()
+		return nil, fmt.Errorf("reading serving CA: %w", err)
+	}
+	// Resources whose watch cache is disabled (resource[.group]#0): their
+	// lists and watches go to etcd itself.
+	s.Etcd.WatchCacheSizes = watchCacheSizes
 
 	// End open watches at shutdown instead of waiting for their clients
 	// to hang up; see watchTerminationGrace.
@@ -218,14 +240,36 @@ func startAPIServer(startCtx context.Context, etcdURL string, pki pkiFiles) (*ap
 	}()
 	api := &apiServer{cancel: cancel, done: done, listener: tracking}
 
-	cfg := rest.CopyConfig(server.GenericAPIServer.LoopbackClientConfig)
-	cfg.QPS = 1000
-	cfg.Burst = 10000
+	cfg := &rest.Config{
+		Host:            "https://" + listener.Addr().String(),
+		BearerToken:     pki.adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: caPEM},
+		QPS:             1000,
+		Burst:           10000,
+	}
 	if err := waitReady(startCtx, cfg, done); err != nil {
 		return api, err
 	}
 	api.config = cfg
 	return api, nil
+}
+
+// listen listens on addr, retrying for a while if the address is still in
+// use (a restarted apiserver takes over its predecessor's port).
+func listen(ctx context.Context, addr string) (net.Listener, error) {
+	ctx, cancel := context.WithTimeout(ctx, listenRetryTimeout)
+	defer cancel()
+	for {
+		l, err := net.Listen("tcp", addr)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			return l, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (still in use after %v)", err, listenRetryTimeout)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // waitReady polls until /readyz answers ok and the default namespace exists

@@ -26,14 +26,21 @@ type Options struct {
 	// process-global: once a Start without Verbose has silenced it, it
 	// stays silent for the rest of the process.
 	Verbose bool
+	// WatchCacheSizes is kube-apiserver's --watch-cache-sizes
+	// (resource[.group]#size). The only meaningful size is 0: it disables
+	// the watch cache of that resource, so that its lists and watches are
+	// served by etcd directly (a watch from a compacted revision then fails
+	// with 410 Gone, see CompactEtcd). Nil keeps every cache.
+	WatchCacheSizes []string
 }
 
 // ControlPlane is a running etcd + kube-apiserver pair. Create it with Start
 // and release it with Stop.
 type ControlPlane struct {
 	// Config is an admin (system:masters) client configuration for the
-	// kube-apiserver. Its TLSClientConfig.ServerName must be kept: the serving
-	// certificate is verified against that name, not against the host.
+	// kube-apiserver: a bearer token and the CA of the serving certificate,
+	// both kept in Dir, so that the config stays valid when the apiserver
+	// is restarted (RestartAPIServer) on the same address.
 	// QPS and Burst are raised (1000/10000) so that test clients are not
 	// throttled; copy the config (rest.CopyConfig) before changing it.
 	Config *rest.Config
@@ -50,8 +57,17 @@ type ControlPlane struct {
 	ownsDir bool
 	lock    *os.File
 
-	etcd      *etcdServer
+	etcd            *etcdServer
+	pki             pkiFiles
+	watchCacheSizes []string
+	// apiAddr is the apiserver's host:port, kept across restarts.
+	apiAddr string
+
+	// apiMu serializes StopAPIServer, StartAPIServer and Stop; api is nil
+	// while the apiserver is stopped.
+	apiMu     sync.Mutex
 	api       *apiServer
+	stopped   bool
 	stopOnce  sync.Once
 	stopError error
 }
@@ -65,7 +81,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if !opts.Verbose {
 		quietKlog()
 	}
-	cp := &ControlPlane{logf: opts.Logf}
+	cp := &ControlPlane{logf: opts.Logf, watchCacheSizes: opts.WatchCacheSizes}
 	if cp.logf == nil {
 		cp.logf = func(string, ...any) {}
 	}
@@ -92,19 +108,19 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	cp.EtcdURL = cp.etcd.url
 	cp.logf("etcd ready at %s in %v", cp.EtcdURL, time.Since(etcdStart).Round(time.Millisecond))
 
-	pki, err := ensurePKI(filepath.Join(cp.Dir, "pki"))
-	if err != nil {
+	if cp.pki, err = ensurePKI(filepath.Join(cp.Dir, "pki")); err != nil {
 		return nil, err
 	}
 
 	apiStart := time.Now()
-	api, err := startAPIServer(ctx, cp.EtcdURL, pki)
+	api, err := startAPIServer(ctx, cp.EtcdURL, cp.pki, "127.0.0.1:0", cp.watchCacheSizes)
 	// Recorded even on error so that Stop can wait for the goroutine.
 	cp.api = api
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver: %w", err)
 	}
 	cp.Config = api.config
+	cp.apiAddr = api.listener.Addr().String()
 	cp.logf("kube-apiserver ready at %s in %v", cp.Config.Host, time.Since(apiStart).Round(time.Millisecond))
 
 	cp.KubeconfigPath = filepath.Join(cp.Dir, "kubeconfig")
@@ -131,6 +147,10 @@ func (cp *ControlPlane) stop() error {
 	began := time.Now()
 	var errs []error
 
+	cp.apiMu.Lock()
+	defer cp.apiMu.Unlock()
+	cp.stopped = true
+	ranAPI := cp.api != nil || cp.apiAddr != ""
 	// The apiserver goes first: it holds etcd clients and watches, and
 	// stopping etcd under it would turn a clean drain into a storm of
 	// retries.
@@ -140,6 +160,7 @@ func (cp *ControlPlane) stop() error {
 		if err := cp.api.stop(); err != nil {
 			errs = append(errs, fmt.Errorf("kube-apiserver: %w", err))
 		}
+		cp.api = nil
 	}
 
 	if cp.etcd != nil {
@@ -158,10 +179,81 @@ func (cp *ControlPlane) stop() error {
 			errs = append(errs, fmt.Errorf("removing %s: %w", cp.Dir, err))
 		}
 	}
-	if cp.api != nil || cp.etcd != nil {
+	if ranAPI || cp.etcd != nil {
 		cp.logf("control plane stopped in %v", time.Since(began).Round(time.Millisecond))
 	}
 	return errors.Join(errs...)
+}
+
+// errStopped is returned by StartAPIServer and StopAPIServer after Stop.
+var errStopped = errors.New("control plane stopped")
+
+// StopAPIServer stops kube-apiserver alone; etcd keeps running. Clients see
+// their watches end and then connections refused, as with a real apiserver
+// going down. Stopping a stopped apiserver does nothing. Stop still stops
+// everything, whether or not the apiserver runs.
+func (cp *ControlPlane) StopAPIServer() error {
+	cp.apiMu.Lock()
+	defer cp.apiMu.Unlock()
+	if cp.stopped {
+		return errStopped
+	}
+	if cp.api == nil {
+		return nil
+	}
+	began := time.Now()
+	err := cp.api.stop()
+	cp.api = nil
+	if err != nil {
+		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	}
+	cp.logf("kube-apiserver stopped in %v", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, on the
+// same address, with the same certificates, credentials and etcd, and
+// returns once it is ready: Config, KubeconfigPath and the clients built
+// from them keep working. Starting a running apiserver does nothing.
+func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
+	cp.apiMu.Lock()
+	defer cp.apiMu.Unlock()
+	if cp.stopped {
+		return errStopped
+	}
+	if cp.api != nil {
+		return nil
+	}
+	began := time.Now()
+	api, err := startAPIServer(ctx, cp.EtcdURL, cp.pki, cp.apiAddr, cp.watchCacheSizes)
+	if err != nil {
+		if api != nil {
+			// It started but never became ready: take it down again.
+			err = errors.Join(err, api.stop())
+		}
+		return fmt.Errorf("restarting kube-apiserver: %w", err)
+	}
+	cp.api = api
+	cp.logf("kube-apiserver ready again at %s in %v", api.config.Host, time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// RestartAPIServer is StopAPIServer followed by StartAPIServer.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context) error {
+	if err := cp.StopAPIServer(); err != nil {
+		return err
+	}
+	return cp.StartAPIServer(ctx)
+}
+
+// CompactEtcd compacts etcd's history at its current revision, as the
+// apiserver's periodic compaction would, and returns that revision. Watches
+// served by etcd (resources without a watch cache, see
+// Options.WatchCacheSizes) can no longer resume from an older revision: the
+// apiserver answers them 410 Gone ("too old resource version"), and clients
+// must list again.
+func (cp *ControlPlane) CompactEtcd(ctx context.Context) (int64, error) {
+	return cp.etcd.compact(ctx)
 }
 
 // prepareDir returns the directory to use and whether Stop should remove it.

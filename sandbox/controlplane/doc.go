@@ -24,8 +24,13 @@
 //   - kube-apiserver serves HTTPS on 127.0.0.1 on a kernel-picked port, with
 //     every built-in API group, apiextensions (CRDs) and the aggregator.
 //     Authorization is RBAC (so RBAC manifests can be exercised through
-//     impersonation); the admin identity is the apiserver's privileged
-//     loopback token (group system:masters). The ServiceAccount admission
+//     impersonation); the admin identity is a static token (file
+//     pki/tokens.csv, group system:masters), and clients verify the serving
+//     certificate (for 127.0.0.1) against a CA in pki/. Both live in the
+//     directory rather than in the apiserver's memory, so that
+//     StopAPIServer / StartAPIServer (RestartAPIServer) can restart
+//     kube-apiserver alone on the same address and etcd while existing
+//     clients and kubeconfigs keep working. The ServiceAccount admission
 //     plugin is disabled because no controller manager exists to create
 //     service accounts. A front-proxy CA and client certificate are generated
 //     so that aggregated API servers can authenticate the aggregator.

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -98,4 +99,14 @@ func (s *etcdServer) stop() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// compact compacts the key-value history at the current revision (physically,
+// so that the old revisions are gone when it returns) and returns it.
+func (s *etcdServer) compact(ctx context.Context) (int64, error) {
+	rev := s.etcd.Server.KV().Rev()
+	if _, err := s.etcd.Server.Compact(ctx, &pb.CompactionRequest{Revision: rev, Physical: true}); err != nil {
+		return 0, fmt.Errorf("compacting etcd at revision %d: %w", rev, err)
+	}
+	return rev, nil
 }

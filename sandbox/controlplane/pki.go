@@ -7,14 +7,17 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
 	"math"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/util/cert"
@@ -42,6 +45,19 @@ type pkiFiles struct {
 	// (--proxy-client-cert-file, --proxy-client-key-file).
 	frontProxyClientCert string
 	frontProxyClientKey  string
+	// servingCA signs servingCert, the certificate kube-apiserver presents
+	// to clients that connect to 127.0.0.1 (--tls-cert-file,
+	// --tls-private-key-file). Clients trust servingCA; because the files
+	// outlive the apiserver, a restarted apiserver is trusted by the
+	// clients of the previous one.
+	servingCA   string
+	servingCert string
+	servingKey  string
+	// tokenFile (--token-auth-file) holds adminToken, a bearer token of an
+	// admin in system:masters. Like the serving certificate it survives a
+	// restart of the apiserver, unlike the apiserver's loopback token.
+	tokenFile  string
+	adminToken string
 }
 
 func ensurePKI(dir string) (pkiFiles, error) {
@@ -51,6 +67,10 @@ func ensurePKI(dir string) (pkiFiles, error) {
 		frontProxyCA:         filepath.Join(dir, "front-proxy-ca.crt"),
 		frontProxyClientCert: filepath.Join(dir, "front-proxy-client.crt"),
 		frontProxyClientKey:  filepath.Join(dir, "front-proxy-client.key"),
+		servingCA:            filepath.Join(dir, "serving-ca.crt"),
+		servingCert:          filepath.Join(dir, "serving.crt"),
+		servingKey:           filepath.Join(dir, "serving.key"),
+		tokenFile:            filepath.Join(dir, "tokens.csv"),
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return p, fmt.Errorf("creating %s: %w", dir, err)
@@ -63,7 +83,83 @@ func ensurePKI(dir string) (pkiFiles, error) {
 	if err := ensureFrontProxy(p); err != nil {
 		return p, fmt.Errorf("front-proxy certificates: %w", err)
 	}
+	if err := ensureServing(p); err != nil {
+		return p, fmt.Errorf("serving certificates: %w", err)
+	}
+	token, err := ensureAdminToken(p.tokenFile)
+	if err != nil {
+		return p, fmt.Errorf("admin token: %w", err)
+	}
+	p.adminToken = token
 	return p, nil
+}
+
+// ensureServing writes a serving CA and a serving certificate for
+// 127.0.0.1 and localhost signed by it, unless all three files exist.
+func ensureServing(p pkiFiles) error {
+	if exists(p.servingCA) && exists(p.servingCert) && exists(p.servingKey) {
+		return nil
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("generating CA key: %w", err)
+	}
+	ca, err := cert.NewSelfSignedCACert(cert.Config{CommonName: "kgc-sandbox-serving-ca"}, caKey)
+	if err != nil {
+		return fmt.Errorf("creating CA certificate: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("generating serving key: %w", err)
+	}
+	der, err := signCert(ca, caKey, key.Public(), "kgc-sandbox-apiserver", x509.ExtKeyUsageServerAuth,
+		[]net.IP{net.IPv4(127, 0, 0, 1)}, []string{"localhost"})
+	if err != nil {
+		return err
+	}
+	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
+	if err != nil {
+		return fmt.Errorf("encoding serving key: %w", err)
+	}
+	if err := writeCert(p.servingCA, ca.Raw); err != nil {
+		return err
+	}
+	if err := writeCert(p.servingCert, der); err != nil {
+		return err
+	}
+	if err := keyutil.WriteKey(p.servingKey, keyPEM); err != nil {
+		return fmt.Errorf("writing %s: %w", p.servingKey, err)
+	}
+	return nil
+}
+
+// adminUser is the identity of the admin token, in group system:masters
+// (every permission, whatever RBAC says).
+const adminUser = "kgc-sandbox-admin"
+
+// ensureAdminToken returns the admin token in path, first writing a new
+// random one if the file does not exist. The file has kube-apiserver's
+// --token-auth-file format: token,user,uid,"group,...".
+func ensureAdminToken(path string) (string, error) {
+	if data, err := os.ReadFile(path); err == nil {
+		token, _, ok := strings.Cut(string(data), ",")
+		if !ok || token == "" {
+			return "", fmt.Errorf("%s: no token in %q", path, data)
+		}
+		return token, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("generating token: %w", err)
+	}
+	token := hex.EncodeToString(raw)
+	line := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", token, adminUser, adminUser)
+	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
+		return "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	return token, nil
 }
 
 // ensureFrontProxy writes a front-proxy CA and a client certificate signed
@@ -85,7 +181,7 @@ func ensureFrontProxy(p pkiFiles) error {
 	if err != nil {
 		return fmt.Errorf("generating client key: %w", err)
 	}
-	clientDER, err := signClientCert(ca, caKey, clientKey.Public(), frontProxyClientName)
+	clientDER, err := signCert(ca, caKey, clientKey.Public(), frontProxyClientName, x509.ExtKeyUsageClientAuth, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -105,10 +201,12 @@ func ensureFrontProxy(p pkiFiles) error {
 	return nil
 }
 
-// signClientCert issues a client-authentication certificate for commonName,
-// valid (like the CA from cert.NewSelfSignedCACert) for ten years, with an
-// hour of slack for clock skew.
-func signClientCert(ca *x509.Certificate, caKey crypto.Signer, pub crypto.PublicKey, commonName string) ([]byte, error) {
+// signCert issues a certificate for commonName with one extended key usage
+// (client or server authentication) and the given subject alternative
+// names, valid (like the CA from cert.NewSelfSignedCACert) for ten years,
+// with an hour of slack for clock skew.
+func signCert(ca *x509.Certificate, caKey crypto.Signer, pub crypto.PublicKey, commonName string,
+	usage x509.ExtKeyUsage, ips []net.IP, dnsNames []string) ([]byte, error) {
 	serial, err := rand.Int(rand.Reader, big.NewInt(math.MaxInt64))
 	if err != nil {
 		return nil, fmt.Errorf("generating serial number: %w", err)
@@ -120,7 +218,9 @@ func signClientCert(ca *x509.Certificate, caKey crypto.Signer, pub crypto.Public
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		IPAddresses:  ips,
+		DNSNames:     dnsNames,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, pub, caKey)
 	if err != nil {

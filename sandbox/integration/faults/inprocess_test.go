@@ -1,0 +1,51 @@
+package faults
+
+import (
+	"context"
+	"log"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/client-go/rest"
+
+	"github.com/kgc-dev/kgc/pkg/kgc"
+	"github.com/kgc-dev/kgc/sandbox/internal/faultproxy"
+)
+
+// startInProcess runs kgc in-process (package kgc) with every request going
+// through ft, and returns once it has synced. A cleanup stops it.
+func startInProcess(t *testing.T, ft *faultproxy.Transport, qps float32, burst int) *kgc.Collector {
+	t.Helper()
+	cfg := rest.CopyConfig(cp.Config)
+	// kgc keeps the caller's WrapTransport and wraps more around it, so
+	// the fault transport sits right before the network.
+	cfg.WrapTransport = ft.Wrap
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	gc, err := kgc.Start(context.Background(), cfg, kgc.Options{
+		Workers:               10,
+		DiscoveryResyncPeriod: 5 * time.Second,
+		QPS:                   qps,
+		Burst:                 burst,
+		Logger:                kgcLogger(t.Name()),
+	})
+	if err != nil {
+		t.Fatalf("starting kgc: %v", err)
+	}
+	t.Cleanup(gc.Stop)
+	if err := gc.WaitForSync(ctx); err != nil {
+		t.Fatalf("kgc did not sync: %v", err)
+	}
+	return gc
+}
+
+func kgcLogger(name string) logr.Logger {
+	if !verbose {
+		return logr.Discard()
+	}
+	return funcr.New(func(prefix, args string) {
+		log.Printf("kgc[%s]: %s %s", name, prefix, args)
+	}, funcr.Options{Verbosity: 4})
+}

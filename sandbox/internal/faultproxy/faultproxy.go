@@ -1,0 +1,443 @@
+// Package faultproxy is a fault-injecting HTTP transport for tests that put
+// a client (kgc) in front of a real kube-apiserver: install it with
+// rest.Config.WrapTransport (or Wrap) and it sits between the client and
+// the network.
+//
+// It can
+//
+//   - fail a seeded, reproducible fraction of writes (DELETE and PATCH)
+//     with an injected status (409 Conflict, 500, 503 without Retry-After so
+//     client-go does not retry on its own), and fail chosen requests a fixed
+//     number of times first ("stubborn" objects, to observe backoff);
+//   - cut every open watch stream (the client sees the stream end) and hold
+//     new watch requests until released, as during a network partition;
+//   - notice a watch that the apiserver answers with 410 Gone ("too old
+//     resource version"), whether as the HTTP status or as an ERROR event
+//     inside the stream;
+//   - record every request with its outcome and time.
+package faultproxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Config configures a Transport. The zero value injects nothing.
+type Config struct {
+	// Seed seeds the write-fault decisions; the same seed and the same
+	// sequence of writes give the same faults.
+	Seed int64
+	// WriteFailureRate is the fraction (0..1) of eligible writes that fail.
+	WriteFailureRate float64
+	// Codes are the statuses injected on a failing write, chosen at random
+	// (409, 500 and 503 are understood). Default: 409 and 500.
+	Codes []int
+	// Eligible selects the writes faults may be injected on; nil means all
+	// DELETE and PATCH requests.
+	Eligible func(r *http.Request) bool
+	// Stubborn returns how many attempts at the write r must fail before
+	// the random faults apply to it (counted per method and path). Nil
+	// means none.
+	Stubborn func(r *http.Request) int
+}
+
+// Request is one recorded request.
+type Request struct {
+	Method string
+	Path   string
+	Query  url.Values
+	// Watch is set for watch requests (watch=true).
+	Watch bool
+	// Start is when the request was sent (after any hold), End when its
+	// response headers arrived.
+	Start, End time.Time
+	// Status is the response status (0 when the request failed).
+	Status int
+	// Injected is set when the response was made up by the transport.
+	Injected bool
+	// Err is the transport error, if any.
+	Err string
+}
+
+// IsWrite reports whether the request is a DELETE or a PATCH.
+func (r Request) IsWrite() bool { return r.Method == http.MethodDelete || r.Method == http.MethodPatch }
+
+// Gone is one watch that the apiserver answered with 410 Gone.
+type Gone struct {
+	Path  string
+	Query url.Values
+	At    time.Time
+	// InStream is set when the 410 came as a watch ERROR event rather
+	// than as the response status.
+	InStream bool
+}
+
+// Transport injects faults; see the package documentation. Use Wrap to
+// install it around a client's transport.
+type Transport struct {
+	cfg Config
+
+	mu       sync.Mutex
+	rng      *rand.Rand
+	attempts map[string]int // method+path → attempts so far
+	requests []Request
+	gone     []Gone
+	watches  map[*watchBody]struct{}
+	hold     chan struct{} // non-nil while watches are held; closed on release
+	cuts     int
+}
+
+// New returns a Transport with cfg.
+func New(cfg Config) *Transport {
+	if len(cfg.Codes) == 0 {
+		cfg.Codes = []int{http.StatusConflict, http.StatusInternalServerError}
+	}
+	return &Transport{
+		cfg:      cfg,
+		rng:      rand.New(rand.NewSource(cfg.Seed)),
+		attempts: map[string]int{},
+		watches:  map[*watchBody]struct{}{},
+	}
+}
+
+// Wrap returns rt wrapped by the transport; it has the signature of
+// rest.Config.WrapTransport.
+func (t *Transport) Wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper{t: t, next: rt}
+}
+
+type roundTripper struct {
+	t    *Transport
+	next http.RoundTripper
+}
+
+func isWatch(q url.Values) bool {
+	w := q.Get("watch")
+	return w == "true" || w == "1"
+}
+
+func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	t := rt.t
+	q := req.URL.Query()
+	watch := isWatch(q)
+	if watch {
+		if err := t.waitHold(req); err != nil {
+			return nil, err
+		}
+	}
+	rec := Request{Method: req.Method, Path: req.URL.Path, Query: q, Watch: watch, Start: time.Now()}
+
+	if code := t.decide(req); code != 0 {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		rec.End, rec.Status, rec.Injected = time.Now(), code, true
+		t.record(rec)
+		return injected(req, code), nil
+	}
+
+	resp, err := rt.next.RoundTrip(req)
+	rec.End = time.Now()
+	if err != nil {
+		rec.Err = err.Error()
+		t.record(rec)
+		return nil, err
+	}
+	rec.Status = resp.StatusCode
+	t.record(rec)
+	if !watch {
+		return resp, nil
+	}
+	if resp.StatusCode == http.StatusGone {
+		t.addGone(Gone{Path: req.URL.Path, Query: q, At: rec.End})
+		return resp, nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		return resp, nil
+	}
+	resp.Body = t.track(resp.Body, req.URL.Path, q)
+	return resp, nil
+}
+
+// decide returns the status to inject on req, or 0 to pass it through.
+func (t *Transport) decide(req *http.Request) int {
+	if req.Method != http.MethodDelete && req.Method != http.MethodPatch {
+		return 0
+	}
+	if t.cfg.Eligible != nil && !t.cfg.Eligible(req) {
+		return 0
+	}
+	stubborn := 0
+	if t.cfg.Stubborn != nil {
+		stubborn = t.cfg.Stubborn(req)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := req.Method + " " + req.URL.Path
+	t.attempts[key]++
+	if t.attempts[key] <= stubborn {
+		return t.cfg.Codes[t.rng.Intn(len(t.cfg.Codes))]
+	}
+	if t.cfg.WriteFailureRate > 0 && t.rng.Float64() < t.cfg.WriteFailureRate {
+		return t.cfg.Codes[t.rng.Intn(len(t.cfg.Codes))]
+	}
+	return 0
+}
+
+// injected makes up an apiserver-style error response.
+func injected(req *http.Request, code int) *http.Response {
+	status := metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure,
+		Code:     int32(code),
+		Message:  fmt.Sprintf("faultproxy: injected %d", code),
+	}
+	switch code {
+	case http.StatusConflict:
+		status.Reason = metav1.StatusReasonConflict
+		status.Message = "faultproxy: injected conflict: the object has been modified; please apply your changes to the latest version and try again"
+	case http.StatusServiceUnavailable:
+		status.Reason = metav1.StatusReasonServiceUnavailable
+	default:
+		status.Reason = metav1.StatusReasonInternalError
+	}
+	body, _ := json.Marshal(status)
+	return &http.Response{
+		Status:        fmt.Sprintf("%d %s", code, http.StatusText(code)),
+		StatusCode:    code,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        http.Header{"Content-Type": []string{"application/json"}},
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
+}
+
+func (t *Transport) record(r Request) {
+	t.mu.Lock()
+	t.requests = append(t.requests, r)
+	t.mu.Unlock()
+}
+
+func (t *Transport) addGone(g Gone) {
+	t.mu.Lock()
+	t.gone = append(t.gone, g)
+	t.mu.Unlock()
+}
+
+// Requests returns every request recorded so far, in the order their
+// responses arrived.
+func (t *Transport) Requests() []Request {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.requests)
+}
+
+// Gone returns the watches answered with 410 Gone so far.
+func (t *Transport) Gone() []Gone {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.gone)
+}
+
+// OpenWatches returns how many watch streams are open.
+func (t *Transport) OpenWatches() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.watches)
+}
+
+// HoldWatches makes new watch requests wait (until ReleaseWatches or their
+// context ends) and cuts the open watch streams: their readers see the
+// stream end as if the server had closed it. It returns how many streams
+// were cut.
+func (t *Transport) HoldWatches() int {
+	t.mu.Lock()
+	if t.hold == nil {
+		t.hold = make(chan struct{})
+	}
+	open := make([]*watchBody, 0, len(t.watches))
+	for w := range t.watches {
+		open = append(open, w)
+	}
+	t.cuts++
+	t.mu.Unlock()
+	for _, w := range open {
+		w.cut()
+	}
+	return len(open)
+}
+
+// ReleaseWatches lets held and new watch requests through.
+func (t *Transport) ReleaseWatches() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.hold != nil {
+		close(t.hold)
+		t.hold = nil
+	}
+}
+
+// HeldWatches is true between HoldWatches and ReleaseWatches.
+func (t *Transport) HeldWatches() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.hold != nil
+}
+
+func (t *Transport) waitHold(req *http.Request) error {
+	t.mu.Lock()
+	hold := t.hold
+	t.mu.Unlock()
+	if hold == nil {
+		return nil
+	}
+	select {
+	case <-hold:
+		return nil
+	case <-req.Context().Done():
+		return req.Context().Err()
+	}
+}
+
+// tooOld is in the message of both 410 answers to a watch: the watch
+// cache's "too old resource version: X (Y)" and etcd's "The resourceVersion
+// for the provided watch is too old." It is plain text in JSON and in
+// protobuf streams alike.
+var tooOld = []byte("too old")
+
+// watchBody is an open watch stream. It scans what passes for a 410 error
+// event and can be cut.
+type watchBody struct {
+	t     *Transport
+	rc    io.ReadCloser
+	path  string
+	query url.Values
+
+	mu      sync.Mutex
+	isCut   bool
+	tail    []byte // the last bytes read, for a match across reads
+	seen    bool   // a 410 was recorded for this stream
+	removed bool
+}
+
+func (t *Transport) track(rc io.ReadCloser, path string, q url.Values) io.ReadCloser {
+	w := &watchBody{t: t, rc: rc, path: path, query: q}
+	t.mu.Lock()
+	t.watches[w] = struct{}{}
+	t.mu.Unlock()
+	return w
+}
+
+func (w *watchBody) Read(p []byte) (int, error) {
+	n, err := w.rc.Read(p)
+	w.mu.Lock()
+	cut := w.isCut
+	if n > 0 && !w.seen {
+		buf := append(w.tail, p[:n]...)
+		if bytes.Contains(buf, tooOld) {
+			w.seen = true
+			w.t.addGone(Gone{Path: w.path, Query: w.query, At: time.Now(), InStream: true})
+		}
+		keep := len(tooOld) - 1
+		if len(buf) > keep {
+			buf = buf[len(buf)-keep:]
+		}
+		w.tail = append(w.tail[:0], buf...)
+	}
+	w.mu.Unlock()
+	if cut {
+		// However the cut surfaced (a read on a closed body), the reader
+		// sees the clean end of a stream the server closed.
+		w.forget()
+		return 0, io.EOF
+	}
+	if err != nil {
+		w.forget()
+	}
+	return n, err
+}
+
+func (w *watchBody) Close() error {
+	w.forget()
+	return w.rc.Close()
+}
+
+// cut ends the stream: the next (or pending) Read returns io.EOF.
+func (w *watchBody) cut() {
+	w.mu.Lock()
+	w.isCut = true
+	w.mu.Unlock()
+	w.forget()
+	// Unblocks a Read waiting for the next event.
+	_ = w.rc.Close()
+}
+
+func (w *watchBody) forget() {
+	w.mu.Lock()
+	removed := w.removed
+	w.removed = true
+	w.mu.Unlock()
+	if removed {
+		return
+	}
+	w.t.mu.Lock()
+	delete(w.t.watches, w)
+	w.t.mu.Unlock()
+}
+
+// Writes returns the recorded writes (DELETE and PATCH).
+func (t *Transport) Writes() []Request {
+	var out []Request
+	for _, r := range t.Requests() {
+		if r.IsWrite() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// String summarizes the transport's activity for logs.
+func (t *Transport) String() string {
+	reqs := t.Requests()
+	var writes, injectedN, watches int
+	for _, r := range reqs {
+		if r.IsWrite() {
+			writes++
+		}
+		if r.Injected {
+			injectedN++
+		}
+		if r.Watch {
+			watches++
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return fmt.Sprintf("%d requests (%d writes, %d injected faults, %d watches), %d watch cuts, %d answered 410",
+		len(reqs), writes, injectedN, watches, t.cuts, len(t.gone))
+}
+
+// HasPrefix reports whether r's path is under one of prefixes; a helper
+// for Config.Eligible.
+func HasPrefix(r *http.Request, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(r.URL.Path, p) {
+			return true
+		}
+	}
+	return false
+}

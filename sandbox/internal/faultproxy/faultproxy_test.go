@@ -1,0 +1,178 @@
+package faultproxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// server answers writes 200, a plain GET 200, and watches with a stream
+// that sends line then stays open until the client goes.
+func server(t *testing.T, line string) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") != "true" {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, line)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func client(ft *Transport) *http.Client {
+	return &http.Client{Transport: ft.Wrap(http.DefaultTransport)}
+}
+
+func do(t *testing.T, c *http.Client, method, url string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestWriteFaults checks the injection rate, that only writes are hit, that
+// a seed reproduces the same faults, and stubborn requests.
+func TestWriteFaults(t *testing.T) {
+	s := server(t, "")
+	run := func(seed int64) []int {
+		ft := New(Config{
+			Seed: seed, WriteFailureRate: 0.3,
+			Codes:    []int{409, 500},
+			Eligible: func(r *http.Request) bool { return HasPrefix(r, "/ns/a/") },
+			Stubborn: func(r *http.Request) int {
+				if strings.HasSuffix(r.URL.Path, "/stubborn") {
+					return 3
+				}
+				return 0
+			},
+		})
+		c := client(ft)
+		var codes []int
+		for range 1000 {
+			codes = append(codes, do(t, c, http.MethodDelete, s.URL+"/ns/a/x"))
+		}
+		// Not eligible, or not writes: never injected.
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut} {
+			if code := do(t, c, m, s.URL+"/ns/a/x"); code != 200 {
+				t.Errorf("%s got %d, want 200", m, code)
+			}
+		}
+		if code := do(t, c, http.MethodPatch, s.URL+"/ns/b/x"); code != 200 {
+			t.Errorf("PATCH outside the eligible prefix got %d", code)
+		}
+		for i := range 3 {
+			if code := do(t, c, http.MethodPatch, s.URL+"/ns/a/stubborn"); code == 200 {
+				t.Errorf("stubborn attempt %d succeeded", i+1)
+			}
+		}
+		injected := 0
+		for _, r := range ft.Requests() {
+			if r.Injected {
+				injected++
+			}
+		}
+		if injected < 1000*0.3*0.8+3 || injected > 1000*0.3*1.2+3 {
+			t.Errorf("%d of 1000 writes injected at rate 0.3", injected)
+		}
+		return codes
+	}
+	a := run(42)
+	if !slices.Equal(a, run(42)) {
+		t.Error("the same seed gave different faults")
+	}
+	if slices.Equal(a, run(43)) {
+		t.Error("different seeds gave the same faults")
+	}
+}
+
+// TestHoldAndCut checks that HoldWatches ends open streams with a clean
+// EOF, holds new watches until ReleaseWatches, and spots a 410 in a stream.
+func TestHoldAndCut(t *testing.T) {
+	line := `{"type":"ERROR","object":{"kind":"Status","code":410,"message":"too old resource version: 1 (2)"}}` + "\n"
+	s := server(t, line)
+	ft := New(Config{})
+	c := client(ft)
+
+	resp, err := c.Get(s.URL + "/w?watch=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// Read in small pieces: the scan must see the message across reads.
+	buf := make([]byte, len(line))
+	for read := 0; read < len(line); {
+		n, err := resp.Body.Read(buf[read:min(read+5, len(line))])
+		if err != nil {
+			t.Fatal(err)
+		}
+		read += n
+	}
+	if n := ft.OpenWatches(); n != 1 {
+		t.Fatalf("%d open watches, want 1", n)
+	}
+	if n := ft.HoldWatches(); n != 1 {
+		t.Errorf("HoldWatches cut %d streams, want 1", n)
+	}
+	if rest, err := io.ReadAll(resp.Body); err != nil || len(rest) != 0 {
+		t.Errorf("reading a cut stream: %q, %v; want a clean EOF", rest, err)
+	}
+	if g := ft.Gone(); len(g) != 1 || !g[0].InStream {
+		t.Errorf("Gone() = %+v after a stream carrying a 410, want one in-stream entry", g)
+	}
+	if ft.OpenWatches() != 0 {
+		t.Errorf("%d open watches after the cut", ft.OpenWatches())
+	}
+
+	// A new watch waits for the release.
+	got := make(chan error, 1)
+	go func() {
+		resp, err := c.Get(s.URL + "/w?watch=true")
+		if err == nil {
+			resp.Body.Close()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("a watch got through while held (err %v)", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	ft.ReleaseWatches()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Errorf("released watch: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held watch was not released")
+	}
+
+	// A held watch gives up with its context.
+	ft.HoldWatches()
+	defer ft.ReleaseWatches()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/w?watch=true", nil)
+	if _, err := c.Do(req); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("held watch with an expiring context: %v", err)
+	}
+}
