@@ -68,6 +68,7 @@ type Collector struct {
 	ops      *apiops.Ops
 	resolver *resolver
 	warned   *onceSet
+	writes   writeLog // kgc's writes the graph has not observed yet (writes.go)
 
 	attemptToDelete workqueue.TypedRateLimitingInterface[types.UID]
 	attemptToOrphan workqueue.TypedRateLimitingInterface[types.UID]
