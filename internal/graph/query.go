@@ -41,22 +41,21 @@ func (g *Graph) Item(uid types.UID) (Item, bool) {
 	if n == nil {
 		return Item{}, false
 	}
-	it := Item{Object: n.Object, Virtual: n.virtual, Absent: n.absent}
-	it.OwnerReferences = cloneRefs(n.OwnerReferences)
-	it.Finalizers = slices.Clone(n.Finalizers)
-	it.Dependents = make([]Dependent, 0, len(n.dependents))
-	for depUID := range n.dependents {
-		d := g.nodes[depUID]
-		if d == nil {
-			continue
+	it := Item{Object: n.object(), Virtual: n.virtual(), Absent: n.absent()}
+	it.OwnerReferences = cloneRefs(n.refs)
+	it.Finalizers = slices.Clone(n.finalizers)
+	it.Dependents = make([]Dependent, 0, n.numDependents())
+	n.dependents.each(func(depUID types.UID) bool {
+		if d := g.nodes[depUID]; d != nil {
+			it.Dependents = append(it.Dependents, Dependent{
+				UID:                depUID,
+				Blocking:           blocks(d.refs, uid),
+				Deleting:           d.deleting(),
+				DeletingDependents: d.deletingDependents(),
+			})
 		}
-		it.Dependents = append(it.Dependents, Dependent{
-			UID:                depUID,
-			Blocking:           blocks(d.OwnerReferences, uid),
-			Deleting:           d.Deleting,
-			DeletingDependents: d.DeletingDependents(),
-		})
-	}
+		return true
+	})
 	return it, true
 }
 
@@ -69,11 +68,11 @@ func (g *Graph) Owner(uid types.UID) (OwnerView, bool) {
 		return OwnerView{}, false
 	}
 	return OwnerView{
-		Identity:           n.Identity,
-		Virtual:            n.virtual,
-		Absent:             n.absent,
-		Deleting:           n.Deleting,
-		DeletingDependents: n.DeletingDependents(),
+		Identity:           n.identity(),
+		Virtual:            n.virtual(),
+		Absent:             n.absent(),
+		Deleting:           n.deleting(),
+		DeletingDependents: n.deletingDependents(),
 	}, true
 }
 
@@ -108,12 +107,12 @@ func (g *Graph) Snapshot(uids ...types.UID) []NodeView {
 	out := make([]NodeView, 0, len(selected))
 	for _, n := range selected {
 		out = append(out, NodeView{
-			Identity:           n.Identity,
-			Virtual:            n.virtual,
-			Absent:             n.absent,
-			Deleting:           n.Deleting,
-			DeletingDependents: n.DeletingDependents(),
-			Owners:             cloneRefs(n.OwnerReferences),
+			Identity:           n.identity(),
+			Virtual:            n.virtual(),
+			Absent:             n.absent(),
+			Deleting:           n.deleting(),
+			DeletingDependents: n.deletingDependents(),
+			Owners:             cloneRefs(n.refs),
 		})
 	}
 	slices.SortFunc(out, func(a, b NodeView) int {
@@ -143,12 +142,10 @@ func (g *Graph) component(uids []types.UID) map[types.UID]*node {
 			continue
 		}
 		seen[uid] = n
-		for i := range n.OwnerReferences {
-			stack = append(stack, n.OwnerReferences[i].UID)
+		for i := range n.refs {
+			stack = append(stack, n.refs[i].UID)
 		}
-		for dep := range n.dependents {
-			stack = append(stack, dep)
-		}
+		n.dependents.each(func(dep types.UID) bool { stack = append(stack, dep); return true })
 	}
 	return seen
 }
@@ -159,39 +156,49 @@ func (g *Graph) CheckInvariants() error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	for uid, n := range g.nodes {
-		if n.Identity.UID != uid {
-			return fmt.Errorf("node keyed %s has identity uid %s", uid, n.Identity.UID)
+		if n.uid != uid {
+			return fmt.Errorf("node keyed %s has identity uid %s", uid, n.uid)
 		}
-		if n.virtual {
-			if len(n.dependents) == 0 {
-				return fmt.Errorf("virtual node %s has no dependents", n.Identity)
-			}
-			if len(n.OwnerReferences) != 0 {
-				return fmt.Errorf("virtual node %s has owners", n.Identity)
-			}
-		} else if n.absent {
-			return fmt.Errorf("observed node %s is marked absent", n.Identity)
+		if n.typ == nil {
+			return fmt.Errorf("node %s has no apiVersion/kind", uid)
 		}
-		for i := range n.OwnerReferences {
-			o := g.nodes[n.OwnerReferences[i].UID]
+		if n.dependents != nil && n.dependents.len() == 0 {
+			return fmt.Errorf("node %s has an empty dependents set", n.identity())
+		}
+		if n.virtual() {
+			if n.numDependents() == 0 {
+				return fmt.Errorf("virtual node %s has no dependents", n.identity())
+			}
+			if len(n.refs) != 0 {
+				return fmt.Errorf("virtual node %s has owners", n.identity())
+			}
+		} else if n.absent() {
+			return fmt.Errorf("observed node %s is marked absent", n.identity())
+		}
+		for i := range n.refs {
+			o := g.nodes[n.refs[i].UID]
 			if o == nil {
-				return fmt.Errorf("owner %s of %s is not in the graph", n.OwnerReferences[i].UID, n.Identity)
+				return fmt.Errorf("owner %s of %s is not in the graph", n.refs[i].UID, n.identity())
 			}
-			if _, ok := o.dependents[uid]; !ok {
-				return fmt.Errorf("owner %s does not list dependent %s", o.Identity, n.Identity)
+			if o.dependents == nil || !o.dependents.has(uid) {
+				return fmt.Errorf("owner %s does not list dependent %s", o.identity(), n.identity())
 			}
 		}
-		for dep := range n.dependents {
+		var err error
+		n.dependents.each(func(dep types.UID) bool {
 			d := g.nodes[dep]
-			if d == nil {
-				return fmt.Errorf("dependent %s of %s is not in the graph", dep, n.Identity)
+			switch {
+			case d == nil:
+				err = fmt.Errorf("dependent %s of %s is not in the graph", dep, n.identity())
+			case d.virtual():
+				err = fmt.Errorf("dependent %s of %s is virtual", d.identity(), n.identity())
+			case !hasRef(d.refs, uid):
+				err = fmt.Errorf("dependent %s does not reference owner %s", d.identity(), n.identity())
 			}
-			if d.virtual {
-				return fmt.Errorf("dependent %s of %s is virtual", d.Identity, n.Identity)
-			}
-			if _, ok := refsByUID(d.OwnerReferences)[uid]; !ok {
-				return fmt.Errorf("dependent %s does not reference owner %s", d.Identity, n.Identity)
-			}
+			return err == nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -203,12 +210,12 @@ func (g *Graph) Object(uid types.UID) (obj Object, ok bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	n := g.nodes[uid]
-	if n == nil || n.virtual {
+	if n == nil || n.virtual() {
 		return Object{}, false
 	}
-	obj = n.Object
-	obj.OwnerReferences = cloneRefs(n.OwnerReferences)
-	obj.Finalizers = slices.Clone(n.Finalizers)
+	obj = n.object()
+	obj.OwnerReferences = cloneRefs(n.refs)
+	obj.Finalizers = slices.Clone(n.finalizers)
 	return obj, true
 }
 
@@ -237,17 +244,17 @@ func (g *Graph) Counts() Counts {
 	var c Counts
 	for _, n := range g.nodes {
 		switch {
-		case n.absent:
+		case n.absent():
 			c.Absent++
-		case n.virtual:
+		case n.virtual():
 			c.Virtual++
 		default:
 			c.Observed++
 		}
-		if n.Deleting {
+		if n.deleting() {
 			c.Deleting++
 		}
-		if n.DeletingDependents() {
+		if n.deletingDependents() {
 			c.DeletingDependents++
 		}
 	}
