@@ -2,7 +2,6 @@ package graph
 
 import (
 	"slices"
-	"strings"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,160 +72,25 @@ type Effects struct {
 
 func (e *Effects) addDelete(uid types.UID) { e.AttemptToDelete = append(e.AttemptToDelete, uid) }
 
-// node is one object in the graph. It is kept small: at 100k objects every
-// byte counts (see BenchmarkApply and the memory test in discovery). The
-// apiVersion/kind pair is interned per graph; strings and ownerReferences
-// share their backing memory with the informer's stored object.
 type node struct {
-	typ        *typeInfo
-	namespace  string
-	name       string
-	uid        types.UID
-	rv         string
-	refs       []metav1.OwnerReference
-	finalizers []string
-	flags      nodeFlags
-	dependents *depSet // nil: no dependents
-}
-
-type nodeFlags uint8
-
-const (
-	flagDeleting nodeFlags = 1 << iota
-	// flagVirtual: referenced, not observed. Identity then comes from the
-	// first reference that named the UID and is only a guess.
-	flagVirtual
-	// flagAbsent: a virtual node for an object observed deleted.
-	flagAbsent
-)
-
-func (n *node) deleting() bool { return n.flags&flagDeleting != 0 }
-func (n *node) virtual() bool  { return n.flags&flagVirtual != 0 }
-func (n *node) absent() bool   { return n.flags&flagAbsent != 0 }
-
-func (n *node) deletingDependents() bool {
-	return n.deleting() && slices.Contains(n.finalizers, FinalizerForeground)
-}
-
-func (n *node) orphaning() bool {
-	return n.deleting() && slices.Contains(n.finalizers, FinalizerOrphan)
-}
-
-func (n *node) identity() Identity {
-	return Identity{APIVersion: n.typ.apiVersion, Kind: n.typ.kind, Namespace: n.namespace, Name: n.name, UID: n.uid}
-}
-
-// object returns the node's object; refs and finalizers alias the node's.
-func (n *node) object() Object {
-	return Object{Identity: n.identity(), ResourceVersion: n.rv, OwnerReferences: n.refs, Finalizers: n.finalizers, Deleting: n.deleting()}
-}
-
-func (n *node) numDependents() int {
-	if n.dependents == nil {
-		return 0
-	}
-	return n.dependents.len()
-}
-
-// typeInfo is an interned apiVersion/kind pair.
-type typeInfo struct{ apiVersion, kind string }
-
-// depSet is a node's dependents: a slice while small (most owners have a
-// handful), a map once large (a foreground owner of 20k dependents loses
-// them one by one).
-type depSet struct {
-	small []types.UID
-	big   map[types.UID]struct{}
-}
-
-const depSetSmall = 16
-
-func (d *depSet) len() int {
-	if d.big != nil {
-		return len(d.big)
-	}
-	return len(d.small)
-}
-
-func (d *depSet) has(uid types.UID) bool {
-	if d.big != nil {
-		_, ok := d.big[uid]
-		return ok
-	}
-	return slices.Contains(d.small, uid)
-}
-
-func (d *depSet) add(uid types.UID) {
-	switch {
-	case d.big != nil:
-		d.big[uid] = struct{}{}
-	case slices.Contains(d.small, uid):
-	case len(d.small) < depSetSmall:
-		d.small = append(d.small, uid)
-	default:
-		d.big = make(map[types.UID]struct{}, 2*depSetSmall)
-		for _, u := range d.small {
-			d.big[u] = struct{}{}
-		}
-		d.big[uid] = struct{}{}
-		d.small = nil
-	}
-}
-
-func (d *depSet) remove(uid types.UID) {
-	if d.big != nil {
-		delete(d.big, uid)
-		return
-	}
-	if i := slices.Index(d.small, uid); i >= 0 {
-		last := len(d.small) - 1
-		d.small[i] = d.small[last]
-		d.small[last] = ""
-		d.small = d.small[:last]
-	}
-}
-
-// each calls f for every dependent until f returns false.
-func (d *depSet) each(f func(types.UID) bool) {
-	if d == nil {
-		return
-	}
-	if d.big != nil {
-		for u := range d.big {
-			if !f(u) {
-				return
-			}
-		}
-		return
-	}
-	for _, u := range d.small {
-		if !f(u) {
-			return
-		}
-	}
+	Object
+	// virtual: referenced, not observed. Identity then comes from the first
+	// reference that named the UID and is only a guess.
+	virtual bool
+	// absent: a virtual node for an object observed deleted.
+	absent     bool
+	dependents map[types.UID]struct{}
 }
 
 // Graph is the ownership graph. See the package doc for the concurrency contract.
 type Graph struct {
 	mu    sync.RWMutex
 	nodes map[types.UID]*node
-	// types interns apiVersion/kind pairs; only the writer touches it.
-	types map[typeInfo]*typeInfo
 }
 
 // New returns an empty graph.
 func New() *Graph {
-	return &Graph{nodes: make(map[types.UID]*node), types: make(map[typeInfo]*typeInfo)}
-}
-
-func (g *Graph) typeOf(apiVersion, kind string) *typeInfo {
-	k := typeInfo{apiVersion, kind}
-	if t := g.types[k]; t != nil {
-		return t
-	}
-	t := &typeInfo{strings.Clone(apiVersion), strings.Clone(kind)}
-	g.types[*t] = t
-	return t
+	return &Graph{nodes: make(map[types.UID]*node)}
 }
 
 // Apply applies one informer event and returns its effects.
@@ -251,26 +115,20 @@ func (g *Graph) upsert(obj *Object, eff *Effects) {
 	if n == nil {
 		n = &node{}
 		g.nodes[uid] = n
-	} else if !n.virtual() {
-		old = n.refs
-		wasDeletingDependents = n.deletingDependents()
+	} else if !n.virtual {
+		old = n.OwnerReferences
+		wasDeletingDependents = n.DeletingDependents()
 	}
-	n.typ = g.typeOf(obj.Identity.APIVersion, obj.Identity.Kind)
-	n.namespace, n.name, n.uid = obj.Identity.Namespace, obj.Identity.Name, uid
-	n.rv, n.refs, n.finalizers = obj.ResourceVersion, obj.OwnerReferences, obj.Finalizers
-	n.flags = 0
-	if obj.Deleting {
-		n.flags |= flagDeleting
-	}
+	n.Object = *obj
+	n.virtual, n.absent = false, false
 	cur := obj.OwnerReferences
 
-	// Owners this node no longer references, or references differently.
-	// Reference lists are short (one or two entries): scanning them beats
-	// building maps.
+	// Reference lists are short (one or two entries): scanning them is
+	// cheaper than building a map per event (BenchmarkApply*).
 	for i := range old {
 		ownerUID := old[i].UID
-		if firstRef(old, i) != i {
-			continue // a duplicate reference to the same owner
+		if !firstRef(old, i) {
+			continue // a duplicate reference to an owner already handled
 		}
 		blocking := blocks(old, ownerUID)
 		if !hasRef(cur, ownerUID) {
@@ -279,7 +137,7 @@ func (g *Graph) upsert(obj *Object, eff *Effects) {
 		}
 		// A dependent that stops blocking may release a foreground owner.
 		if blocking && !blocks(cur, ownerUID) {
-			if o := g.nodes[ownerUID]; o != nil && o.deletingDependents() {
+			if o := g.nodes[ownerUID]; o != nil && o.DeletingDependents() {
 				eff.addDelete(ownerUID)
 			}
 		}
@@ -288,17 +146,19 @@ func (g *Graph) upsert(obj *Object, eff *Effects) {
 		if hasRef(old, cur[i].UID) {
 			continue
 		}
-		g.link(n, &cur[i])
+		g.link(obj.Identity, &cur[i])
 	}
 
-	if n.orphaning() {
+	if n.Orphaning() {
 		eff.AttemptToOrphan = append(eff.AttemptToOrphan, uid)
 	}
-	if n.deletingDependents() {
+	if n.DeletingDependents() {
 		eff.addDelete(uid)
-		if !wasDeletingDependents && n.numDependents() > 0 {
+		if !wasDeletingDependents && len(n.dependents) > 0 {
 			eff.CascadeStarted = append(eff.CascadeStarted, uid)
-			n.dependents.each(func(dep types.UID) bool { eff.addDelete(dep); return true })
+			for dep := range n.dependents {
+				eff.addDelete(dep)
+			}
 		}
 	}
 	if g.needsAttention(n) {
@@ -306,16 +166,17 @@ func (g *Graph) upsert(obj *Object, eff *Effects) {
 	}
 }
 
-// firstRef returns the index of the first reference in refs to refs[i]'s owner.
-func firstRef(refs []metav1.OwnerReference, i int) int {
+// firstRef reports whether refs[i] is the first reference in refs to its owner.
+func firstRef(refs []metav1.OwnerReference, i int) bool {
 	for j := range i {
 		if refs[j].UID == refs[i].UID {
-			return j
+			return false
 		}
 	}
-	return i
+	return true
 }
 
+// hasRef reports whether refs reference owner.
 func hasRef(refs []metav1.OwnerReference, owner types.UID) bool {
 	for i := range refs {
 		if refs[i].UID == owner {
@@ -327,22 +188,19 @@ func hasRef(refs []metav1.OwnerReference, owner types.UID) bool {
 
 // link records dependent as a dependent of ref's owner, creating a virtual
 // owner when the UID is unknown.
-func (g *Graph) link(dependent *node, ref *metav1.OwnerReference) {
+func (g *Graph) link(dependent Identity, ref *metav1.OwnerReference) {
 	o := g.nodes[ref.UID]
 	if o == nil {
+		o = &node{virtual: true}
 		// Guess: a namespaced owner in the dependent's namespace. Only used for
 		// display until the owner is observed or verified.
-		o = &node{
-			typ:       g.typeOf(ref.APIVersion, ref.Kind),
-			namespace: dependent.namespace, name: ref.Name, uid: ref.UID,
-			flags: flagVirtual,
-		}
+		o.Identity = Identity{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: dependent.Namespace, Name: ref.Name, UID: ref.UID}
 		g.nodes[ref.UID] = o
 	}
 	if o.dependents == nil {
-		o.dependents = &depSet{}
+		o.dependents = make(map[types.UID]struct{})
 	}
-	o.dependents.add(dependent.uid)
+	o.dependents[dependent.UID] = struct{}{}
 }
 
 func (g *Graph) unlink(dependent, ownerUID types.UID, blocking bool, eff *Effects) {
@@ -350,20 +208,15 @@ func (g *Graph) unlink(dependent, ownerUID types.UID, blocking bool, eff *Effect
 	if o == nil {
 		return
 	}
-	if o.dependents != nil {
-		o.dependents.remove(dependent)
-		if o.dependents.len() == 0 {
-			o.dependents = nil
-		}
-	}
-	if o.numDependents() == 0 && (o.absent() || o.deletingDependents()) {
+	delete(o.dependents, dependent)
+	if len(o.dependents) == 0 && (o.absent || o.DeletingDependents()) {
 		eff.CascadeDone = append(eff.CascadeDone, ownerUID)
 	}
-	if o.virtual() && o.numDependents() == 0 {
+	if o.virtual && len(o.dependents) == 0 {
 		delete(g.nodes, ownerUID)
 		return
 	}
-	if blocking && o.deletingDependents() {
+	if blocking && o.DeletingDependents() {
 		eff.addDelete(ownerUID)
 	}
 }
@@ -372,13 +225,13 @@ func (g *Graph) unlink(dependent, ownerUID types.UID, blocking bool, eff *Effect
 // cannot vouch for: an owner not observed, observed under other coordinates,
 // or waiting for its dependents to be deleted.
 func (g *Graph) needsAttention(n *node) bool {
-	if n.virtual() || n.deleting() || len(n.refs) == 0 {
+	if n.virtual || n.Deleting || len(n.OwnerReferences) == 0 {
 		return false
 	}
-	for i := range n.refs {
-		ref := &n.refs[i]
+	for i := range n.OwnerReferences {
+		ref := &n.OwnerReferences[i]
 		o := g.nodes[ref.UID]
-		if o == nil || o.virtual() || !matchesNode(o, ref, n.namespace) || o.deletingDependents() {
+		if o == nil || o.virtual || !Matches(o.Identity, ref, n.Identity.Namespace) || o.DeletingDependents() {
 			return true
 		}
 	}
@@ -398,17 +251,6 @@ func Matches(owner Identity, ref *metav1.OwnerReference, ns string) bool {
 	return sameGroup(owner.APIVersion, ref.APIVersion)
 }
 
-// matchesNode is Matches for a node, without building its Identity.
-func matchesNode(o *node, ref *metav1.OwnerReference, ns string) bool {
-	if o.uid != ref.UID || o.name != ref.Name || o.typ.kind != ref.Kind {
-		return false
-	}
-	if o.namespace != "" && o.namespace != ns {
-		return false
-	}
-	return sameGroup(o.typ.apiVersion, ref.APIVersion)
-}
-
 // sameGroup reports whether two apiVersions name the same group; equal
 // apiVersions (the common case) are decided without parsing.
 func sameGroup(a, b string) bool {
@@ -421,24 +263,25 @@ func sameGroup(a, b string) bool {
 func (g *Graph) remove(obj *Object, eff *Effects) {
 	uid := obj.Identity.UID
 	n := g.nodes[uid]
-	if n == nil || n.virtual() {
+	if n == nil || n.virtual {
 		return
 	}
-	eff.Absent = append(eff.Absent, n.identity())
-	for i := range n.refs {
-		if firstRef(n.refs, i) != i {
-			continue
+	eff.Absent = append(eff.Absent, n.Identity)
+	for i, refs := 0, n.OwnerReferences; i < len(refs); i++ {
+		if firstRef(refs, i) {
+			g.unlink(uid, refs[i].UID, blocks(refs, refs[i].UID), eff)
 		}
-		g.unlink(uid, n.refs[i].UID, blocks(n.refs, n.refs[i].UID), eff)
 	}
-	if n.numDependents() == 0 {
+	if len(n.dependents) == 0 {
 		delete(g.nodes, uid)
 		return
 	}
 	// Keep a placeholder so the dependents' edges stay consistent; they are
 	// re-checked now that their owner is gone.
-	n.rv, n.refs, n.finalizers = "", nil, nil
-	n.flags = flagVirtual | flagAbsent
+	n.Object = Object{Identity: n.Identity}
+	n.virtual, n.absent = true, true
 	eff.CascadeStarted = append(eff.CascadeStarted, uid)
-	n.dependents.each(func(dep types.UID) bool { eff.addDelete(dep); return true })
+	for dep := range n.dependents {
+		eff.addDelete(dep)
+	}
 }

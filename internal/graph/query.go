@@ -41,21 +41,22 @@ func (g *Graph) Item(uid types.UID) (Item, bool) {
 	if n == nil {
 		return Item{}, false
 	}
-	it := Item{Object: n.object(), Virtual: n.virtual(), Absent: n.absent()}
-	it.OwnerReferences = cloneRefs(n.refs)
-	it.Finalizers = slices.Clone(n.finalizers)
-	it.Dependents = make([]Dependent, 0, n.numDependents())
-	n.dependents.each(func(depUID types.UID) bool {
-		if d := g.nodes[depUID]; d != nil {
-			it.Dependents = append(it.Dependents, Dependent{
-				UID:                depUID,
-				Blocking:           blocks(d.refs, uid),
-				Deleting:           d.deleting(),
-				DeletingDependents: d.deletingDependents(),
-			})
+	it := Item{Object: n.Object, Virtual: n.virtual, Absent: n.absent}
+	it.OwnerReferences = cloneRefs(n.OwnerReferences)
+	it.Finalizers = slices.Clone(n.Finalizers)
+	it.Dependents = make([]Dependent, 0, len(n.dependents))
+	for depUID := range n.dependents {
+		d := g.nodes[depUID]
+		if d == nil {
+			continue
 		}
-		return true
-	})
+		it.Dependents = append(it.Dependents, Dependent{
+			UID:                depUID,
+			Blocking:           blocks(d.OwnerReferences, uid),
+			Deleting:           d.Deleting,
+			DeletingDependents: d.DeletingDependents(),
+		})
+	}
 	return it, true
 }
 
@@ -68,11 +69,11 @@ func (g *Graph) Owner(uid types.UID) (OwnerView, bool) {
 		return OwnerView{}, false
 	}
 	return OwnerView{
-		Identity:           n.identity(),
-		Virtual:            n.virtual(),
-		Absent:             n.absent(),
-		Deleting:           n.deleting(),
-		DeletingDependents: n.deletingDependents(),
+		Identity:           n.Identity,
+		Virtual:            n.virtual,
+		Absent:             n.absent,
+		Deleting:           n.Deleting,
+		DeletingDependents: n.DeletingDependents(),
 	}, true
 }
 
@@ -107,12 +108,12 @@ func (g *Graph) Snapshot(uids ...types.UID) []NodeView {
 	out := make([]NodeView, 0, len(selected))
 	for _, n := range selected {
 		out = append(out, NodeView{
-			Identity:           n.identity(),
-			Virtual:            n.virtual(),
-			Absent:             n.absent(),
-			Deleting:           n.deleting(),
-			DeletingDependents: n.deletingDependents(),
-			Owners:             cloneRefs(n.refs),
+			Identity:           n.Identity,
+			Virtual:            n.virtual,
+			Absent:             n.absent,
+			Deleting:           n.Deleting,
+			DeletingDependents: n.DeletingDependents(),
+			Owners:             cloneRefs(n.OwnerReferences),
 		})
 	}
 	slices.SortFunc(out, func(a, b NodeView) int {
@@ -142,10 +143,12 @@ func (g *Graph) component(uids []types.UID) map[types.UID]*node {
 			continue
 		}
 		seen[uid] = n
-		for i := range n.refs {
-			stack = append(stack, n.refs[i].UID)
+		for i := range n.OwnerReferences {
+			stack = append(stack, n.OwnerReferences[i].UID)
 		}
-		n.dependents.each(func(dep types.UID) bool { stack = append(stack, dep); return true })
+		for dep := range n.dependents {
+			stack = append(stack, dep)
+		}
 	}
 	return seen
 }
@@ -156,49 +159,39 @@ func (g *Graph) CheckInvariants() error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	for uid, n := range g.nodes {
-		if n.uid != uid {
-			return fmt.Errorf("node keyed %s has identity uid %s", uid, n.uid)
+		if n.Identity.UID != uid {
+			return fmt.Errorf("node keyed %s has identity uid %s", uid, n.Identity.UID)
 		}
-		if n.typ == nil {
-			return fmt.Errorf("node %s has no apiVersion/kind", uid)
-		}
-		if n.dependents != nil && n.dependents.len() == 0 {
-			return fmt.Errorf("node %s has an empty dependents set", n.identity())
-		}
-		if n.virtual() {
-			if n.numDependents() == 0 {
-				return fmt.Errorf("virtual node %s has no dependents", n.identity())
+		if n.virtual {
+			if len(n.dependents) == 0 {
+				return fmt.Errorf("virtual node %s has no dependents", n.Identity)
 			}
-			if len(n.refs) != 0 {
-				return fmt.Errorf("virtual node %s has owners", n.identity())
+			if len(n.OwnerReferences) != 0 {
+				return fmt.Errorf("virtual node %s has owners", n.Identity)
 			}
-		} else if n.absent() {
-			return fmt.Errorf("observed node %s is marked absent", n.identity())
+		} else if n.absent {
+			return fmt.Errorf("observed node %s is marked absent", n.Identity)
 		}
-		for i := range n.refs {
-			o := g.nodes[n.refs[i].UID]
+		for i := range n.OwnerReferences {
+			o := g.nodes[n.OwnerReferences[i].UID]
 			if o == nil {
-				return fmt.Errorf("owner %s of %s is not in the graph", n.refs[i].UID, n.identity())
+				return fmt.Errorf("owner %s of %s is not in the graph", n.OwnerReferences[i].UID, n.Identity)
 			}
-			if o.dependents == nil || !o.dependents.has(uid) {
-				return fmt.Errorf("owner %s does not list dependent %s", o.identity(), n.identity())
+			if _, ok := o.dependents[uid]; !ok {
+				return fmt.Errorf("owner %s does not list dependent %s", o.Identity, n.Identity)
 			}
 		}
-		var err error
-		n.dependents.each(func(dep types.UID) bool {
+		for dep := range n.dependents {
 			d := g.nodes[dep]
-			switch {
-			case d == nil:
-				err = fmt.Errorf("dependent %s of %s is not in the graph", dep, n.identity())
-			case d.virtual():
-				err = fmt.Errorf("dependent %s of %s is virtual", d.identity(), n.identity())
-			case !hasRef(d.refs, uid):
-				err = fmt.Errorf("dependent %s does not reference owner %s", d.identity(), n.identity())
+			if d == nil {
+				return fmt.Errorf("dependent %s of %s is not in the graph", dep, n.Identity)
 			}
-			return err == nil
-		})
-		if err != nil {
-			return err
+			if d.virtual {
+				return fmt.Errorf("dependent %s of %s is virtual", d.Identity, n.Identity)
+			}
+			if !hasRef(d.OwnerReferences, uid) {
+				return fmt.Errorf("dependent %s does not reference owner %s", d.Identity, n.Identity)
+			}
 		}
 	}
 	return nil
@@ -210,12 +203,12 @@ func (g *Graph) Object(uid types.UID) (obj Object, ok bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	n := g.nodes[uid]
-	if n == nil || n.virtual() {
+	if n == nil || n.virtual {
 		return Object{}, false
 	}
-	obj = n.object()
-	obj.OwnerReferences = cloneRefs(n.refs)
-	obj.Finalizers = slices.Clone(n.finalizers)
+	obj = n.Object
+	obj.OwnerReferences = cloneRefs(n.OwnerReferences)
+	obj.Finalizers = slices.Clone(n.Finalizers)
 	return obj, true
 }
 
@@ -244,17 +237,17 @@ func (g *Graph) Counts() Counts {
 	var c Counts
 	for _, n := range g.nodes {
 		switch {
-		case n.absent():
+		case n.absent:
 			c.Absent++
-		case n.virtual():
+		case n.virtual:
 			c.Virtual++
 		default:
 			c.Observed++
 		}
-		if n.deleting() {
+		if n.Deleting {
 			c.Deleting++
 		}
-		if n.deletingDependents() {
+		if n.DeletingDependents() {
 			c.DeletingDependents++
 		}
 	}
