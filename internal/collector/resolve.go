@@ -76,6 +76,24 @@ func (r *resolver) mapping(apiVersion, kind string) (*meta.RESTMapping, error) {
 
 // resolve classifies one ownerReference of dependent.
 func (r *resolver) resolve(ctx context.Context, dependent graph.Identity, ref *metav1.OwnerReference) (OwnerState, error) {
+	// Fast path, without the REST mapping (most of a resolution's cost):
+	// the graph observed an object with the reference's UID, group, kind
+	// and name, cluster-scoped or in the dependent's namespace. A monitor
+	// observed it, so its kind is served, and its observed namespace is
+	// where its scope puts it: these are exactly the coordinates the slow
+	// path would compute. Solid and Waiting are as safe from here as below;
+	// Dangling is concluded only for an owner observed deleted at exactly
+	// those coordinates (what the absent cache records).
+	if o, ok := r.graph.Owner(ref.UID); ok && (!o.Virtual || o.Absent) && graph.Matches(o.Identity, ref, dependent.Namespace) {
+		switch {
+		case o.Absent:
+			return Dangling, nil
+		case o.DeletingDependents:
+			return Waiting, nil
+		default:
+			return Solid, nil
+		}
+	}
 	m, err := r.mapping(ref.APIVersion, ref.Kind)
 	switch {
 	case isInvalidReference(err):

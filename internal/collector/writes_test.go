@@ -225,8 +225,30 @@ func BenchmarkResolveGraphHit(b *testing.B) {
 }
 
 // BenchmarkResolveAbsentHit classifies a reference to an owner observed
-// deleted (background cascade).
+// deleted while the graph still holds its placeholder (a background
+// cascade: the owner's dependents keep it).
 func BenchmarkResolveAbsentHit(b *testing.B) {
+	f := newResolverFixture()
+	f.g.Apply(graph.Event{Type: graph.Upsert, Object: ownerObj})
+	f.g.Apply(graph.Event{Type: graph.Upsert, Object: graph.Object{Identity: depA, ResourceVersion: "1", OwnerReferences: []metav1.OwnerReference{cmRef}}})
+	f.g.Apply(graph.Event{Type: graph.Delete, Object: ownerObj})
+	f.r.get = func(context.Context, schema.GroupVersionResource, string, string) (*metav1.PartialObjectMetadata, error) {
+		b.Fatal("GET for an owner observed deleted")
+		return nil, nil
+	}
+	ref := cmRef
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if s, err := f.r.resolve(ctx, depA, &ref); err != nil || s != Dangling {
+			b.Fatal(s, err)
+		}
+	}
+}
+
+// BenchmarkResolveAbsentCacheHit classifies a reference to an owner
+// observed deleted that the graph no longer holds (the absent cache).
+func BenchmarkResolveAbsentCacheHit(b *testing.B) {
 	f := newResolverFixture()
 	f.g.Apply(graph.Event{Type: graph.Upsert, Object: ownerObj})
 	eff := f.g.Apply(graph.Event{Type: graph.Delete, Object: ownerObj})
@@ -239,6 +261,75 @@ func BenchmarkResolveAbsentHit(b *testing.B) {
 	for b.Loop() {
 		if s, err := f.r.resolve(ctx, depA, &ref); err != nil || s != Dangling {
 			b.Fatal(s, err)
+		}
+	}
+}
+
+// The graph answers for owners it observed, including one observed deleted
+// (its placeholder), without a GET; an owner it observed under other
+// coordinates is still looked up.
+func TestResolveFastPath(t *testing.T) {
+	f := newResolverFixture()
+	f.r.get = func(context.Context, schema.GroupVersionResource, string, string) (*metav1.PartialObjectMetadata, error) {
+		t.Fatal("GET for an owner the graph observed")
+		return nil, nil
+	}
+	f.observe(t, ownerObj)
+	f.observe(t, graph.Object{Identity: depA, ResourceVersion: "1", OwnerReferences: []metav1.OwnerReference{cmRef}})
+	s, err := f.resolve(t, depA, cmRef)
+	expectState(t, s, err, Solid)
+	deleting := ownerObj
+	deleting.Deleting, deleting.Finalizers = true, []string{graph.FinalizerForeground}
+	f.observe(t, deleting)
+	s, err = f.resolve(t, depA, cmRef)
+	expectState(t, s, err, Waiting)
+	f.g.Apply(graph.Event{Type: graph.Delete, Object: deleting})
+	s, err = f.resolve(t, depA, cmRef)
+	expectState(t, s, err, Dangling)
+
+	// Same UID, other name: not the referenced object; ask the server.
+	other := newResolverFixture()
+	other.observe(t, ownerObj)
+	wrongName := cmRef
+	wrongName.Name = "other"
+	s, err = other.resolve(t, depA, wrongName)
+	expectState(t, s, err, Dangling)
+	expectGETs(t, other, getKey{gvConfigMaps, "a", "other"})
+}
+
+// BenchmarkDecideDependent decides for a dependent with one dangling and
+// one solid owner (the reference-removal case, the most work decide does).
+func BenchmarkDecideDependent(b *testing.B) {
+	it := &graph.Item{Object: graph.Object{
+		Identity:        depA,
+		OwnerReferences: []metav1.OwnerReference{cmRef, {APIVersion: "v1", Kind: "ConfigMap", Name: "gone", UID: "gone"}},
+	}}
+	states := []OwnerState{Solid, Dangling}
+	b.ReportAllocs()
+	for b.Loop() {
+		if a := decideDependent(it, states); a.Type != RemoveReferences {
+			b.Fatal(a)
+		}
+	}
+}
+
+// BenchmarkCheckSolidDependent is a worker's whole check of a live
+// dependent whose owner the graph has observed (every dependent at startup):
+// graph read, classification, decision — and no API call.
+func BenchmarkCheckSolidDependent(b *testing.B) {
+	f := newResolverFixture()
+	f.g.Apply(graph.Event{Type: graph.Upsert, Object: ownerObj})
+	f.g.Apply(graph.Event{Type: graph.Upsert, Object: graph.Object{Identity: depA, ResourceVersion: "1", OwnerReferences: []metav1.OwnerReference{cmRef}}})
+	f.r.get = func(context.Context, schema.GroupVersionResource, string, string) (*metav1.PartialObjectMetadata, error) {
+		b.Fatal("GET for a dependent of an observed owner")
+		return nil, nil
+	}
+	c := &Collector{graph: f.g, resolver: f.r}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.attemptToDeleteItem(ctx, depA.UID); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
