@@ -129,9 +129,10 @@ func conflictOrNil(err error) error {
 }
 
 // orphanConcurrency bounds the ownerReference patches one orphaning owner
-// has in flight: enough to keep the client's budget busy, without one
+// has in flight: as many as there are workers (the parallelism a background
+// cascade gets), so one owner keeps the client's budget busy without one
 // goroutine (and connection) per dependent.
-const orphanConcurrency = 8
+func (c *Collector) orphanConcurrency() int { return max(c.cfg.Workers, 1) }
 
 // attemptToOrphanItem removes an orphaning owner's references from its
 // dependents, then its orphan finalizer. Each patch is decided from the
@@ -153,7 +154,7 @@ func (c *Collector) attemptToOrphanItem(ctx context.Context, uid types.UID) erro
 		errs  []error
 		retry bool
 		wg    sync.WaitGroup
-		sem   = make(chan struct{}, orphanConcurrency)
+		sem   = make(chan struct{}, c.orphanConcurrency())
 	)
 	for _, d := range owner.Dependents {
 		dep, ok := c.graph.Object(d.UID)
