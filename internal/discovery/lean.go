@@ -125,6 +125,17 @@ func sameVersion(oldObj, newObj any) bool {
 	return ok1 && ok2 && o.GetResourceVersion() == n.GetResourceVersion()
 }
 
+// replaced reports whether an update's new object is another object than
+// its old one: same namespace and name, other UID. That happens when a
+// relist finds an object deleted and re-created while the watch was down;
+// the informer reports it as an update, but for kgc the old object is gone
+// (and its dependents may be garbage).
+func replaced(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(metav1.Object)
+	n, ok2 := newObj.(metav1.Object)
+	return ok1 && ok2 && o.GetUID() != n.GetUID()
+}
+
 // interner deduplicates strings that repeat across objects. It is bounded:
 // past maxInterned distinct strings, new ones are returned as they are
 // (correct, just not shared), so hostile input cannot grow it.

@@ -8,7 +8,10 @@ import (
 	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kgc-dev/kgc/internal/graph"
 )
@@ -94,6 +97,12 @@ func TestLeanMetaKeysAndVersions(t *testing.T) {
 	if sameVersion(m, "not an object") {
 		t.Error("sameVersion of a non-object")
 	}
+	if replaced(m, &Meta{Namespace: "a", Name: "s", UID: "u", ResourceVersion: "10"}) {
+		t.Error("an update of the same object counts as a replacement")
+	}
+	if !replaced(m, &Meta{Namespace: "a", Name: "s", UID: "v", ResourceVersion: "10"}) {
+		t.Error("a re-created object (other UID) does not count as a replacement")
+	}
 }
 
 func TestToGraphEvent(t *testing.T) {
@@ -131,5 +140,42 @@ func TestInternerIsBounded(t *testing.T) {
 	}
 	if got := in.get("beyond"); got != "beyond" {
 		t.Fatalf("get past the bound = %q", got)
+	}
+}
+
+// An object deleted and re-created under the same name, seen by the
+// informer as one update, reaches the graph as the old object's deletion
+// followed by the new one.
+func TestMonitorsReportReplacedObjectAsDeleted(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	tracker := client.Tracker()
+	first := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "x", UID: "uid-1", ResourceVersion: "1"}}
+	if err := tracker.Create(configMaps.GVR, first, "a"); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	m := NewMonitors(client, rec.observe)
+	defer m.Stop()
+	m.Sync(ctx, want(configMaps), nil)
+	waitUntil(t, "monitor sync", m.HasSynced)
+	waitUntil(t, "watch", func() bool { return watchCount(client, configMaps.GVR) > 0 })
+
+	second := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "x", UID: "uid-2", ResourceVersion: "2"}}
+	if err := tracker.Update(configMaps.GVR, second, "a"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "events", func() bool { return len(rec.get()) >= 3 })
+	evs := rec.get()
+	id := func(uid types.UID) graph.Identity {
+		return graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "x", UID: uid}
+	}
+	wantEvents := []graph.Event{
+		{Type: graph.Upsert, Object: graph.Object{Identity: id("uid-1"), ResourceVersion: "1"}},
+		{Type: graph.Delete, Object: graph.Object{Identity: id("uid-1"), ResourceVersion: "1"}},
+		{Type: graph.Upsert, Object: graph.Object{Identity: id("uid-2"), ResourceVersion: "2"}},
+	}
+	if !reflect.DeepEqual(evs, wantEvents) {
+		t.Fatalf("events = %+v, want %+v", evs, wantEvents)
 	}
 }

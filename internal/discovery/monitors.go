@@ -108,6 +108,11 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 			if sameVersion(oldObj, newObj) {
 				return
 			}
+			if replaced(oldObj, newObj) { // deleted and re-created under the same name
+				if ev, ok := toEvent(graph.Delete, oldObj); ok {
+					m.observe(ev)
+				}
+			}
 			if ev, ok := toEvent(graph.Upsert, newObj); ok {
 				m.observe(ev)
 			}
