@@ -69,6 +69,7 @@ type Collector struct {
 	resolver *resolver
 	warned   *onceSet
 	writes   writeLog // kgc's writes the graph has not observed yet (writes.go)
+	rechecks dependentsRecheck
 
 	attemptToDelete workqueue.TypedRateLimitingInterface[types.UID]
 	attemptToOrphan workqueue.TypedRateLimitingInterface[types.UID]

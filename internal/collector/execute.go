@@ -22,6 +22,14 @@ var errRetry = errors.New("re-check later")
 // attemptToDeleteItem checks one item: a foreground owner waiting for its
 // dependents, or a live dependent that may be garbage.
 func (c *Collector) attemptToDeleteItem(ctx context.Context, uid types.UID) error {
+	// A foreground owner that is still blocked has nothing to do but, now
+	// and then, re-check its dependents: decide that from the graph's
+	// blocking count instead of copying every dependent (see
+	// dependentsRecheck). An unblocked owner always takes the full path.
+	if o, ok := c.graph.Owner(uid); ok && !o.Virtual && o.DeletingDependents &&
+		c.graph.BlockingDependents(uid) > 0 && !c.rechecks.due(uid) {
+		return nil
+	}
 	it, ok := c.graph.Item(uid)
 	if !ok || it.Virtual {
 		return nil

@@ -119,3 +119,42 @@ func (w *writeLog) len() int {
 	defer w.mu.Unlock()
 	return len(w.entries)
 }
+
+// dependentsRecheck spaces out a blocked foreground owner's re-checks of
+// its blocking dependents. The graph queues every dependent when the owner
+// starts deleting them and re-queues the owner whenever a blocking
+// dependent goes, so re-queueing all of them on each of those owner checks
+// (O(dependents) each, O(dependents²) per cascade) only churns; once per
+// dependentsRecheckEvery per owner is kept as a safety net. The zero value
+// is ready to use.
+type dependentsRecheck struct {
+	mu   sync.Mutex
+	last map[types.UID]time.Time
+	adds int
+}
+
+const dependentsRecheckEvery = 10 * time.Second
+
+// due reports whether the owner's dependents should be re-checked now,
+// and if so remembers that they were.
+func (d *dependentsRecheck) due(owner types.UID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	if t, ok := d.last[owner]; ok && now.Sub(t) < dependentsRecheckEvery {
+		return false
+	}
+	if d.last == nil {
+		d.last = make(map[types.UID]time.Time)
+	}
+	d.last[owner] = now
+	d.adds++
+	if d.adds%writeLogPruneEvery == 0 {
+		for k, t := range d.last {
+			if now.Sub(t) > dependentsRecheckEvery {
+				delete(d.last, k)
+			}
+		}
+	}
+	return true
+}

@@ -80,6 +80,10 @@ type node struct {
 	// absent: a virtual node for an object observed deleted.
 	absent     bool
 	dependents map[types.UID]struct{}
+	// blocking counts the dependents whose reference to this node has
+	// blockOwnerDeletion=true, so that a foreground owner's check knows
+	// whether it is blocked without visiting every dependent.
+	blocking int
 }
 
 // Graph is the ownership graph. See the package doc for the concurrency contract.
@@ -135,18 +139,29 @@ func (g *Graph) upsert(obj *Object, eff *Effects) {
 			g.unlink(uid, ownerUID, blocking, eff)
 			continue
 		}
+		nowBlocking := blocks(cur, ownerUID)
+		if blocking == nowBlocking {
+			continue
+		}
+		o := g.nodes[ownerUID]
+		if o == nil {
+			continue
+		}
+		if nowBlocking {
+			o.blocking++
+			continue
+		}
+		o.blocking--
 		// A dependent that stops blocking may release a foreground owner.
-		if blocking && !blocks(cur, ownerUID) {
-			if o := g.nodes[ownerUID]; o != nil && o.DeletingDependents() {
-				eff.addDelete(ownerUID)
-			}
+		if o.DeletingDependents() {
+			eff.addDelete(ownerUID)
 		}
 	}
 	for i := range cur {
-		if hasRef(old, cur[i].UID) {
+		if !firstRef(cur, i) || hasRef(old, cur[i].UID) {
 			continue
 		}
-		g.link(obj.Identity, &cur[i])
+		g.link(obj.Identity, &cur[i], blocks(cur, cur[i].UID))
 	}
 
 	if n.Orphaning() {
@@ -188,7 +203,7 @@ func hasRef(refs []metav1.OwnerReference, owner types.UID) bool {
 
 // link records dependent as a dependent of ref's owner, creating a virtual
 // owner when the UID is unknown.
-func (g *Graph) link(dependent Identity, ref *metav1.OwnerReference) {
+func (g *Graph) link(dependent Identity, ref *metav1.OwnerReference, blocking bool) {
 	o := g.nodes[ref.UID]
 	if o == nil {
 		o = &node{virtual: true}
@@ -201,6 +216,9 @@ func (g *Graph) link(dependent Identity, ref *metav1.OwnerReference) {
 		o.dependents = make(map[types.UID]struct{})
 	}
 	o.dependents[dependent.UID] = struct{}{}
+	if blocking {
+		o.blocking++
+	}
 }
 
 func (g *Graph) unlink(dependent, ownerUID types.UID, blocking bool, eff *Effects) {
@@ -209,6 +227,9 @@ func (g *Graph) unlink(dependent, ownerUID types.UID, blocking bool, eff *Effect
 		return
 	}
 	delete(o.dependents, dependent)
+	if blocking {
+		o.blocking--
+	}
 	if len(o.dependents) == 0 && (o.absent || o.DeletingDependents()) {
 		eff.CascadeDone = append(eff.CascadeDone, ownerUID)
 	}
