@@ -68,6 +68,8 @@ type Collector struct {
 	ops      *apiops.Ops
 	resolver *resolver
 	warned   *onceSet
+	writes   writeLog // kgc's writes the graph has not observed yet (writes.go)
+	rechecks dependentsRecheck
 
 	attemptToDelete workqueue.TypedRateLimitingInterface[types.UID]
 	attemptToOrphan workqueue.TypedRateLimitingInterface[types.UID]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,8 +22,23 @@ var errRetry = errors.New("re-check later")
 // attemptToDeleteItem checks one item: a foreground owner waiting for its
 // dependents, or a live dependent that may be garbage.
 func (c *Collector) attemptToDeleteItem(ctx context.Context, uid types.UID) error {
+	// A foreground owner that is still blocked has nothing to do but, now
+	// and then, re-check its dependents: decide that from the graph's
+	// blocking count instead of copying every dependent (see
+	// dependentsRecheck). An unblocked owner always takes the full path.
+	if o, ok := c.graph.Owner(uid); ok && !o.Virtual && o.DeletingDependents &&
+		c.graph.BlockingDependents(uid) > 0 && !c.rechecks.due(uid) {
+		return nil
+	}
 	it, ok := c.graph.Item(uid)
 	if !ok || it.Virtual {
+		return nil
+	}
+	// Already written to at this version: wait for the informer (see writeLog).
+	if skip, stale := c.writes.check(uid, it.ResourceVersion); skip {
+		if stale {
+			return errRetry
+		}
 		return nil
 	}
 	var a Action
@@ -90,7 +106,8 @@ func (c *Collector) execute(ctx context.Context, it *graph.Item, a Action) error
 			obj, perr := c.ops.SetOwnerReferences(ctx, t, a.Refs)
 			c.record(metrics.OpUnblockRefs, perr)
 			if perr != nil {
-				return ignoreNotFound(perr)
+				c.writes.record(it.Identity.UID, it.ResourceVersion, perr)
+				return conflictOrNil(perr)
 			}
 			t.ResourceVersion = obj.ResourceVersion
 		}
@@ -100,20 +117,64 @@ func (c *Collector) execute(ctx context.Context, it *graph.Item, a Action) error
 	default:
 		return fmt.Errorf("unknown action %d", a.Type)
 	}
-	return ignoreNotFound(err)
+	c.writes.record(it.Identity.UID, it.ResourceVersion, err)
+	return conflictOrNil(err)
 }
 
+// conflictOrNil maps a write's error to the item's outcome: 404 means the
+// object is gone (nothing left to do); a 409 means the decision was made
+// from a stale version and the item is re-checked, rate-limited, from the
+// graph once the informer delivered a newer one (writeLog holds it back
+// until then); anything else is retried as a failure.
+func conflictOrNil(err error) error {
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		return errRetry
+	}
+	return err
+}
+
+// orphanConcurrency bounds the ownerReference patches one orphaning owner
+// has in flight: as many as there are workers (the parallelism a background
+// cascade gets), so one owner keeps the client's budget busy without one
+// goroutine (and connection) per dependent.
+func (c *Collector) orphanConcurrency() int { return max(c.cfg.Workers, 1) }
+
 // attemptToOrphanItem removes an orphaning owner's references from its
-// dependents, then its orphan finalizer.
+// dependents, then its orphan finalizer. Each patch is decided from the
+// graph and carries the dependent's uid and resourceVersion, so a dependent
+// that changed since is rejected (409) and the owner is re-checked.
 func (c *Collector) attemptToOrphanItem(ctx context.Context, uid types.UID) error {
 	owner, ok := c.graph.Item(uid)
 	if !ok || owner.Virtual || !owner.Orphaning() {
 		return nil
 	}
-	var errs []error
+	if skip, stale := c.writes.check(uid, owner.ResourceVersion); skip {
+		if stale {
+			return errRetry
+		}
+		return nil
+	}
+	var (
+		mu    sync.Mutex
+		errs  []error
+		retry bool
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, c.orphanConcurrency())
+	)
 	for _, d := range owner.Dependents {
 		dep, ok := c.graph.Object(d.UID)
 		if !ok {
+			continue
+		}
+		if skip, stale := c.writes.check(dep.Identity.UID, dep.ResourceVersion); skip {
+			if stale {
+				mu.Lock()
+				retry = true
+				mu.Unlock()
+			}
 			continue
 		}
 		refs := slices.DeleteFunc(slices.Clone(dep.OwnerReferences), func(r metav1.OwnerReference) bool { return r.UID == uid })
@@ -121,16 +182,37 @@ func (c *Collector) attemptToOrphanItem(ctx context.Context, uid types.UID) erro
 			continue
 		}
 		t, err := c.target(&graph.Item{Object: dep})
-		if err == nil {
-			_, err = c.ops.SetOwnerReferences(ctx, t, refs)
-			c.record(metrics.OpOrphan, err)
-		}
-		if err = ignoreNotFound(err); err != nil {
+		if err != nil {
+			mu.Lock()
 			errs = append(errs, fmt.Errorf("orphaning %s: %w", dep.Identity, err))
+			mu.Unlock()
+			continue
 		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_, err := c.ops.SetOwnerReferences(ctx, t, refs)
+			c.record(metrics.OpOrphan, err)
+			c.writes.record(dep.Identity.UID, dep.ResourceVersion, err)
+			if err = conflictOrNil(err); err != nil {
+				mu.Lock()
+				if errors.Is(err, errRetry) {
+					retry = true
+				} else {
+					errs = append(errs, fmt.Errorf("orphaning %s: %w", dep.Identity, err))
+				}
+				mu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	if retry {
+		return errRetry
 	}
 	t, err := c.target(&owner)
 	if err != nil {
@@ -139,7 +221,8 @@ func (c *Collector) attemptToOrphanItem(ctx context.Context, uid types.UID) erro
 	klog.FromContext(ctx).V(2).Info("Dependents orphaned; removing orphan finalizer", "object", owner.Identity.String(), "dependents", len(owner.Dependents))
 	_, err = c.ops.SetFinalizers(ctx, t, withoutFinalizer(owner.Finalizers, graph.FinalizerOrphan))
 	c.record(metrics.OpRemoveFinalizer, err)
-	return ignoreNotFound(err)
+	c.writes.record(uid, owner.ResourceVersion, err)
+	return conflictOrNil(err)
 }
 
 // record counts one write and its outcome.
@@ -155,11 +238,4 @@ func (c *Collector) record(op string, err error) {
 		outcome = metrics.OutcomeError
 	}
 	c.cfg.Metrics.Operation(op, outcome)
-}
-
-func ignoreNotFound(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }

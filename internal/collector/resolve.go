@@ -55,6 +55,9 @@ type resolver struct {
 	// invalidNamespace is told when a reference is dangling because its
 	// owner lives in another namespace.
 	invalidNamespace func(dependent graph.Identity, ref metav1.OwnerReference, ownerNamespace string)
+
+	flightMu sync.Mutex
+	flights  map[graph.Coordinates]*flight // GETs in flight, by owner
 }
 
 // mapping resolves a reference's kind, accepting any served version of it.
@@ -73,6 +76,24 @@ func (r *resolver) mapping(apiVersion, kind string) (*meta.RESTMapping, error) {
 
 // resolve classifies one ownerReference of dependent.
 func (r *resolver) resolve(ctx context.Context, dependent graph.Identity, ref *metav1.OwnerReference) (OwnerState, error) {
+	// Fast path, without the REST mapping (most of a resolution's cost):
+	// the graph observed an object with the reference's UID, group, kind
+	// and name, cluster-scoped or in the dependent's namespace. A monitor
+	// observed it, so its kind is served, and its observed namespace is
+	// where its scope puts it: these are exactly the coordinates the slow
+	// path would compute. Solid and Waiting are as safe from here as below;
+	// Dangling is concluded only for an owner observed deleted at exactly
+	// those coordinates (what the absent cache records).
+	if o, ok := r.graph.Owner(ref.UID); ok && (!o.Virtual || o.Absent) && graph.Matches(o.Identity, ref, dependent.Namespace) {
+		switch {
+		case o.Absent:
+			return Dangling, nil
+		case o.DeletingDependents:
+			return Waiting, nil
+		default:
+			return Solid, nil
+		}
+	}
 	m, err := r.mapping(ref.APIVersion, ref.Kind)
 	switch {
 	case isInvalidReference(err):
@@ -100,17 +121,69 @@ func (r *resolver) resolve(ctx context.Context, dependent graph.Identity, ref *m
 		}
 		return Solid, nil
 	}
-	obj, err := r.get(ctx, m.Resource, ns, ref.Name)
+	s, err := r.lookup(ctx, m.Resource, c)
+	if s == Dangling {
+		r.checkNamespace(dependent, ref, ns)
+	}
+	return s, err
+}
+
+// lookup asks the API server about the owner at c, once for any number of
+// dependents asking at the same time (many dependents of one owner that was
+// never observed, e.g. at startup, would otherwise send one GET each).
+//
+// Sharing one answer is safe even for a dependent that asks after the GET
+// was sent: the dependent that started the GET already referenced c.UID, and
+// UIDs are assigned by the apiserver at creation, so an object with that UID
+// was created before the GET started or never will be. A GET that finds no
+// such object therefore proves it absent for every later asker too; Solid
+// and Waiting answers only ever keep objects (see resolver).
+func (r *resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource, c graph.Coordinates) (OwnerState, error) {
+	r.flightMu.Lock()
+	if f, ok := r.flights[c]; ok {
+		f.waiters++
+		r.flightMu.Unlock()
+		select {
+		case <-f.done:
+			return f.state, f.err
+		case <-ctx.Done():
+			return Unresolvable, ctx.Err()
+		}
+	}
+	f := &flight{done: make(chan struct{})}
+	if r.flights == nil {
+		r.flights = make(map[graph.Coordinates]*flight)
+	}
+	r.flights[c] = f
+	r.flightMu.Unlock()
+
+	f.state, f.err = r.getOwner(ctx, gvr, c)
+	r.flightMu.Lock()
+	delete(r.flights, c)
+	r.flightMu.Unlock()
+	close(f.done)
+	return f.state, f.err
+}
+
+// flight is one GET that several resolutions wait for.
+type flight struct {
+	done    chan struct{}
+	state   OwnerState
+	err     error
+	waiters int // guarded by resolver.flightMu (tests)
+}
+
+// getOwner classifies the owner at c from a quorum GET.
+func (r *resolver) getOwner(ctx context.Context, gvr schema.GroupVersionResource, c graph.Coordinates) (OwnerState, error) {
+	obj, err := r.get(ctx, gvr, c.Namespace, c.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		r.absent.Add(c)
-		r.checkNamespace(dependent, ref, ns)
 		return Dangling, nil
 	case err != nil:
 		return Unresolvable, fmt.Errorf("looking up owner %s: %w", c, err)
-	case obj.UID != ref.UID:
+	case obj.UID != c.UID:
 		r.absent.Add(c)
-		r.checkNamespace(dependent, ref, ns)
 		return Dangling, nil
 	case obj.DeletionTimestamp != nil && slices.Contains(obj.Finalizers, graph.FinalizerForeground):
 		return Waiting, nil

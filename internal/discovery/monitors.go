@@ -91,28 +91,12 @@ func (m *Monitors) Sync(ctx context.Context, want map[schema.GroupVersionResourc
 
 func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 	inf := metadatainformer.NewFilteredMetadataInformer(m.client, r.GVR, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
-	if err := inf.SetTransform(stripMetadata); err != nil {
+	if err := inf.SetTransform(leanMetadata); err != nil {
 		return nil, fmt.Errorf("setting transform for %s: %w", r.GVR, err)
 	}
 	apiVersion := r.APIVersion()
 	toEvent := func(t graph.EventType, obj any) (graph.Event, bool) {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		pom, ok := obj.(*metav1.PartialObjectMetadata)
-		if !ok {
-			return graph.Event{}, false
-		}
-		return graph.Event{Type: t, Object: graph.Object{
-			Identity: graph.Identity{
-				APIVersion: apiVersion, Kind: r.Kind,
-				Namespace: pom.Namespace, Name: pom.Name, UID: pom.UID,
-			},
-			ResourceVersion: pom.ResourceVersion,
-			OwnerReferences: pom.OwnerReferences,
-			Finalizers:      pom.Finalizers,
-			Deleting:        pom.DeletionTimestamp != nil,
-		}}, true
+		return toGraphEvent(t, obj, apiVersion, r.Kind)
 	}
 	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
@@ -121,9 +105,12 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 			}
 		},
 		UpdateFunc: func(oldObj, newObj any) {
-			if o, ok := oldObj.(*metav1.PartialObjectMetadata); ok {
-				if n, ok := newObj.(*metav1.PartialObjectMetadata); ok && o.ResourceVersion == n.ResourceVersion {
-					return
+			if sameVersion(oldObj, newObj) {
+				return
+			}
+			if replaced(oldObj, newObj) { // deleted and re-created under the same name
+				if ev, ok := toEvent(graph.Delete, oldObj); ok {
+					m.observe(ev)
 				}
 			}
 			if ev, ok := toEvent(graph.Upsert, newObj); ok {
@@ -207,7 +194,8 @@ func (m *Monitors) Len() int {
 }
 
 // stripMetadata keeps only what kgc decides from, so that the informer
-// stores hold no labels, annotations or managedFields.
+// stores hold no labels, annotations or managedFields. (The monitors now
+// store the leaner Meta, see leanMetadata in lean.go.)
 func stripMetadata(obj any) (any, error) {
 	pom, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {

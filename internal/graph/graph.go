@@ -80,6 +80,10 @@ type node struct {
 	// absent: a virtual node for an object observed deleted.
 	absent     bool
 	dependents map[types.UID]struct{}
+	// blocking counts the dependents whose reference to this node has
+	// blockOwnerDeletion=true, so that a foreground owner's check knows
+	// whether it is blocked without visiting every dependent.
+	blocking int
 }
 
 // Graph is the ownership graph. See the package doc for the concurrency contract.
@@ -107,55 +111,57 @@ func (g *Graph) Apply(ev Event) Effects {
 	return eff
 }
 
-// refsByUID collapses duplicate references to one entry per owner UID; a UID
-// counts as blocking when any of its references blocks.
-func refsByUID(refs []metav1.OwnerReference) map[types.UID]bool {
-	if len(refs) == 0 {
-		return nil
-	}
-	m := make(map[types.UID]bool, len(refs))
-	for i := range refs {
-		b := refs[i].BlockOwnerDeletion != nil && *refs[i].BlockOwnerDeletion
-		m[refs[i].UID] = m[refs[i].UID] || b
-	}
-	return m
-}
-
 func (g *Graph) upsert(obj *Object, eff *Effects) {
 	uid := obj.Identity.UID
 	n := g.nodes[uid]
-	var old map[types.UID]bool
+	var old []metav1.OwnerReference
 	wasDeletingDependents := false
 	if n == nil {
 		n = &node{}
 		g.nodes[uid] = n
 	} else if !n.virtual {
-		old = refsByUID(n.OwnerReferences)
+		old = n.OwnerReferences
 		wasDeletingDependents = n.DeletingDependents()
 	}
 	n.Object = *obj
 	n.virtual, n.absent = false, false
-	cur := refsByUID(obj.OwnerReferences)
+	cur := obj.OwnerReferences
 
-	for ownerUID, blocking := range old {
-		nowBlocking, still := cur[ownerUID]
-		if !still {
+	// Reference lists are short (one or two entries): scanning them is
+	// cheaper than building a map per event (BenchmarkApply*).
+	for i := range old {
+		ownerUID := old[i].UID
+		if !firstRef(old, i) {
+			continue // a duplicate reference to an owner already handled
+		}
+		blocking := blocks(old, ownerUID)
+		if !hasRef(cur, ownerUID) {
 			g.unlink(uid, ownerUID, blocking, eff)
 			continue
 		}
-		// A dependent that stops blocking may release a foreground owner.
-		if blocking && !nowBlocking {
-			if o := g.nodes[ownerUID]; o != nil && o.DeletingDependents() {
-				eff.addDelete(ownerUID)
-			}
-		}
-	}
-	for i := range obj.OwnerReferences {
-		ref := &obj.OwnerReferences[i]
-		if _, had := old[ref.UID]; had {
+		nowBlocking := blocks(cur, ownerUID)
+		if blocking == nowBlocking {
 			continue
 		}
-		g.link(obj.Identity, ref)
+		o := g.nodes[ownerUID]
+		if o == nil {
+			continue
+		}
+		if nowBlocking {
+			o.blocking++
+			continue
+		}
+		o.blocking--
+		// A dependent that stops blocking may release a foreground owner.
+		if o.DeletingDependents() {
+			eff.addDelete(ownerUID)
+		}
+	}
+	for i := range cur {
+		if !firstRef(cur, i) || hasRef(old, cur[i].UID) {
+			continue
+		}
+		g.link(obj.Identity, &cur[i], blocks(cur, cur[i].UID))
 	}
 
 	if n.Orphaning() {
@@ -175,9 +181,29 @@ func (g *Graph) upsert(obj *Object, eff *Effects) {
 	}
 }
 
+// firstRef reports whether refs[i] is the first reference in refs to its owner.
+func firstRef(refs []metav1.OwnerReference, i int) bool {
+	for j := range i {
+		if refs[j].UID == refs[i].UID {
+			return false
+		}
+	}
+	return true
+}
+
+// hasRef reports whether refs reference owner.
+func hasRef(refs []metav1.OwnerReference, owner types.UID) bool {
+	for i := range refs {
+		if refs[i].UID == owner {
+			return true
+		}
+	}
+	return false
+}
+
 // link records dependent as a dependent of ref's owner, creating a virtual
 // owner when the UID is unknown.
-func (g *Graph) link(dependent Identity, ref *metav1.OwnerReference) {
+func (g *Graph) link(dependent Identity, ref *metav1.OwnerReference, blocking bool) {
 	o := g.nodes[ref.UID]
 	if o == nil {
 		o = &node{virtual: true}
@@ -190,6 +216,9 @@ func (g *Graph) link(dependent Identity, ref *metav1.OwnerReference) {
 		o.dependents = make(map[types.UID]struct{})
 	}
 	o.dependents[dependent.UID] = struct{}{}
+	if blocking {
+		o.blocking++
+	}
 }
 
 func (g *Graph) unlink(dependent, ownerUID types.UID, blocking bool, eff *Effects) {
@@ -198,6 +227,9 @@ func (g *Graph) unlink(dependent, ownerUID types.UID, blocking bool, eff *Effect
 		return
 	}
 	delete(o.dependents, dependent)
+	if blocking {
+		o.blocking--
+	}
 	if len(o.dependents) == 0 && (o.absent || o.DeletingDependents()) {
 		eff.CascadeDone = append(eff.CascadeDone, ownerUID)
 	}
@@ -237,7 +269,16 @@ func Matches(owner Identity, ref *metav1.OwnerReference, ns string) bool {
 	if owner.Namespace != "" && owner.Namespace != ns {
 		return false
 	}
-	return owner.GroupKind().Group == (Identity{APIVersion: ref.APIVersion}).GroupKind().Group
+	return sameGroup(owner.APIVersion, ref.APIVersion)
+}
+
+// sameGroup reports whether two apiVersions name the same group; equal
+// apiVersions (the common case) are decided without parsing.
+func sameGroup(a, b string) bool {
+	if a == b {
+		return true
+	}
+	return (Identity{APIVersion: a}).GroupKind().Group == (Identity{APIVersion: b}).GroupKind().Group
 }
 
 func (g *Graph) remove(obj *Object, eff *Effects) {
@@ -247,8 +288,10 @@ func (g *Graph) remove(obj *Object, eff *Effects) {
 		return
 	}
 	eff.Absent = append(eff.Absent, n.Identity)
-	for ownerUID, blocking := range refsByUID(n.OwnerReferences) {
-		g.unlink(uid, ownerUID, blocking, eff)
+	for i, refs := 0, n.OwnerReferences; i < len(refs); i++ {
+		if firstRef(refs, i) {
+			g.unlink(uid, refs[i].UID, blocks(refs, refs[i].UID), eff)
+		}
 	}
 	if len(n.dependents) == 0 {
 		delete(g.nodes, uid)

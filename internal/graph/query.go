@@ -77,6 +77,17 @@ func (g *Graph) Owner(uid types.UID) (OwnerView, bool) {
 	}, true
 }
 
+// BlockingDependents returns how many dependents of the node with uid
+// block its deletion (blockOwnerDeletion=true), in constant time.
+func (g *Graph) BlockingDependents(uid types.UID) int {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if n := g.nodes[uid]; n != nil {
+		return n.blocking
+	}
+	return 0
+}
+
 // Len returns the number of nodes, virtual ones included.
 func (g *Graph) Len() int {
 	g.mu.RLock()
@@ -181,6 +192,15 @@ func (g *Graph) CheckInvariants() error {
 				return fmt.Errorf("owner %s does not list dependent %s", o.Identity, n.Identity)
 			}
 		}
+		blocking := 0
+		for dep := range n.dependents {
+			if d := g.nodes[dep]; d != nil && blocks(d.OwnerReferences, uid) {
+				blocking++
+			}
+		}
+		if blocking != n.blocking {
+			return fmt.Errorf("node %s counts %d blocking dependents, has %d", n.Identity, n.blocking, blocking)
+		}
 		for dep := range n.dependents {
 			d := g.nodes[dep]
 			if d == nil {
@@ -189,7 +209,7 @@ func (g *Graph) CheckInvariants() error {
 			if d.virtual {
 				return fmt.Errorf("dependent %s of %s is virtual", d.Identity, n.Identity)
 			}
-			if _, ok := refsByUID(d.OwnerReferences)[uid]; !ok {
+			if !hasRef(d.OwnerReferences, uid) {
 				return fmt.Errorf("dependent %s does not reference owner %s", d.Identity, n.Identity)
 			}
 		}

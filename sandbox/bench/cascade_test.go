@@ -26,30 +26,52 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
-		os.Exit(m.Run()) // no benchmarks requested: no control plane
-	}
-	os.Exit(runWithControlPlane(m))
+	code := m.Run()
+	stopControlPlane()
+	os.Exit(code)
 }
 
-func runWithControlPlane(m *testing.M) int {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start control plane:", err)
-		return 1
+var (
+	cpOnce  sync.Once
+	cpErr   error
+	cpStop  func()
+	cpAdmin *rest.Config // cp.Config as returned (keeps its TLS server name)
+)
+
+// controlPlane starts the package's control plane on first use, so that a
+// run that selects no test or benchmark needing it stays fast. TestMain
+// stops it after the last test.
+func controlPlane(tb testing.TB) {
+	tb.Helper()
+	cpOnce.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cp, err := controlplane.Start(ctx, controlplane.Options{})
+		if err != nil {
+			cancel()
+			cpErr = fmt.Errorf("start control plane: %w", err)
+			return
+		}
+		cpStop = func() { _ = cp.Stop(); cancel() }
+		cpAdmin = rest.CopyConfig(cp.Config)
+		cfg = rest.CopyConfig(cp.Config)
+		cfg.QPS, cfg.Burst = -1, 0 // unthrottled: setup must not be the bottleneck
+		client = kubernetes.NewForConfigOrDie(cfg)
+	})
+	if cpErr != nil {
+		tb.Fatal(cpErr)
 	}
-	defer cp.Stop()
-	cfg = rest.CopyConfig(cp.Config)
-	cfg.QPS, cfg.Burst = -1, 0 // unthrottled: setup must not be the bottleneck
-	client = kubernetes.NewForConfigOrDie(cfg)
-	return m.Run()
+}
+
+func stopControlPlane() {
+	if cpStop != nil {
+		cpStop()
+	}
 }
 
 // startKGC runs kgc with opts for the rest of the benchmark.
 func startKGC(b *testing.B, opts kgc.Options) {
 	b.Helper()
+	controlPlane(b)
 	c, err := kgc.New(cfg, opts)
 	if err != nil {
 		b.Fatal(err)
