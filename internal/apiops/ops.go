@@ -41,6 +41,13 @@ func (o *Ops) Get(ctx context.Context, gvr schema.GroupVersionResource, ns, name
 	return o.resource(gvr, ns).Get(ctx, name, metav1.GetOptions{})
 }
 
+// List reads one page of a resource's metadata in namespace ns (all
+// namespaces, or a cluster-scoped resource, when ns is ""). Without a
+// resourceVersion in opts it is a consistent read, like Get.
+func (o *Ops) List(ctx context.Context, gvr schema.GroupVersionResource, ns string, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+	return o.resource(gvr, ns).List(ctx, opts)
+}
+
 // Delete deletes t with the given propagation policy, on condition that the
 // object still has t's UID (and resourceVersion, when set).
 func (o *Ops) Delete(ctx context.Context, t Target, policy metav1.DeletionPropagation) error {

@@ -134,6 +134,7 @@ func New(cfg Config) (*Collector, error) {
 		graph:            c.graph,
 		mapper:           cfg.Mapper,
 		get:              c.ops.Get,
+		list:             c.ops.List,
 		absent:           newAbsentCache(16384),
 		invalidNamespace: c.reportInvalidNamespace,
 	}

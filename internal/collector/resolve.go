@@ -56,8 +56,13 @@ type resolver struct {
 	// owner lives in another namespace.
 	invalidNamespace func(dependent graph.Identity, ref metav1.OwnerReference, ownerNamespace string)
 
+	// list, when set, lets many lookups of one resource and namespace
+	// share a LIST (see lane); nil means one GET per owner.
+	list listFunc
+
 	flightMu sync.Mutex
-	flights  map[graph.Coordinates]*flight // GETs in flight, by owner
+	flights  map[graph.Coordinates]*flight // lookups in flight or queued, by owner
+	lanes    map[laneKey]*lane             // resources and namespaces being looked up
 }
 
 // mapping resolves a reference's kind, accepting any served version of it.
@@ -130,7 +135,8 @@ func (r *resolver) resolve(ctx context.Context, dependent graph.Identity, ref *m
 
 // lookup asks the API server about the owner at c, once for any number of
 // dependents asking at the same time (many dependents of one owner that was
-// never observed, e.g. at startup, would otherwise send one GET each).
+// never observed, e.g. at startup, would otherwise send one GET each), and
+// with one LIST for many owners of one resource and namespace (see lane).
 //
 // Sharing one answer is safe even for a dependent that asks after the GET
 // was sent: the dependent that started the GET already referenced c.UID, and
@@ -143,34 +149,83 @@ func (r *resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource, 
 	if f, ok := r.flights[c]; ok {
 		f.waiters++
 		r.flightMu.Unlock()
-		select {
-		case <-f.done:
-			return f.state, f.err
-		case <-ctx.Done():
-			return Unresolvable, ctx.Err()
-		}
+		return f.wait(ctx)
 	}
 	f := &flight{done: make(chan struct{})}
 	if r.flights == nil {
 		r.flights = make(map[graph.Coordinates]*flight)
 	}
 	r.flights[c] = f
+	if r.list == nil {
+		r.flightMu.Unlock()
+		s, err := r.getOwner(ctx, gvr, c)
+		r.answer(c, f, s, err)
+		return f.state, f.err
+	}
+	k := laneKey{gvr: gvr, namespace: c.Namespace}
+	l := r.lanes[k]
+	if l == nil {
+		if r.lanes == nil {
+			r.lanes = make(map[laneKey]*lane)
+		}
+		l = &lane{}
+		r.lanes[k] = l
+	}
+	if l.busy {
+		// Another resolution is talking to the API server about this
+		// resource and namespace: join the next round, which will start
+		// after this registration (see lane).
+		if l.queued == nil {
+			l.queued = make(map[graph.Coordinates]*flight)
+		}
+		l.queued[c] = f
+		r.flightMu.Unlock()
+		return f.wait(ctx)
+	}
+	l.busy = true
 	r.flightMu.Unlock()
 
-	f.state, f.err = r.getOwner(ctx, gvr, c)
+	s, err := r.getOwner(ctx, gvr, c)
+	r.answer(c, f, s, err)
+	// Serve the rounds that queued up meanwhile, until none is left.
+	for {
+		r.flightMu.Lock()
+		round := l.queued
+		l.queued = nil
+		if len(round) == 0 {
+			l.busy = false // the lane stays: it remembers its LIST's size
+			r.flightMu.Unlock()
+			return f.state, f.err
+		}
+		r.flightMu.Unlock()
+		r.serveRound(ctx, gvr, l, round)
+	}
+}
+
+// answer completes f, the lookup of c.
+func (r *resolver) answer(c graph.Coordinates, f *flight, s OwnerState, err error) {
+	f.state, f.err = s, err
 	r.flightMu.Lock()
 	delete(r.flights, c)
 	r.flightMu.Unlock()
 	close(f.done)
-	return f.state, f.err
 }
 
-// flight is one GET that several resolutions wait for.
+// flight is one owner lookup that several resolutions wait for.
 type flight struct {
 	done    chan struct{}
 	state   OwnerState
 	err     error
 	waiters int // guarded by resolver.flightMu (tests)
+}
+
+func (f *flight) wait(ctx context.Context) (OwnerState, error) {
+	select {
+	case <-f.done:
+		return f.state, f.err
+	case <-ctx.Done():
+		return Unresolvable, ctx.Err()
+	}
 }
 
 // getOwner classifies the owner at c from a quorum GET.
@@ -182,6 +237,14 @@ func (r *resolver) getOwner(ctx context.Context, gvr schema.GroupVersionResource
 		return Dangling, nil
 	case err != nil:
 		return Unresolvable, fmt.Errorf("looking up owner %s: %w", c, err)
+	}
+	return r.classify(c, obj)
+}
+
+// classify classifies the owner at c from obj, what a consistent read found
+// at c's name.
+func (r *resolver) classify(c graph.Coordinates, obj *metav1.PartialObjectMetadata) (OwnerState, error) {
+	switch {
 	case obj.UID != c.UID:
 		r.absent.Add(c)
 		return Dangling, nil
