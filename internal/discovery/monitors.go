@@ -23,6 +23,9 @@ type Monitors struct {
 
 	mu      sync.Mutex
 	running map[schema.GroupVersionResource]*monitor
+	// handlers counts event handlers added to informers and not yet removed
+	// (a test hook for leaks: it must equal the number of monitors).
+	handlers int
 }
 
 type monitor struct {
@@ -33,19 +36,57 @@ type monitor struct {
 	done     chan struct{}
 
 	mu      sync.Mutex
-	lastErr error // the last list or watch error
+	lastErr error  // the last list or watch error
+	errRV   string // the informer's last synced resourceVersion when lastErr happened
+}
+
+// status reads the monitor's state. An error counts until the informer makes
+// progress after it: a successful list, or a watch event or bookmark, moves
+// its last synced resourceVersion.
+func (mon *monitor) status() Status {
+	mon.mu.Lock()
+	defer mon.mu.Unlock()
+	st := Status{Synced: mon.reg.HasSynced()}
+	if mon.lastErr != nil && mon.informer.LastSyncResourceVersion() == mon.errRV {
+		st.LastError = mon.lastErr
+	}
+	return st
 }
 
 // Status is one monitor's state.
 type Status struct {
+	// Synced: the monitor delivered its initial list.
 	Synced bool
-	// LastError is the monitor's last list or watch error. A monitor that
-	// has not synced and has an error is failing: it cannot list its resource.
+	// LastError is the monitor's last list or watch error, if it has made
+	// no progress since (while it is set and unchanged, the resource is
+	// failing: it cannot be listed or watched).
 	LastError error
 }
 
-// Failing reports whether the monitor cannot list its resource.
-func (s Status) Failing() bool { return !s.Synced && s.LastError != nil }
+// Failing reports whether the monitor's list or watch fails: it has an
+// error and made no progress since. A synced monitor can fail too (a
+// conversion webhook that breaks later); its cache is then stale.
+func (s Status) Failing() bool { return s.LastError != nil }
+
+// Monitor states, as State reports them.
+const (
+	StateSynced  = "synced"
+	StateSyncing = "syncing"
+	StateFailing = "failing"
+)
+
+// State names the monitor's state: failing (its list or watch fails),
+// synced, or syncing (initial list in progress).
+func (s Status) State() string {
+	switch {
+	case s.Failing():
+		return StateFailing
+	case s.Synced:
+		return StateSynced
+	default:
+		return StateSyncing
+	}
+}
 
 // NewMonitors returns a manager whose monitors call observe for each event.
 // observe must not block for long: it runs on the informer's goroutine.
@@ -83,6 +124,7 @@ func (m *Monitors) Sync(ctx context.Context, want map[schema.GroupVersionResourc
 			continue
 		}
 		m.running[gvr] = mon
+		m.handlers++
 		added++
 		logger.V(2).Info("Started monitor", "resource", gvr.String())
 	}
@@ -146,10 +188,12 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, rf *cache.Reflector, err error) {
 		mon.mu.Lock()
 		mon.lastErr = err
+		mon.errRV = inf.LastSyncResourceVersion()
 		mon.mu.Unlock()
 		cache.DefaultWatchErrorHandler(ctx, rf, err)
 	}); err != nil {
 		cancel()
+		_ = inf.RemoveEventHandler(reg)
 		return nil, fmt.Errorf("setting watch error handler for %s: %w", r.GVR, err)
 	}
 	go func() {
@@ -159,8 +203,13 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 	return mon, nil
 }
 
+// stopLocked removes the monitor's handler, stops its informer and waits
+// until the informer's goroutines have ended, so that a resource that comes
+// and goes (a CRD deleted and recreated) leaves nothing behind.
 func (m *Monitors) stopLocked(gvr schema.GroupVersionResource, mon *monitor) {
-	_ = mon.informer.RemoveEventHandler(mon.reg)
+	if err := mon.informer.RemoveEventHandler(mon.reg); err == nil {
+		m.handlers--
+	}
 	mon.cancel()
 	<-mon.done
 	delete(m.running, gvr)
@@ -176,17 +225,35 @@ func (m *Monitors) Stop() {
 }
 
 // Status reports, per running monitor, whether it has delivered its initial
-// list and its last list/watch error.
+// list and its current list/watch error, if any.
 func (m *Monitors) Status() map[schema.GroupVersionResource]Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make(map[schema.GroupVersionResource]Status, len(m.running))
 	for gvr, mon := range m.running {
-		mon.mu.Lock()
-		out[gvr] = Status{Synced: mon.reg.HasSynced(), LastError: mon.lastErr}
-		mon.mu.Unlock()
+		out[gvr] = mon.status()
 	}
 	return out
+}
+
+// Handlers returns the number of event handlers the monitors registered
+// and have not removed; it equals Len unless a handler leaked.
+func (m *Monitors) Handlers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.handlers
+}
+
+// Settled reports whether every running monitor either delivered its
+// initial list or is failing (its list or watch returned an error; the
+// reflector keeps retrying it with backoff).
+func (m *Monitors) Settled() bool {
+	for _, st := range m.Status() {
+		if !st.Synced && !st.Failing() {
+			return false
+		}
+	}
+	return true
 }
 
 // HasSynced reports whether every running monitor delivered its initial list.
