@@ -62,7 +62,7 @@ type GraphCounts struct {
 type MonitorState struct {
 	Resource string // group/version/resource
 	Synced   bool
-	Failing  bool // not synced, and its list or watch fails
+	Failing  bool // its list or watch fails (it may have synced before)
 }
 
 // Sources are read at scrape time, so that gauges are never stale.
@@ -222,17 +222,21 @@ var (
 		"Nodes in the ownership graph, by state (observed, virtual, absent, deleting, deleting_dependents; a node may count in several).",
 		[]string{"state"}, nil)
 	monitorsDesc = prometheus.NewDesc(namespace+"_monitors",
-		"Monitored resources by state: synced, syncing (initial list in progress), failing (not synced; its list or watch fails).",
+		"Monitored resources by state: synced, syncing (initial list in progress), failing (its list or watch fails).",
 		[]string{"state"}, nil)
 	monitorSyncedDesc = prometheus.NewDesc(namespace+"_monitor_synced",
 		"1 if the monitor of a resource has synced, 0 if it is still syncing or failing.",
 		[]string{"resource"}, nil)
+	monitorStateDesc = prometheus.NewDesc(namespace+"_monitor_state",
+		"1 for the state a resource's monitor is in (synced, syncing, failing), 0 for the others.",
+		[]string{"resource", "state"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- graphNodesDesc
 	ch <- monitorsDesc
 	ch <- monitorSyncedDesc
+	ch <- monitorStateDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -248,17 +252,29 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.src.Monitors != nil {
 		synced, syncing, failing := 0, 0, 0
 		for _, mon := range c.src.Monitors() {
-			v := 0.0
+			state := "syncing"
 			switch {
-			case mon.Synced:
-				synced++
-				v = 1
 			case mon.Failing:
 				failing++
+				state = "failing"
+			case mon.Synced:
+				synced++
+				state = "synced"
 			default:
 				syncing++
 			}
+			v := 0.0
+			if mon.Synced {
+				v = 1
+			}
 			ch <- prometheus.MustNewConstMetric(monitorSyncedDesc, prometheus.GaugeValue, v, mon.Resource)
+			for _, s := range []string{"synced", "syncing", "failing"} {
+				one := 0.0
+				if s == state {
+					one = 1
+				}
+				ch <- prometheus.MustNewConstMetric(monitorStateDesc, prometheus.GaugeValue, one, mon.Resource, s)
+			}
 		}
 		ch <- prometheus.MustNewConstMetric(monitorsDesc, prometheus.GaugeValue, float64(synced), "synced")
 		ch <- prometheus.MustNewConstMetric(monitorsDesc, prometheus.GaugeValue, float64(syncing), "syncing")
