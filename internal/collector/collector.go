@@ -166,6 +166,13 @@ func (c *Collector) MonitorStatus() map[schema.GroupVersionResource]discovery.St
 	return c.monitors.Status()
 }
 
+// MonitorHandlers returns the number of running monitors and of informer
+// event handlers they hold; a handler leak shows as more handlers than
+// monitors (a test hook for resources that come and go).
+func (c *Collector) MonitorHandlers() (monitors, handlers int) {
+	return c.monitors.Len(), c.monitors.Handlers()
+}
+
 // Run runs the collector until ctx is done, then stops every goroutine it
 // started before returning.
 func (c *Collector) Run(ctx context.Context) error {

@@ -6,9 +6,10 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -132,7 +133,7 @@ func (m *Monitors) Sync(ctx context.Context, want map[schema.GroupVersionResourc
 }
 
 func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
-	inf := metadatainformer.NewFilteredMetadataInformer(m.client, r.GVR, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	inf := cache.NewSharedIndexInformer(newListWatch(m.client, r.GVR), &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
 	if err := inf.SetTransform(stripMetadata); err != nil {
 		return nil, fmt.Errorf("setting transform for %s: %w", r.GVR, err)
 	}
@@ -201,6 +202,47 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		inf.RunWithContext(mctx)
 	}()
 	return mon, nil
+}
+
+// listWatch lists and watches one resource's metadata. It differs from
+// client-go's metadata informer in two ways, both so that a broken resource
+// fails fast and visibly instead of hanging in client-side retries:
+//
+//   - No streaming list (WatchList): the initial state comes from a plain
+//     LIST.
+//   - The LIST asks for the latest state (resourceVersion "") where the
+//     reflector would ask for "any" ("0"). A resource whose watch cache cannot
+//     initialize (a CRD whose conversion webhook is down) answers "0" with
+//     429 + Retry-After, which the REST client retries for many seconds
+//     before the reflector sees an error; "" is served from etcd when the
+//     cache is not ready, and returns the real error (the webhook failure)
+//     at once. When the cache is ready, "" is served from it (consistent
+//     reads from cache), so the cost is small.
+type listWatch struct {
+	*cache.ListWatch
+}
+
+// IsWatchListSemanticsUnSupported tells the reflector not to use WatchList.
+func (listWatch) IsWatchListSemanticsUnSupported() bool { return true }
+
+func newListWatch(client metadata.Interface, gvr schema.GroupVersionResource) listWatch {
+	res := client.Resource(gvr).Namespace(metav1.NamespaceAll)
+	list := func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		if opts.ResourceVersion == "0" {
+			opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
+		}
+		return res.List(ctx, opts)
+	}
+	return listWatch{&cache.ListWatch{
+		ListFunc: func(opts metav1.ListOptions) (runtime.Object, error) {
+			return list(context.Background(), opts)
+		},
+		WatchFunc: func(opts metav1.ListOptions) (watch.Interface, error) {
+			return res.Watch(context.Background(), opts)
+		},
+		ListWithContextFunc:  list,
+		WatchFuncWithContext: res.Watch,
+	}}
 }
 
 // stopLocked removes the monitor's handler, stops its informer and waits
