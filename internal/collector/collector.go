@@ -80,8 +80,11 @@ type Collector struct {
 	cascadeStart map[types.UID]time.Time
 
 	// kinds maps each monitored kind to its resource, refreshed by discovery.
-	kinds  atomic.Pointer[map[schema.GroupVersionKind]schema.GroupVersionResource]
-	synced atomic.Bool
+	kinds atomic.Pointer[map[schema.GroupVersionKind]schema.GroupVersionResource]
+	// discoveryFailures are the group versions the last discovery could not
+	// read (an unavailable APIService), with their errors.
+	discoveryFailures atomic.Pointer[map[schema.GroupVersion]error]
+	synced            atomic.Bool
 }
 
 // New builds a Collector from cfg.
@@ -164,6 +167,16 @@ func (c *Collector) Synced() bool { return c.synced.Load() }
 // MonitorStatus reports each monitored resource's state.
 func (c *Collector) MonitorStatus() map[schema.GroupVersionResource]discovery.Status {
 	return c.monitors.Status()
+}
+
+// DiscoveryFailures returns the group versions the last discovery could not
+// read (an aggregated API whose backend is unavailable), with their errors.
+// Their resources, if monitored before, keep their monitors.
+func (c *Collector) DiscoveryFailures() map[schema.GroupVersion]error {
+	if p := c.discoveryFailures.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // MonitorHandlers returns the number of running monitors and of informer
@@ -291,6 +304,11 @@ func (c *Collector) resyncMonitors(ctx context.Context) (want map[schema.GroupVe
 	if want == nil {
 		return nil, nil, err
 	}
+	failures := make(map[schema.GroupVersion]error, len(failed))
+	for gv, e := range failed {
+		failures[gv] = e
+	}
+	c.discoveryFailures.Store(&failures)
 	kinds := make(map[schema.GroupVersionKind]schema.GroupVersionResource, len(want))
 	for gvr, r := range want {
 		kinds[gvr.GroupVersion().WithKind(r.Kind)] = gvr

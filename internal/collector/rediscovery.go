@@ -57,10 +57,29 @@ type rediscoverer struct {
 
 	mu     sync.Mutex
 	expect map[expectKey]expectation
+	// groups whose CRDs or APIServices changed recently, until when: their
+	// failing monitors are restarted rather than left to their backoff.
+	groups map[string]time.Time
 }
 
 func newRediscoverer() *rediscoverer {
-	return &rediscoverer{kick: make(chan struct{}, 1), expect: make(map[expectKey]expectation)}
+	return &rediscoverer{kick: make(chan struct{}, 1), expect: make(map[expectKey]expectation), groups: make(map[string]time.Time)}
+}
+
+// changedGroups returns the groups changed within the expectation window.
+func (r *rediscoverer) changedGroups() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	out := make(map[string]bool, len(r.groups))
+	for g, until := range r.groups {
+		if now.After(until) {
+			delete(r.groups, g)
+			continue
+		}
+		out[g] = true
+	}
+	return out
 }
 
 // observe looks at one informer event; it must not block (it runs on an
@@ -88,6 +107,7 @@ func (r *rediscoverer) observe(ev graph.Event) {
 		return
 	}
 	r.mu.Lock()
+	r.groups[key.gr.Group+key.gv.Group] = time.Now().Add(expectationWindow)
 	switch {
 	case ev.Type == graph.Delete:
 		r.expect[key] = expectation{present: false, deadline: time.Now().Add(expectationWindow)}
@@ -173,7 +193,16 @@ func (c *Collector) runDiscovery(ctx context.Context) {
 		if err != nil {
 			logger.Error(err, "Rediscovery failed")
 		}
-		if want != nil && c.rediscover.settle(want, failed, c.ignored) {
+		pending := want != nil && c.rediscover.settle(want, failed, c.ignored)
+		// A change to a CRD or APIService may have fixed its resource: give
+		// its failing monitors a fresh start, and keep doing so (with the
+		// same backoff) while they fail within the window.
+		if groups := c.rediscover.changedGroups(); len(groups) > 0 {
+			if c.monitors.RestartFailing(ctx, func(gvr schema.GroupVersionResource) bool { return groups[gvr.Group] }) > 0 {
+				pending = true
+			}
+		}
+		if pending {
 			retry.Reset(backoff)
 			backoff = min(2*backoff, rediscoveryRetryMax)
 		}

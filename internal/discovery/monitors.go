@@ -257,6 +257,35 @@ func (m *Monitors) stopLocked(gvr schema.GroupVersionResource, mon *monitor) {
 	delete(m.running, gvr)
 }
 
+// RestartFailing restarts the monitors of the resources match selects that
+// are failing and never synced, and returns how many it restarted. A fresh
+// reflector lists at once instead of waiting out the backoff of the failed
+// one, so a resource that was just fixed (a CRD's conversion webhook
+// repaired, an APIService's backend back) is collected right away. Monitors
+// that synced are left alone: restarting them would drop their cache, and
+// with it any deletion that happens before the new list.
+func (m *Monitors) RestartFailing(ctx context.Context, match func(schema.GroupVersionResource) bool) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for gvr, mon := range m.running {
+		if st := mon.status(); st.Synced || !st.Failing() || !match(gvr) {
+			continue
+		}
+		m.stopLocked(gvr, mon)
+		fresh, err := m.start(ctx, mon.resource)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot restart monitor", "resource", gvr.String())
+			continue
+		}
+		m.running[gvr] = fresh
+		m.handlers++
+		n++
+		klog.FromContext(ctx).V(2).Info("Restarted failing monitor", "resource", gvr.String())
+	}
+	return n
+}
+
 // Stop stops every monitor and waits for them to end.
 func (m *Monitors) Stop() {
 	m.mu.Lock()

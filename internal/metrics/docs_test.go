@@ -74,8 +74,9 @@ func exercise(t *testing.T, m *Metrics) {
 func TestDocsMatchCode(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := New(reg, Sources{
-		Graph:    func() GraphCounts { return GraphCounts{Observed: 1} },
-		Monitors: func() []MonitorState { return []MonitorState{{Resource: "v1/configmaps", Synced: true}} },
+		Graph:             func() GraphCounts { return GraphCounts{Observed: 1} },
+		Monitors:          func() []MonitorState { return []MonitorState{{Resource: "v1/configmaps", Synced: true}} },
+		DiscoveryFailures: func() []string { return []string{"broken.example.com/v1beta1"} },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +174,7 @@ func TestDocumentedMetricsExistFromTheStart(t *testing.T) {
 		seen[f.GetName()] = true
 	}
 	for name := range readDocs(t) {
-		if strings.HasPrefix(name, "kgc_workqueue_") || name == "kgc_api_requests_total" || name == "kgc_monitor_synced" || name == "kgc_monitor_state" {
+		if strings.HasPrefix(name, "kgc_workqueue_") || name == "kgc_api_requests_total" || name == "kgc_monitor_synced" || name == "kgc_monitor_state" || name == "kgc_discovery_failure" {
 			continue // created with their queues / first request / first monitor
 		}
 		if !seen[name] {

@@ -69,6 +69,9 @@ type MonitorState struct {
 type Sources struct {
 	Graph    func() GraphCounts
 	Monitors func() []MonitorState
+	// DiscoveryFailures lists the group versions ("group/version") discovery
+	// could not read. Optional.
+	DiscoveryFailures func() []string
 }
 
 // New creates kgc's metrics and registers them on reg. With a nil reg it
@@ -227,6 +230,9 @@ var (
 	monitorSyncedDesc = prometheus.NewDesc(namespace+"_monitor_synced",
 		"1 if the monitor of a resource has synced, 0 if it is still syncing or failing.",
 		[]string{"resource"}, nil)
+	discoveryFailureDesc = prometheus.NewDesc(namespace+"_discovery_failure",
+		"1 for each group version the last discovery could not read (e.g. an unavailable APIService).",
+		[]string{"group_version"}, nil)
 	monitorStateDesc = prometheus.NewDesc(namespace+"_monitor_state",
 		"1 for the state a resource's monitor is in (synced, syncing, failing), 0 for the others.",
 		[]string{"resource", "state"}, nil)
@@ -237,6 +243,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- monitorsDesc
 	ch <- monitorSyncedDesc
 	ch <- monitorStateDesc
+	ch <- discoveryFailureDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -279,6 +286,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(monitorsDesc, prometheus.GaugeValue, float64(synced), "synced")
 		ch <- prometheus.MustNewConstMetric(monitorsDesc, prometheus.GaugeValue, float64(syncing), "syncing")
 		ch <- prometheus.MustNewConstMetric(monitorsDesc, prometheus.GaugeValue, float64(failing), "failing")
+	}
+	if c.src.DiscoveryFailures != nil {
+		for _, gv := range c.src.DiscoveryFailures() {
+			ch <- prometheus.MustNewConstMetric(discoveryFailureDesc, prometheus.GaugeValue, 1, gv)
+		}
 	}
 }
 

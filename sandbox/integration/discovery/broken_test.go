@@ -97,7 +97,8 @@ func TestBrokenAPIsDoNotStallCollection(t *testing.T) {
 		poll(t, "readyz to show the broken CRD failing", func() bool {
 			var code int
 			code, body = get(t, srv.URL+"/readyz?verbose")
-			return code == http.StatusOK && strings.Contains(body, "[-]"+monitorName+" failed: failing: ") && strings.Contains(body, "readyz check passed")
+			return code == http.StatusOK && strings.Contains(body, "[-]"+monitorName+" failed: failing: ") &&
+				strings.Contains(body, "[-]discovery:broken.example.com/v1beta1 failed: ") && strings.Contains(body, "readyz check passed")
 		})
 		t.Logf("/readyz?verbose lines about the broken APIs:\n%s", grepLines(body, s.group, "broken.example.com", "readyz check"))
 		if code, _ := get(t, srv.URL+"/readyz"); code != http.StatusOK {
@@ -106,6 +107,10 @@ func TestBrokenAPIsDoNotStallCollection(t *testing.T) {
 		resource := s.group + "/v2/" + s.plural
 		if v, ok := gaugeValue(t, reg, "kgc_monitor_state", map[string]string{"resource": resource, "state": "failing"}); !ok || v != 1 {
 			t.Errorf("kgc_monitor_state{resource=%q,state=failing} = %v (present %v), want 1", resource, v, ok)
+		}
+
+		if v, ok := gaugeValue(t, reg, "kgc_discovery_failure", map[string]string{"group_version": "broken.example.com/v1beta1"}); !ok || v != 1 {
+			t.Errorf("kgc_discovery_failure{group_version=broken.example.com/v1beta1} = %v (present %v), want 1", v, ok)
 		}
 
 		brokenBG = measureCascades(t, gc, ns, "broken-bg", metav1.DeletePropagationBackground)
