@@ -277,6 +277,10 @@ func (c *Collector) Handler() http.Handler { return c.handler }
 
 type source struct{ c *collector.Collector }
 
+// Ready: kgc is ready once its workers run, which is when every monitor has
+// synced or is failing. A failing resource (broken conversion webhook,
+// unavailable APIService) never blocks readiness: it only affects its own
+// objects, and Checks shows it.
 func (s source) Ready() error {
 	if !s.c.Synced() {
 		return errors.New("monitors have not synced")

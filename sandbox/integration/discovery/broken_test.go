@@ -257,6 +257,17 @@ func get(t *testing.T, url string) (int, string) {
 	return res.StatusCode, string(b)
 }
 
+// tryGet is get for goroutines other than the test's (no t.Fatal).
+func tryGet(url string) (string, error) {
+	res, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return string(b), err
+}
+
 func grepLines(body string, subs ...string) string {
 	var out []string
 	for _, l := range strings.Split(body, "\n") {

@@ -2,6 +2,8 @@ package discovery
 
 import (
 	"context"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,17 +18,33 @@ import (
 // measured is the event-driven path: kgc sees the CRD change, rediscovers,
 // retries until discovery serves the new resource, and starts its monitor.
 func TestCRDEstablishedToFirstCollected(t *testing.T) {
-	startKGC(t, kgc.Options{Workers: 5, DiscoveryResyncPeriod: 5 * time.Minute})
+	gc, _, _ := startKGC(t, kgc.Options{Workers: 5, DiscoveryResyncPeriod: 5 * time.Minute})
+	srv := httptest.NewServer(gc.Handler())
+	defer srv.Close()
 	ns := newNamespace(t)
 	liveOwner := configMap(t, ns, "live-owner", nil)
 
 	const rounds = 5
-	var toCollected, toCreated, createdToCollected []time.Duration
+	var toCollected, toCreated, createdToCollected, toMonitor []time.Duration
 	for i := range rounds {
 		s := newCRDSpec("established.kgc.test", "v1")
 		createCRD(t, s)
 		poll(t, "CRD "+s.name()+" to be established", func() bool { return crdEstablished(s.name()) })
 		established := time.Now()
+		// Meanwhile, note when kgc's monitor for the new resource is synced.
+		monitorUp := make(chan time.Duration, 1)
+		go func() {
+			line := "[+]monitor:" + s.group + "/v1/" + s.plural + " ok"
+			err := pollErr(10*time.Second, func() bool {
+				body, err := tryGet(srv.URL + "/readyz?verbose")
+				return err == nil && strings.Contains(body, line)
+			})
+			if err != nil {
+				monitorUp <- -1
+				return
+			}
+			monitorUp <- time.Since(established)
+		}()
 		garbage := customResource(t, s, "v1", ns, "garbage", []metav1.OwnerReference{ghostRef("ghost")})
 		created := time.Now()
 		kept := customResource(t, s, "v1", ns, "kept", []metav1.OwnerReference{cmRef(liveOwner, false)})
@@ -40,10 +58,16 @@ func TestCRDEstablishedToFirstCollected(t *testing.T) {
 		if customResourceGone(s, "v1", ns, kept.GetName()) {
 			t.Fatalf("round %d: instance with a live owner was deleted", i)
 		}
+		if d := <-monitorUp; d < 0 {
+			t.Fatalf("round %d: kgc's monitor of %s not reported synced within 10s", i, s.name())
+		} else {
+			toMonitor = append(toMonitor, d)
+		}
 	}
 	t.Logf("CRD Established -> first instance collected: median %s, all %v; of which the apiserver took median %s to accept the instance (its endpoint answers 404 until then), and kgc median %s from the instance's creation to its deletion (all %v)",
 		median(toCollected).Round(time.Millisecond), roundAll(toCollected), median(toCreated).Round(time.Millisecond),
 		median(createdToCollected).Round(time.Millisecond), roundAll(createdToCollected))
+	t.Logf("CRD Established -> kgc's monitor of it synced (/readyz?verbose): median %s, all %v", median(toMonitor).Round(time.Millisecond), roundAll(toMonitor))
 }
 
 func roundAll(ds []time.Duration) []time.Duration {
