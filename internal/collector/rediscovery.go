@@ -86,9 +86,12 @@ func (r *rediscoverer) changedGroups() map[string]bool {
 // informer's goroutine).
 func (r *rediscoverer) observe(ev graph.Event) {
 	id := ev.Object.Identity
-	gk := id.GroupKind()
+	// Cheap test first: this runs for every event of every resource.
+	if id.Kind != crdGroupKind.Kind && id.Kind != apiServiceGroupKind.Kind {
+		return
+	}
 	var key expectKey
-	switch gk {
+	switch id.GroupKind() {
 	case crdGroupKind:
 		// A CRD is named <plural>.<group>.
 		plural, group, ok := strings.Cut(id.Name, ".")
