@@ -230,9 +230,9 @@ var (
 	monitorSyncedDesc = prometheus.NewDesc(namespace+"_monitor_synced",
 		"1 if the monitor of a resource has synced, 0 if it is still syncing or failing.",
 		[]string{"resource"}, nil)
-	discoveryFailureDesc = prometheus.NewDesc(namespace+"_discovery_failure",
-		"1 for each group version the last discovery could not read (e.g. an unavailable APIService).",
-		[]string{"group_version"}, nil)
+	discoveryFailuresDesc = prometheus.NewDesc(namespace+"_discovery_failed_group_versions",
+		"Group versions the last discovery could not read (e.g. an unavailable APIService); /readyz?verbose names them.",
+		nil, nil)
 	monitorStateDesc = prometheus.NewDesc(namespace+"_monitor_state",
 		"1 for the state a resource's monitor is in (synced, syncing, failing), 0 for the others.",
 		[]string{"resource", "state"}, nil)
@@ -243,7 +243,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- monitorsDesc
 	ch <- monitorSyncedDesc
 	ch <- monitorStateDesc
-	ch <- discoveryFailureDesc
+	ch <- discoveryFailuresDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -288,9 +288,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(monitorsDesc, prometheus.GaugeValue, float64(failing), "failing")
 	}
 	if c.src.DiscoveryFailures != nil {
-		for _, gv := range c.src.DiscoveryFailures() {
-			ch <- prometheus.MustNewConstMetric(discoveryFailureDesc, prometheus.GaugeValue, 1, gv)
-		}
+		ch <- prometheus.MustNewConstMetric(discoveryFailuresDesc, prometheus.GaugeValue, float64(len(c.src.DiscoveryFailures())))
 	}
 }
 
