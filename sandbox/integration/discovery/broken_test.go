@@ -141,19 +141,22 @@ func TestBrokenAPIsDoNotStallCollection(t *testing.T) {
 			t.Errorf("after healing: kgc_monitor_state{resource=%q,state=synced} = %v (present %v), want 1", resource, v, ok)
 		}
 	})
-	t.Logf("cascade of %d ConfigMaps (median of 3): Background %s with no broken API, %s with a broken CRD and APIService; Foreground %s vs %s",
-		cascadeDependents, healthyBG.Round(time.Millisecond), brokenBG.Round(time.Millisecond), healthyFG.Round(time.Millisecond), brokenFG.Round(time.Millisecond))
+	t.Logf("cascade of %d ConfigMaps (median of %d): Background %s with no broken API, %s with a broken CRD and APIService; Foreground %s vs %s",
+		cascadeDependents, cascadeRounds, healthyBG.Round(time.Millisecond), brokenBG.Round(time.Millisecond), healthyFG.Round(time.Millisecond), brokenFG.Round(time.Millisecond))
 }
 
+// cascadeRounds is how many cascades of each policy are measured.
+const cascadeRounds = 5
+
 // measureCascades deletes an owner of cascadeDependents ConfigMaps with
-// policy three times and returns the median time from the DELETE to the
-// last dependent (and the owner) gone.
+// policy cascadeRounds times and returns the median time from the DELETE to
+// the last dependent (and the owner) gone.
 func measureCascades(t *testing.T, gc *kgc.Collector, ns, prefix string, policy metav1.DeletionPropagation) time.Duration {
 	t.Helper()
 	srv := httptest.NewServer(gc.Handler())
 	defer srv.Close()
 	var ds []time.Duration
-	for round := range 3 {
+	for round := range cascadeRounds {
 		name := fmt.Sprintf("%s-%d", prefix, round)
 		owner := configMap(t, ns, name, nil)
 		for i := range cascadeDependents {
