@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/discovery"
@@ -60,10 +61,16 @@ type rediscoverer struct {
 	// groups whose CRDs or APIServices changed recently, until when: their
 	// failing monitors are restarted rather than left to their backoff.
 	groups map[string]time.Time
+	// known holds the UIDs of the CRDs and APIServices seen so far: the
+	// first sight of one (at startup, or a new one) is no fix of anything.
+	known map[types.UID]struct{}
 }
 
 func newRediscoverer() *rediscoverer {
-	return &rediscoverer{kick: make(chan struct{}, 1), expect: make(map[expectKey]expectation), groups: make(map[string]time.Time)}
+	return &rediscoverer{
+		kick: make(chan struct{}, 1), expect: make(map[expectKey]expectation),
+		groups: make(map[string]time.Time), known: make(map[types.UID]struct{}),
+	}
 }
 
 // changedGroups returns the groups changed within the expectation window.
@@ -110,7 +117,14 @@ func (r *rediscoverer) observe(ev graph.Event) {
 		return
 	}
 	r.mu.Lock()
-	r.groups[key.gr.Group+key.gv.Group] = time.Now().Add(expectationWindow)
+	if _, seen := r.known[id.UID]; seen || ev.Type == graph.Delete {
+		r.groups[key.gr.Group+key.gv.Group] = time.Now().Add(expectationWindow)
+	}
+	if ev.Type == graph.Delete {
+		delete(r.known, id.UID)
+	} else {
+		r.known[id.UID] = struct{}{}
+	}
 	switch {
 	case ev.Type == graph.Delete:
 		r.expect[key] = expectation{present: false, deadline: time.Now().Add(expectationWindow)}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
@@ -12,7 +13,7 @@ import (
 func TestRediscovererExpectations(t *testing.T) {
 	crd := func(typ graph.EventType, name string, deleting bool) graph.Event {
 		return graph.Event{Type: typ, Object: graph.Object{Identity: graph.Identity{
-			APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition", Name: name,
+			APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition", Name: name, UID: types.UID("uid-" + name),
 		}, Deleting: deleting}}
 	}
 	apiService := func(typ graph.EventType, name string) graph.Event {
@@ -54,8 +55,13 @@ func TestRediscovererExpectations(t *testing.T) {
 	if r.settle(want(widgets), nil, nil) {
 		t.Error("expectation still pending once discovery served widgets")
 	}
+	// First sight: nothing to restart. A later change marks the group.
+	if g := r.changedGroups(); g["example.com"] {
+		t.Errorf("changed groups %v include example.com after its first sight", g)
+	}
+	r.observe(crd(graph.Upsert, "widgets.example.com", false))
 	if g := r.changedGroups(); !g["example.com"] {
-		t.Errorf("changed groups %v lack example.com", g)
+		t.Errorf("changed groups %v lack example.com after an update", g)
 	}
 
 	// A deleted CRD: pending until discovery drops it.
