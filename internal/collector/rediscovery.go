@@ -192,11 +192,12 @@ func (c *Collector) runDiscovery(ctx context.Context) {
 	backoff := rediscoveryRetryMin
 	for {
 		periodic := false
+		reason := "retry"
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			periodic = true
+			periodic, reason = true, "periodic"
 		case <-c.rediscover.kick:
 			select {
 			case <-ctx.Done():
@@ -204,8 +205,10 @@ func (c *Collector) runDiscovery(ctx context.Context) {
 			case <-time.After(rediscoveryDebounce):
 			}
 			backoff = rediscoveryRetryMin
+			reason = "change"
 		case <-retry.C:
 		}
+		logger.V(4).Info("Rediscovering", "reason", reason)
 		want, failed, err := c.resyncMonitors(ctx)
 		if err != nil {
 			logger.Error(err, "Rediscovery failed")
