@@ -48,7 +48,8 @@ type Config struct {
 	// ResyncPeriod between rediscoveries; default 30s.
 	ResyncPeriod time.Duration
 	// SyncTimeout bounds the wait for the initial monitor sync before the
-	// workers start anyway; default 60s.
+	// workers start anyway; default 60s. Workers normally start sooner: as
+	// soon as every monitor has synced or is failing.
 	SyncTimeout time.Duration
 	// DrainTimeout bounds how long, once Run's context is done, in-flight
 	// items may finish their API calls; default 5s (below the default gap
@@ -65,11 +66,13 @@ type Collector struct {
 	graph    *graph.Graph
 	events   *fifo[graph.Event]
 	monitors *discovery.Monitors
-	ops      *apiops.Ops
-	resolver *resolver
-	warned   *onceSet
-	writes   writeLog // kgc's writes the graph has not observed yet (writes.go)
-	rechecks dependentsRecheck
+	// rediscover turns CRD and APIService events into rediscoveries.
+	rediscover *rediscoverer
+	ops        *apiops.Ops
+	resolver   *resolver
+	warned     *onceSet
+	writes     writeLog // kgc's writes the graph has not observed yet (writes.go)
+	rechecks   dependentsRecheck
 
 	attemptToDelete workqueue.TypedRateLimitingInterface[types.UID]
 	attemptToOrphan workqueue.TypedRateLimitingInterface[types.UID]
@@ -79,8 +82,11 @@ type Collector struct {
 	cascadeStart map[types.UID]time.Time
 
 	// kinds maps each monitored kind to its resource, refreshed by discovery.
-	kinds  atomic.Pointer[map[schema.GroupVersionKind]schema.GroupVersionResource]
-	synced atomic.Bool
+	kinds atomic.Pointer[map[schema.GroupVersionKind]schema.GroupVersionResource]
+	// discoveryFailures are the group versions the last discovery could not
+	// read (an unavailable APIService), with their errors.
+	discoveryFailures atomic.Pointer[map[schema.GroupVersion]error]
+	synced            atomic.Bool
 }
 
 // New builds a Collector from cfg.
@@ -129,12 +135,17 @@ func New(cfg Config) (*Collector, error) {
 	for _, gr := range cfg.Ignored {
 		c.ignored[gr] = struct{}{}
 	}
-	c.monitors = discovery.NewMonitors(cfg.Metadata, c.events.Push)
+	c.rediscover = newRediscoverer()
+	c.monitors = discovery.NewMonitors(cfg.Metadata, func(ev graph.Event) {
+		c.events.Push(ev)
+		c.rediscover.observe(ev)
+	})
 	c.resolver = &resolver{
 		graph:            c.graph,
 		mapper:           cfg.Mapper,
 		get:              c.ops.Get,
 		list:             c.ops.List,
+		metrics:          cfg.Metrics,
 		absent:           newAbsentCache(16384),
 		invalidNamespace: c.reportInvalidNamespace,
 	}
@@ -160,6 +171,23 @@ func (c *Collector) Synced() bool { return c.synced.Load() }
 // MonitorStatus reports each monitored resource's state.
 func (c *Collector) MonitorStatus() map[schema.GroupVersionResource]discovery.Status {
 	return c.monitors.Status()
+}
+
+// DiscoveryFailures returns the group versions the last discovery could not
+// read (an aggregated API whose backend is unavailable), with their errors.
+// Their resources, if monitored before, keep their monitors.
+func (c *Collector) DiscoveryFailures() map[schema.GroupVersion]error {
+	if p := c.discoveryFailures.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// MonitorHandlers returns the number of running monitors and of informer
+// event handlers they hold; a handler leak shows as more handlers than
+// monitors (a test hook for resources that come and go).
+func (c *Collector) MonitorHandlers() (monitors, handlers int) {
+	return c.monitors.Len(), c.monitors.Handlers()
 }
 
 // Run runs the collector until ctx is done, then stops every goroutine it
@@ -191,7 +219,7 @@ func (c *Collector) Run(ctx context.Context) error {
 
 	// Initial discovery: retry until it works, at least partially.
 	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		if err := c.resyncMonitors(ctx); err != nil {
+		if _, _, err := c.resyncMonitors(ctx); err != nil {
 			logger.Error(err, "Initial discovery failed, retrying")
 			return c.monitors.Len() > 0, nil
 		}
@@ -201,22 +229,53 @@ func (c *Collector) Run(ctx context.Context) error {
 		return nil //nolint:nilerr // ctx ended before discovery worked: a clean stop
 	}
 
+	// Discovery keeps running from now on: CRDs and APIServices that change
+	// while the monitors sync get monitors too, without waiting.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.runDiscovery(ctx)
+	}()
+
+	// Workers start once every monitor has either synced or is failing (its
+	// list or watch returns errors: a CRD whose conversion webhook is down,
+	// an unavailable APIService). A failing resource does not hold up the
+	// others: its reflector keeps retrying with backoff, its state shows in
+	// MonitorStatus, and its objects are collected once it heals.
+	// SyncTimeout is only a backstop for a monitor that neither syncs nor
+	// reports an error.
+	//
+	// Starting before every resource is observed is safe: an owner the
+	// graph has not observed is a virtual node, and the resolver verifies a
+	// virtual owner with a GET before anything is decided from it, so a
+	// dependent whose owner sits in a failing (or still syncing) resource is
+	// kept while the GET finds the owner, and retried while the GET fails.
+	// What an unobserved resource can delay is ordering, never safety: a
+	// Foreground owner whose dependents are all in a failing resource sees
+	// no blocking dependent and is released early; those dependents are
+	// then collected as dangling once their resource heals.
 	logger.Info("Waiting for monitors to sync", "monitors", c.monitors.Len())
 	syncCtx, cancel := context.WithTimeout(ctx, c.cfg.SyncTimeout)
 	err = wait.PollUntilContextCancel(syncCtx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-		return c.monitors.HasSynced(), nil
+		return c.monitors.Settled(), nil
 	})
 	cancel()
 	if ctx.Err() != nil {
 		return nil
 	}
-	if err != nil {
-		var pending []string
-		for gvr, st := range c.monitors.Status() {
-			if !st.Synced {
-				pending = append(pending, gvr.String())
-			}
+	var failing, pending []string
+	for gvr, st := range c.monitors.Status() {
+		switch st.State() {
+		case discovery.StateFailing:
+			failing = append(failing, gvr.String())
+		case discovery.StateSyncing:
+			pending = append(pending, gvr.String())
 		}
+	}
+	if len(failing) > 0 {
+		logger.Info("Starting workers while some monitors fail; they are retried with backoff", "failing", failing)
+	}
+	if err != nil {
 		logger.Info("Starting workers before every monitor synced", "pending", pending)
 	}
 	c.events.WaitIdle()
@@ -235,16 +294,6 @@ func (c *Collector) Run(ctx context.Context) error {
 		}()
 	}
 
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		wait.UntilWithContext(ctx, func(ctx context.Context) {
-			if err := c.resyncMonitors(ctx); err != nil {
-				logger.Error(err, "Rediscovery failed")
-			}
-		}, c.cfg.ResyncPeriod)
-	}()
-
 	<-ctx.Done()
 	logger.Info("Stopping")
 	return nil
@@ -252,12 +301,18 @@ func (c *Collector) Run(ctx context.Context) error {
 
 // resyncMonitors rediscovers deletable resources and adds or removes
 // monitors to match. Resources of groups that failed discovery keep their
-// monitors: a failing APIService is not a vanished one.
-func (c *Collector) resyncMonitors(ctx context.Context) error {
-	want, failed, err := discovery.Deletable(c.cfg.Discovery, c.ignored)
+// monitors: a failing APIService is not a vanished one. It returns what
+// discovery found (want is nil when discovery failed altogether).
+func (c *Collector) resyncMonitors(ctx context.Context) (want map[schema.GroupVersionResource]discovery.Resource, failed map[schema.GroupVersion]error, err error) {
+	want, failed, err = discovery.Deletable(c.cfg.Discovery, c.ignored)
 	if want == nil {
-		return err
+		return nil, nil, err
 	}
+	failures := make(map[schema.GroupVersion]error, len(failed))
+	for gv, e := range failed {
+		failures[gv] = e
+	}
+	c.discoveryFailures.Store(&failures)
 	kinds := make(map[schema.GroupVersionKind]schema.GroupVersionResource, len(want))
 	for gvr, r := range want {
 		kinds[gvr.GroupVersion().WithKind(r.Kind)] = gvr
@@ -277,7 +332,7 @@ func (c *Collector) resyncMonitors(ctx context.Context) error {
 		c.cfg.Mapper.Reset()
 		klog.FromContext(ctx).V(1).Info("Monitors changed", "added", added, "removed", removed, "monitors", c.monitors.Len())
 	}
-	return err
+	return want, failed, err
 }
 
 // runGraphBuilder is the graph's single writer. When it stops it closes

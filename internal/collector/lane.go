@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/metrics"
 )
 
 // listFunc reads one page of a resource's metadata in a namespace ("" for
@@ -76,6 +77,7 @@ func (r *resolver) serveRound(ctx context.Context, gvr schema.GroupVersionResour
 			r.getEach(ctx, gvr, round)
 			return
 		}
+		r.metrics.Lookup(metrics.LookupList)
 		list, err := r.list(ctx, gvr, ns, opts)
 		if err != nil {
 			if ctx.Err() != nil {

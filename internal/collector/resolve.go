@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/lru"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/metrics"
 )
 
 // absentCache remembers owners known not to exist, keyed by full
@@ -56,6 +57,8 @@ type resolver struct {
 	// owner lives in another namespace.
 	invalidNamespace func(dependent graph.Identity, ref metav1.OwnerReference, ownerNamespace string)
 
+	// metrics counts lookups; nil records nothing.
+	metrics *metrics.Metrics
 	// list, when set, lets many lookups of one resource and namespace
 	// share a LIST (see lane); nil means one GET per owner.
 	list listFunc
@@ -230,6 +233,7 @@ func (f *flight) wait(ctx context.Context) (OwnerState, error) {
 
 // getOwner classifies the owner at c from a quorum GET.
 func (r *resolver) getOwner(ctx context.Context, gvr schema.GroupVersionResource, c graph.Coordinates) (OwnerState, error) {
+	r.metrics.Lookup(metrics.LookupGet)
 	obj, err := r.get(ctx, gvr, c.Namespace, c.Name)
 	switch {
 	case apierrors.IsNotFound(err):

@@ -74,8 +74,9 @@ func exercise(t *testing.T, m *Metrics) {
 func TestDocsMatchCode(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := New(reg, Sources{
-		Graph:    func() GraphCounts { return GraphCounts{Observed: 1} },
-		Monitors: func() []MonitorState { return []MonitorState{{Resource: "v1/configmaps", Synced: true}} },
+		Graph:             func() GraphCounts { return GraphCounts{Observed: 1} },
+		Monitors:          func() []MonitorState { return []MonitorState{{Resource: "v1/configmaps", Synced: true}} },
+		DiscoveryFailures: func() []string { return []string{"broken.example.com/v1beta1"} },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +162,7 @@ func TestVerb(t *testing.T) {
 // the server's status codes) is exported before anything happened.
 func TestDocumentedMetricsExistFromTheStart(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	if _, err := New(reg, Sources{Graph: func() GraphCounts { return GraphCounts{} }, Monitors: func() []MonitorState { return nil }}); err != nil {
+	if _, err := New(reg, Sources{Graph: func() GraphCounts { return GraphCounts{} }, Monitors: func() []MonitorState { return nil }, DiscoveryFailures: func() []string { return nil }}); err != nil {
 		t.Fatal(err)
 	}
 	families, err := reg.Gather()
@@ -173,7 +174,7 @@ func TestDocumentedMetricsExistFromTheStart(t *testing.T) {
 		seen[f.GetName()] = true
 	}
 	for name := range readDocs(t) {
-		if strings.HasPrefix(name, "kgc_workqueue_") || name == "kgc_api_requests_total" || name == "kgc_monitor_synced" {
+		if strings.HasPrefix(name, "kgc_workqueue_") || name == "kgc_api_requests_total" || name == "kgc_monitor_synced" || name == "kgc_monitor_state" {
 			continue // created with their queues / first request / first monitor
 		}
 		if !seen[name] {

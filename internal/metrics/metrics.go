@@ -35,12 +35,19 @@ const (
 	ReasonInvalid       = "invalid"
 )
 
+// How an owner lookup reached the API server.
+const (
+	LookupGet  = "get"
+	LookupList = "list"
+)
+
 // Metrics holds kgc's metrics. A nil *Metrics is valid and records nothing.
 type Metrics struct {
 	operations   *prometheus.CounterVec
 	apiRequests  *prometheus.CounterVec
 	cascade      prometheus.Histogram
 	unresolvable *prometheus.CounterVec
+	lookups      *prometheus.CounterVec
 
 	queueDepth      *prometheus.GaugeVec
 	queueAdds       *prometheus.CounterVec
@@ -62,13 +69,16 @@ type GraphCounts struct {
 type MonitorState struct {
 	Resource string // group/version/resource
 	Synced   bool
-	Failing  bool // not synced, and its list or watch fails
+	Failing  bool // its list or watch fails (it may have synced before)
 }
 
 // Sources are read at scrape time, so that gauges are never stale.
 type Sources struct {
 	Graph    func() GraphCounts
 	Monitors func() []MonitorState
+	// DiscoveryFailures lists the group versions ("group/version") discovery
+	// could not read. Optional.
+	DiscoveryFailures func() []string
 }
 
 // New creates kgc's metrics and registers them on reg. With a nil reg it
@@ -95,6 +105,10 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 			Namespace: namespace, Name: "unresolvable_references_total",
 			Help: "Owner references kgc could not resolve when checking a dependent, by reason (kind_not_served, invalid).",
 		}, []string{"reason"}),
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "owner_lookup_requests_total",
+			Help: "Requests kgc sent to look up owners its cache could not vouch for, by verb (get: one owner; list: one page answering many owners of one resource and namespace).",
+		}, []string{"verb"}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "workqueue", Name: "depth",
 			Help: "Items waiting in a work queue.",
@@ -127,7 +141,7 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 		}, []string{"name"}),
 	}
 	m.collectors = []prometheus.Collector{
-		m.operations, m.apiRequests, m.cascade, m.unresolvable,
+		m.operations, m.apiRequests, m.cascade, m.unresolvable, m.lookups,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries,
 		&stateCollector{src: src},
 	}
@@ -146,6 +160,9 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 	for _, reason := range []string{ReasonKindNotServed, ReasonInvalid} {
 		m.unresolvable.WithLabelValues(reason)
 	}
+	for _, verb := range []string{LookupGet, LookupList} {
+		m.lookups.WithLabelValues(verb)
+	}
 	return m, nil
 }
 
@@ -163,6 +180,14 @@ func (m *Metrics) Operation(op, outcome string) {
 		return
 	}
 	m.operations.WithLabelValues(op, outcome).Inc()
+}
+
+// Lookup counts one owner-lookup request (LookupGet or LookupList).
+func (m *Metrics) Lookup(verb string) {
+	if m == nil {
+		return
+	}
+	m.lookups.WithLabelValues(verb).Inc()
 }
 
 // Unresolvable counts one unresolvable reference.
@@ -222,17 +247,25 @@ var (
 		"Nodes in the ownership graph, by state (observed, virtual, absent, deleting, deleting_dependents; a node may count in several).",
 		[]string{"state"}, nil)
 	monitorsDesc = prometheus.NewDesc(namespace+"_monitors",
-		"Monitored resources by state: synced, syncing (initial list in progress), failing (not synced; its list or watch fails).",
+		"Monitored resources by state: synced, syncing (initial list in progress), failing (its list or watch fails).",
 		[]string{"state"}, nil)
 	monitorSyncedDesc = prometheus.NewDesc(namespace+"_monitor_synced",
 		"1 if the monitor of a resource has synced, 0 if it is still syncing or failing.",
 		[]string{"resource"}, nil)
+	discoveryFailuresDesc = prometheus.NewDesc(namespace+"_discovery_failed_group_versions",
+		"Group versions the last discovery could not read (e.g. an unavailable APIService); /readyz?verbose names them.",
+		nil, nil)
+	monitorStateDesc = prometheus.NewDesc(namespace+"_monitor_state",
+		"1 for the state a resource's monitor is in (synced, syncing, failing), 0 for the others.",
+		[]string{"resource", "state"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- graphNodesDesc
 	ch <- monitorsDesc
 	ch <- monitorSyncedDesc
+	ch <- monitorStateDesc
+	ch <- discoveryFailuresDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -248,21 +281,36 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.src.Monitors != nil {
 		synced, syncing, failing := 0, 0, 0
 		for _, mon := range c.src.Monitors() {
-			v := 0.0
+			state := "syncing"
 			switch {
-			case mon.Synced:
-				synced++
-				v = 1
 			case mon.Failing:
 				failing++
+				state = "failing"
+			case mon.Synced:
+				synced++
+				state = "synced"
 			default:
 				syncing++
 			}
+			v := 0.0
+			if mon.Synced {
+				v = 1
+			}
 			ch <- prometheus.MustNewConstMetric(monitorSyncedDesc, prometheus.GaugeValue, v, mon.Resource)
+			for _, s := range []string{"synced", "syncing", "failing"} {
+				one := 0.0
+				if s == state {
+					one = 1
+				}
+				ch <- prometheus.MustNewConstMetric(monitorStateDesc, prometheus.GaugeValue, one, mon.Resource, s)
+			}
 		}
 		ch <- prometheus.MustNewConstMetric(monitorsDesc, prometheus.GaugeValue, float64(synced), "synced")
 		ch <- prometheus.MustNewConstMetric(monitorsDesc, prometheus.GaugeValue, float64(syncing), "syncing")
 		ch <- prometheus.MustNewConstMetric(monitorsDesc, prometheus.GaugeValue, float64(failing), "failing")
+	}
+	if c.src.DiscoveryFailures != nil {
+		ch <- prometheus.MustNewConstMetric(discoveryFailuresDesc, prometheus.GaugeValue, float64(len(c.src.DiscoveryFailures())))
 	}
 }
 

@@ -126,6 +126,13 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 			}
 			return out
 		},
+		DiscoveryFailures: func() []string {
+			var out []string
+			for gv := range inner.DiscoveryFailures() {
+				out = append(out, gv.String())
+			}
+			return out
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kgc: registering metrics: %w", err)
@@ -271,6 +278,10 @@ func (c *Collector) Handler() http.Handler { return c.handler }
 
 type source struct{ c *collector.Collector }
 
+// Ready: kgc is ready once its workers run, which is when every monitor has
+// synced or is failing. A failing resource (broken conversion webhook,
+// unavailable APIService) never blocks readiness: it only affects its own
+// objects, and Checks shows it.
 func (s source) Ready() error {
 	if !s.c.Synced() {
 		return errors.New("monitors have not synced")
@@ -292,6 +303,11 @@ func (s source) Checks() []server.Check {
 			ch.Err = errors.New("not synced yet")
 		}
 		out = append(out, ch)
+	}
+	// A group version discovery cannot read (an unavailable APIService) is
+	// shown too; like a failing monitor it only affects its own resources.
+	for gv, err := range s.c.DiscoveryFailures() {
+		out = append(out, server.Check{Name: "discovery:" + gv.String(), Err: err, Informational: true})
 	}
 	slices.SortFunc(out, func(a, b server.Check) int { return strings.Compare(a.Name, b.Name) })
 	return out

@@ -1,0 +1,57 @@
+package metrics
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Each monitor has exactly one state set to 1; a monitor that synced and
+// then fails is failing, not synced.
+func TestMonitorStatePerResource(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, err := New(reg, Sources{Monitors: func() []MonitorState {
+		return []MonitorState{
+			{Resource: "v1/configmaps", Synced: true},
+			{Resource: "example.com/v2/widgets", Failing: true},
+			{Resource: "broken.example.com/v1beta1/things", Synced: true, Failing: true},
+			{Resource: "apps/v1/deployments"},
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			key := f.GetName()
+			for _, l := range m.GetLabel() {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			got[key] = m.GetGauge().GetValue()
+		}
+	}
+	for key, v := range map[string]float64{
+		"kgc_monitor_state,resource=apps/v1/deployments,state=failing":               0,
+		"kgc_monitor_state,resource=apps/v1/deployments,state=synced":                0,
+		"kgc_monitor_state,resource=apps/v1/deployments,state=syncing":               1,
+		"kgc_monitor_state,resource=broken.example.com/v1beta1/things,state=failing": 1,
+		"kgc_monitor_state,resource=broken.example.com/v1beta1/things,state=synced":  0,
+		"kgc_monitor_state,resource=broken.example.com/v1beta1/things,state=syncing": 0,
+		"kgc_monitor_state,resource=example.com/v2/widgets,state=failing":            1,
+		"kgc_monitor_state,resource=example.com/v2/widgets,state=synced":             0,
+		"kgc_monitor_state,resource=v1/configmaps,state=synced":                      1,
+		"kgc_monitor_state,resource=v1/configmaps,state=failing":                     0,
+		"kgc_monitors,state=failing":                                                 2,
+		"kgc_monitors,state=synced":                                                  1,
+		"kgc_monitors,state=syncing":                                                 1,
+	} {
+		if g, ok := got[key]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", key, g, ok, v)
+		}
+	}
+}
