@@ -272,7 +272,7 @@ func test200OwnerReferences(t *testing.T) {
 // Names of the maximal length (253 for ConfigMaps, 63 for the namespace and
 // a label value): kept while the owner lives, collected in a Foreground
 // cascade; a long-named dependent of an owner in another namespace is
-// collected even if the Event about it cannot be named after it.
+// collected, and the Event about it is recorded.
 func testLongNames(t *testing.T) {
 	ns := newNamespace(t, longName("h-", 63))
 	owner := cm(t, ns, longName("owner-", 253))
@@ -281,6 +281,8 @@ func testLongNames(t *testing.T) {
 	other := newNamespace(t, "")
 	cross := cm(t, other, longName("cross-", 253), cmRef(owner))
 	waitGone(t, cross)
+	ev := waitEvent(t, other, cross.UID, "OwnerRefInvalidNamespace")
+	t.Logf("event %s about a %d-character name: %s", ev.Name, len(cross.Name), ev.Message[:60])
 	stays(t, d, time.Second)
 	stays(t, grand, 0)
 	fg := metav1.DeletePropagationForeground
