@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -165,7 +164,13 @@ func metric(t *testing.T, name string, want map[string]string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if !hasLabels(m, want) {
+			n := 0
+			for _, l := range m.GetLabel() {
+				if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+					n++
+				}
+			}
+			if n != len(want) {
 				continue
 			}
 			if c := m.GetCounter(); c != nil {
@@ -177,16 +182,6 @@ func metric(t *testing.T, name string, want map[string]string) float64 {
 		}
 	}
 	return sum
-}
-
-func hasLabels(m *dto.Metric, want map[string]string) bool {
-	n := 0
-	for _, l := range m.GetLabel() {
-		if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
-			n++
-		}
-	}
-	return n == len(want)
 }
 
 // boundedRetries watches, over window, how often kgc counts an unresolvable
