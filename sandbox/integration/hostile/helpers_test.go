@@ -207,3 +207,27 @@ func boundedRetries(t *testing.T, reason string, window time.Duration, maxAttemp
 func longName(prefix string, n int) string {
 	return prefix + strings.Repeat("x", n-len(prefix)-1) + "z"
 }
+
+// quiet checks that, once a case's outcome is reached, kgc does not keep
+// working on it: its requests over a few seconds stay under a small bound
+// (the periodic rediscovery and informer traffic fit in it; a hot retry
+// loop does not).
+func quiet(t *testing.T) {
+	t.Helper()
+	const window, bound = 3 * time.Second, 100
+	r0 := requests.total.Load()
+	time.Sleep(window) // a measurement window; the assertion is the bound below
+	if n := requests.total.Load() - r0; n > bound {
+		t.Errorf("kgc sent %d requests in the %s after the outcome; want at most %d (no hot loop)", n, window, bound)
+	}
+	alive(t)
+}
+
+// logged checks that kgc logged a line containing every one of parts.
+func logged(t *testing.T, parts ...string) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("a log line with %q", parts), func() bool {
+		_, ok := logs.find(parts...)
+		return ok
+	})
+}

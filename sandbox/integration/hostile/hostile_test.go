@@ -94,15 +94,13 @@ func testUnservedVersion(t *testing.T) {
 	// The missing owner's dependent is collected, which shows kgc resolved
 	// the unserved version (an unresolvable reference would keep it).
 	waitGone(t, missing)
-	if _, ok := logs.find("Deleting garbage", ns+"/old-version-missing"); !ok {
-		t.Errorf("no log line about deleting %s/old-version-missing", ns)
-	}
+	logged(t, "Deleting garbage", ns+"/old-version-missing")
 	stays(t, d, 2*time.Second)
 	if err := kubeClient.AppsV1().Deployments(ns).Delete(t.Context(), owner.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete Deployment: %v", err)
 	}
 	waitGone(t, d)
-	alive(t)
+	quiet(t)
 }
 
 // A reference naming object X with the UID of live object Y is dangling for
@@ -120,10 +118,8 @@ func testWrongNameForLiveUID(t *testing.T) {
 	if cur := stays(t, y, 0); len(cur.Finalizers) != 0 || cur.ResourceVersion != y.ResourceVersion {
 		t.Errorf("owner Y was modified: finalizers %v, resourceVersion %s -> %s", cur.Finalizers, y.ResourceVersion, cur.ResourceVersion)
 	}
-	if _, ok := logs.find("Deleting garbage", ns+"/wrong-name"); !ok {
-		t.Errorf("no log line about deleting %s/wrong-name", ns)
-	}
-	alive(t)
+	logged(t, "Deleting garbage", ns+"/wrong-name")
+	quiet(t)
 }
 
 // A reference to an object in another namespace is dangling: the dependent
@@ -138,7 +134,7 @@ func testCrossNamespaceOwner(t *testing.T) {
 	t.Logf("event: %s %s: %s", ev.Type, ev.Reason, ev.Message)
 	waitGone(t, d)
 	stays(t, owner, 0)
-	alive(t)
+	quiet(t)
 }
 
 // A cluster-scoped object that names a namespaced owner is never collected,
@@ -207,6 +203,7 @@ func testDuplicateReferences(t *testing.T) {
 		}
 		return len(cur.OwnerReferences) == len(f.OwnerReferences)-1
 	})
+	logged(t, "Removing dangling", ns+"/dup-and-dangling")
 	stays(t, d, time.Second)
 	stays(t, d2, 0)
 
@@ -224,7 +221,7 @@ func testDuplicateReferences(t *testing.T) {
 	waitGone(t, d)
 	waitGone(t, d2)
 	waitGone(t, f)
-	alive(t)
+	quiet(t)
 }
 
 // 200 ownerReferences, 100 to live owners and 100 dangling: kept while any
@@ -247,6 +244,7 @@ func test200OwnerReferences(t *testing.T) {
 		cur := getCM(t, d)
 		return cur != nil && len(cur.OwnerReferences) == 100
 	})
+	logged(t, "Removing dangling", ns+"/many-owners")
 	for _, o := range owners[:99] {
 		if err := kubeClient.CoreV1().ConfigMaps(ns).Delete(t.Context(), o.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatalf("delete %s: %v", o.Name, err)
@@ -266,7 +264,7 @@ func test200OwnerReferences(t *testing.T) {
 		t.Fatalf("delete the last owner: %v", err)
 	}
 	waitGone(t, d)
-	alive(t)
+	quiet(t)
 }
 
 // Names of the maximal length (253 for ConfigMaps, 63 for the namespace and
@@ -292,7 +290,7 @@ func testLongNames(t *testing.T) {
 	waitGone(t, grand)
 	waitGone(t, d)
 	waitGone(t, owner)
-	alive(t)
+	quiet(t)
 }
 
 func envInt(t *testing.T, name string, def int) int {
