@@ -1,7 +1,7 @@
 # kgc — run `make help` for the targets.
 GO ?= go
 
-.PHONY: help run test test-unit test-integration bench build lint verify
+.PHONY: help run test test-unit test-integration bench build lint verify soak
 
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,6 +20,10 @@ test-unit: ## Run the root module's unit tests only (fast, no control plane).
 
 test-integration: ## Run the integration tests against the sandbox control plane.
 	$(GO) test -race ./sandbox/...
+
+soak: ## Run the randomized model-based safety test for many seeds (env: KGC_MODEL_SEEDS=50, KGC_MODEL_OBJECTS=400, KGC_SEED).
+	KGC_MODEL_SEEDS=$${KGC_MODEL_SEEDS:-50} KGC_MODEL_OBJECTS=$${KGC_MODEL_OBJECTS:-400} \
+		$(GO) test -race -count=1 -timeout 4h -v -run '^TestModel$$' ./sandbox/integration/model/
 
 bench: ## Run the Go benchmarks of the hot paths.
 	GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./internal/...
