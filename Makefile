@@ -1,7 +1,7 @@
 # kgc — run `make help` for the targets.
 GO ?= go
 
-.PHONY: help run test test-unit test-integration bench build lint verify
+.PHONY: help run test test-unit test-integration bench bench-quick bench-go build lint verify
 
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -21,7 +21,15 @@ test-unit: ## Run the root module's unit tests only (fast, no control plane).
 test-integration: ## Run the integration tests against the sandbox control plane.
 	$(GO) test -race ./sandbox/...
 
-bench: ## Run the Go benchmarks of the hot paths.
+BENCH_FLAGS ?=
+bench: ## Side-by-side benchmark vs kube-controller-manager's collector (~30 min); table in bin/bench.md.
+	mkdir -p bin
+	$(GO) run ./sandbox/cmd/kgc-bench --markdown bin/bench.md $(BENCH_FLAGS)
+
+bench-quick: ## The side-by-side benchmark with small sizes and one run (a few minutes).
+	$(GO) run ./sandbox/cmd/kgc-bench --quick $(BENCH_FLAGS)
+
+bench-go: ## Run the Go benchmarks of the hot paths.
 	GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./internal/...
 
 lint: ## go vet both modules.

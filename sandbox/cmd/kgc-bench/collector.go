@@ -251,8 +251,10 @@ func startChild(f collectorFlags, logDir string) (*child, error) {
 }
 
 // waitSynced returns the time from process start to "synced".
-func (c *child) waitSynced(timeout time.Duration) (time.Duration, error) {
+func (c *child) waitSynced(ctx context.Context, timeout time.Duration) (time.Duration, error) {
 	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
 	case <-c.synced:
 		return c.syncAt.Sub(c.start), nil
 	case <-c.exited:

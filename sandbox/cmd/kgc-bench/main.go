@@ -238,6 +238,12 @@ func orchestrate(ctx context.Context, o *options, out io.Writer) ([]result, erro
 			}
 			rs, err := scenarioRun(ctx, o, sc, run, logDir, out)
 			results = append(results, rs...)
+			if o.markdown != "" { // so far, in case the run is interrupted
+				if f, ferr := os.Create(o.markdown); ferr == nil {
+					writeTable(f, results, o.budgetList, machineLine())
+					_ = f.Close()
+				}
+			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s run %d: %w", sc, run, err))
 				fmt.Fprintf(out, "# %s run %d: %v\n", sc, run, err)
@@ -315,6 +321,9 @@ func printCell(out io.Writer, r result) {
 	fmt.Fprintf(out, "# %-10s %-9s %-11s run %d: %6d objects in %8s = %8.1f objects/s, %.2f calls/object, %.1f MB peak RSS, %.1f CPU s",
 		r.Scenario, r.Collector, r.Budget, r.Run, r.Objects, r.Elapsed.Round(time.Millisecond), r.objectsPerSecond(), r.callsPerObject(),
 		float64(r.Usage.MaxRSSKB)/1024, r.Usage.CPU.Seconds())
+	if r.Ready > 0 && r.Tracked == 0 {
+		fmt.Fprintf(out, ", synced %.2fs", r.Ready.Seconds())
+	}
 	if r.Tracked > 0 {
 		fmt.Fprintf(out, ", synced %.2fs, useful %.2fs, %.2f KB/object", r.Ready.Seconds(), r.Useful.Seconds(), r.rssGrowthPerObject())
 	}

@@ -29,6 +29,7 @@ func TestClassify(t *testing.T) {
 		{"GET", "/api/v1/configmaps?allowWatchBookmarks=true&watch=true", verbWatch, "configmaps"},
 		{"GET", "/api/v1/namespaces/ns/configmaps?fieldSelector=metadata.name%3Da&watch=1", verbWatch, "configmaps"},
 		{"GET", "/api/v1/watch/namespaces/ns/configmaps", verbWatch, "configmaps"},
+		{"GET", "/api/v1/configmaps?allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&watch=true", verbList, "configmaps"},
 		{"GET", "/apis/apps/v1/namespaces/ns/deployments/d", verbGet, "apps/deployments"},
 		{"GET", "/apis/apps/v1/deployments?watch=true", verbWatch, "apps/deployments"},
 		{"GET", "/apis/apps/v1/namespaces/ns/deployments/d/scale", verbGet, "apps/deployments/scale"},

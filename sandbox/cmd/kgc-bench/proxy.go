@@ -18,7 +18,8 @@ import (
 
 // Verbs the proxy counts. LIST, WATCH and DELETECOLLECTION are told apart
 // from GET and DELETE by the path (a collection, not a named object) and the
-// query (watch=true); DISCOVERY is /api, /apis, their group/version
+// query (watch=true; a watch with sendInitialEvents=true is client-go's
+// streaming list and counts as LIST); DISCOVERY is /api, /apis, their group/version
 // documents, /version and /openapi.
 const (
 	verbGet              = "GET"
@@ -88,9 +89,14 @@ func classify(method string, u *url.URL) (verb, resource string) {
 	}
 	q := u.Query()
 	isWatch := watchPath || q.Get("watch") == "true" || q.Get("watch") == "1"
+	// client-go's informers list by streaming: a watch that starts with
+	// the current state (sendInitialEvents=true). That is their LIST.
+	streamingList := isWatch && q.Get("sendInitialEvents") == "true"
 	switch method {
 	case http.MethodGet:
 		switch {
+		case streamingList:
+			verb = verbList
 		case isWatch:
 			verb = verbWatch
 		case named:
@@ -148,7 +154,8 @@ func (c counts) perObject() int64 {
 	return n
 }
 
-// resourceSummary is "VERB resource=n" pairs, largest first, for logs.
+// resourceSummary is "VERB resource=n" pairs, largest first, for logs;
+// LIST, WATCH and DISCOVERY are summed over resources.
 func (c counts) resourceSummary() string {
 	type kv struct {
 		k string
@@ -156,7 +163,16 @@ func (c counts) resourceSummary() string {
 	}
 	var all []kv
 	for k, v := range c.ByResource {
+		verb, _, _ := strings.Cut(k, " ")
+		if verb == verbList || verb == verbWatch || verb == verbDiscovery {
+			continue // one per resource: summarised below
+		}
 		all = append(all, kv{k, v})
+	}
+	for _, verb := range []string{verbList, verbWatch, verbDiscovery} {
+		if n := c.ByVerb[verb]; n > 0 {
+			all = append(all, kv{verb + " (all)", n})
+		}
 	}
 	sort.Slice(all, func(i, j int) bool {
 		if all[i].v != all[j].v {

@@ -87,7 +87,7 @@ func (w *watcher) objects() []*metav1.PartialObjectMetadata {
 
 // waitFor polls cond over the mirrored objects every 20ms until it holds or
 // timeout passes.
-func (w *watcher) waitFor(timeout time.Duration, what string, cond func([]*metav1.PartialObjectMetadata) bool) error {
+func (w *watcher) waitFor(ctx context.Context, timeout time.Duration, what string, cond func([]*metav1.PartialObjectMetadata) bool) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		if cond(w.objects()) {
@@ -96,7 +96,11 @@ func (w *watcher) waitFor(timeout time.Duration, what string, cond func([]*metav
 		if time.Now().After(deadline) {
 			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
@@ -233,7 +237,7 @@ func runLive(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, res
 			_, _ = c.stop()
 		}
 	}()
-	if _, err := c.waitSynced(o.timeout); err != nil {
+	if _, err := c.waitSynced(ctx, o.timeout); err != nil {
 		return err
 	}
 
@@ -328,7 +332,7 @@ func runLive(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, res
 			return true
 		}
 	}
-	if err := w.waitFor(o.timeout, "the watcher to see every object", func(objs []*metav1.PartialObjectMetadata) bool { return len(objs) >= total }); err != nil {
+	if err := w.waitFor(ctx, o.timeout, "the watcher to see every object", func(objs []*metav1.PartialObjectMetadata) bool { return len(objs) >= total }); err != nil {
 		return err
 	}
 	// Let the collector digest the new objects before measuring.
@@ -339,7 +343,7 @@ func runLive(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, res
 	if err := deleteAll(ctx, e.client, ns, owners, &policy); err != nil {
 		return err
 	}
-	if err := w.waitFor(o.timeout, s.scenario+" cascade", done); err != nil {
+	if err := w.waitFor(ctx, o.timeout, s.scenario+" cascade", done); err != nil {
 		return err
 	}
 	res.Elapsed = time.Since(start)
@@ -367,7 +371,7 @@ func runSweep(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, re
 	if _, err := createAll(ctx, e.client, ns, specs); err != nil {
 		return err
 	}
-	if err := w.waitFor(o.timeout, "the watcher to see every object", func(objs []*metav1.PartialObjectMetadata) bool { return len(objs) >= len(specs) }); err != nil {
+	if err := w.waitFor(ctx, o.timeout, "the watcher to see every object", func(objs []*metav1.PartialObjectMetadata) bool { return len(objs) >= len(specs) }); err != nil {
 		return err
 	}
 	res.Objects = len(specs)
@@ -382,10 +386,10 @@ func runSweep(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, re
 			_, _ = c.stop()
 		}
 	}()
-	if res.Ready, err = c.waitSynced(o.timeout); err != nil {
+	if res.Ready, err = c.waitSynced(ctx, o.timeout); err != nil {
 		return err
 	}
-	if err := w.waitFor(o.timeout, "the startup sweep", func(objs []*metav1.PartialObjectMetadata) bool { return countPrefix(objs, "dep-") == 0 }); err != nil {
+	if err := w.waitFor(ctx, o.timeout, "the startup sweep", func(objs []*metav1.PartialObjectMetadata) bool { return countPrefix(objs, "dep-") == 0 }); err != nil {
 		return err
 	}
 	res.Elapsed = time.Since(c.start)
@@ -407,7 +411,7 @@ func runPopulated(ctx context.Context, e *env, s cellSpec, ns string, w *watcher
 	if err != nil {
 		return err
 	}
-	if _, err := c.waitSynced(o.timeout); err != nil {
+	if _, err := c.waitSynced(ctx, o.timeout); err != nil {
 		_, _ = c.stop()
 		return err
 	}
@@ -439,7 +443,7 @@ func runPopulated(ctx context.Context, e *env, s cellSpec, ns string, w *watcher
 	}
 	res.Tracked = len(ownerSpecs) + len(depSpecs) + 1
 	res.Objects = res.Tracked
-	if err := w.waitFor(o.timeout, "the watcher to see every object", func(objs []*metav1.PartialObjectMetadata) bool { return len(objs) >= res.Tracked }); err != nil {
+	if err := w.waitFor(ctx, o.timeout, "the watcher to see every object", func(objs []*metav1.PartialObjectMetadata) bool { return len(objs) >= res.Tracked }); err != nil {
 		return err
 	}
 
@@ -454,14 +458,14 @@ func runPopulated(ctx context.Context, e *env, s cellSpec, ns string, w *watcher
 			_, _ = c.stop()
 		}
 	}()
-	if res.Ready, err = c.waitSynced(o.timeout); err != nil {
+	if res.Ready, err = c.waitSynced(ctx, o.timeout); err != nil {
 		return err
 	}
 	bg := metav1.DeletePropagationBackground
 	if err := e.client.CoreV1().ConfigMaps(ns).Delete(ctx, "probe-owner", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
 		return err
 	}
-	if err := w.waitFor(o.timeout, "the probe cascade", func(objs []*metav1.PartialObjectMetadata) bool { return countPrefix(objs, "probe-dep") == 0 }); err != nil {
+	if err := w.waitFor(ctx, o.timeout, "the probe cascade", func(objs []*metav1.PartialObjectMetadata) bool { return countPrefix(objs, "probe-dep") == 0 }); err != nil {
 		return err
 	}
 	res.Useful = time.Since(c.start)
