@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -63,7 +64,16 @@ func (f collectorFlags) args() []string {
 func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _, _ = io.Copy(io.Discard, stdin); cancel() }()
+	go func() {
+		_, _ = io.Copy(io.Discard, stdin)
+		// The memory the collector holds with everything tracked: return
+		// what the heap does not use to the OS, then read the resident set.
+		debug.FreeOSMemory()
+		if kb, err := readStatusKB("/proc/self/status", "VmRSS"); err == nil {
+			fmt.Fprintf(stdout, "vmrss %d\n", kb)
+		}
+		cancel()
+	}()
 
 	cfg := &rest.Config{Host: f.Server, QPS: float32(f.QPS), Burst: f.Burst}
 	var waitSynced func(context.Context) error
@@ -102,29 +112,29 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 	// The peak RSS of this process image. getrusage's ru_maxrss is no good
 	// for a child: Linux carries the parent's high-water mark across the
 	// vfork+exec that starts it, and the parent runs the control plane.
-	if kb, err := readVmHWM("/proc/self/status"); err == nil {
+	if kb, err := readStatusKB("/proc/self/status", "VmHWM"); err == nil {
 		fmt.Fprintf(stdout, "vmhwm %d\n", kb)
 	}
 	return nil
 }
 
-// readVmHWM returns the VmHWM line (peak resident set, kB) of a
-// /proc/<pid>/status file.
-func readVmHWM(path string) (int64, error) {
+// readStatusKB returns a kB field (VmHWM: peak resident set, VmRSS:
+// resident set) of a /proc/<pid>/status file.
+func readStatusKB(path, field string) (int64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
-	return parseVmHWM(string(b))
+	return parseStatusKB(string(b), field)
 }
 
-func parseVmHWM(status string) (int64, error) {
+func parseStatusKB(status, field string) (int64, error) {
 	for _, line := range strings.Split(status, "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			return strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 		}
 	}
-	return 0, errors.New("no VmHWM in status")
+	return 0, fmt.Errorf("no %s in status", field)
 }
 
 // startUpstream wires kube-controller-manager v1.36.3's garbage collector the
@@ -196,13 +206,15 @@ type child struct {
 	logf   *os.File
 	syncAt time.Time
 	vmhwm  int64 // kB, reported by the child as it exits
+	vmrss  int64 // kB, reported by the child when asked to stop
 }
 
 // usage is what a finished child used: its peak RSS (VmHWM) and CPU time
 // (user + system, from wait4's rusage, which is the child's own).
 type usage struct {
-	MaxRSSKB int64
-	CPU      time.Duration
+	MaxRSSKB  int64
+	LiveRSSKB int64 // resident set after debug.FreeOSMemory, when asked to stop
+	CPU       time.Duration
 }
 
 func startChild(f collectorFlags, logDir string) (*child, error) {
@@ -242,6 +254,9 @@ func startChild(f collectorFlags, logDir string) (*child, error) {
 			}
 			if v, ok := strings.CutPrefix(line, "vmhwm "); ok {
 				c.vmhwm, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if v, ok := strings.CutPrefix(line, "vmrss "); ok {
+				c.vmrss, _ = strconv.ParseInt(v, 10, 64)
 			}
 		}
 		_ = cmd.Wait()
@@ -293,8 +308,9 @@ func (c *child) stop() (usage, error) {
 		err = errors.New("collector did not report its peak RSS")
 	}
 	return usage{
-		MaxRSSKB: c.vmhwm,
-		CPU:      time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime)),
+		MaxRSSKB:  c.vmhwm,
+		LiveRSSKB: c.vmrss,
+		CPU:       time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime)),
 	}, err
 }
 

@@ -325,7 +325,7 @@ func printCell(out io.Writer, r result) {
 		fmt.Fprintf(out, ", synced %.2fs", r.Ready.Seconds())
 	}
 	if r.Tracked > 0 {
-		fmt.Fprintf(out, ", synced %.2fs, useful %.2fs, %.2f KB/object", r.Ready.Seconds(), r.Useful.Seconds(), r.rssGrowthPerObject())
+		fmt.Fprintf(out, ", synced %.2fs, useful %.2fs, %.2f KB/object peak, %.2f KB/object live", r.Ready.Seconds(), r.Useful.Seconds(), r.rssGrowthPerObject(), r.liveRSSGrowthPerObject())
 	}
 	if r.Note != "" {
 		fmt.Fprintf(out, " (%s)", r.Note)

@@ -99,8 +99,8 @@ func TestResultMath(t *testing.T) {
 		Calls: counts{ByVerb: map[string]int64{
 			verbGet: 500, verbDelete: 1000, verbPatch: 20, verbList: 40, verbWatch: 40, verbDiscovery: 30,
 		}},
-		Tracked: 4000, BaselineRSS: 50_000,
-		Usage: usage{MaxRSSKB: 60_000},
+		Tracked: 4000, BaselineRSS: 50_000, BaselineLiveRSS: 30_000,
+		Usage: usage{MaxRSSKB: 60_000, LiveRSSKB: 32_000},
 	}
 	if got := r.objectsPerSecond(); got != 250 {
 		t.Errorf("objects/s = %v, want 250", got)
@@ -114,6 +114,9 @@ func TestResultMath(t *testing.T) {
 	}
 	if got := r.rssGrowthPerObject(); got != 2.5 {
 		t.Errorf("RSS growth = %v KB/object, want 2.5", got)
+	}
+	if got := r.liveRSSGrowthPerObject(); got != 0.5 {
+		t.Errorf("live RSS growth = %v KB/object, want 0.5", got)
 	}
 	line := benchLine(result{Scenario: "background", Collector: "kgc", Budget: "kcm", Objects: 10, Elapsed: time.Second, Usage: usage{MaxRSSKB: 2048}})
 	want := "BenchmarkSideBySide/background/kgc/kcm \t1\t1000000000 ns/op\t0.000 calls/object\t10.00 objects/s\t2.0 MB-peak-rss\t0.00 cpu-s"
@@ -137,13 +140,16 @@ func TestCountsSub(t *testing.T) {
 	}
 }
 
-func TestParseVmHWM(t *testing.T) {
-	got, err := parseVmHWM("Name:\tx\nVmPeak:\t  99999 kB\nVmHWM:\t   12345 kB\nVmRSS:\t 100 kB\n")
-	if err != nil || got != 12345 {
-		t.Errorf("parseVmHWM = %d, %v; want 12345", got, err)
+func TestParseStatusKB(t *testing.T) {
+	status := "Name:\tx\nVmPeak:\t  99999 kB\nVmHWM:\t   12345 kB\nVmRSS:\t 100 kB\n"
+	if got, err := parseStatusKB(status, "VmHWM"); err != nil || got != 12345 {
+		t.Errorf("VmHWM = %d, %v; want 12345", got, err)
 	}
-	if _, err := parseVmHWM("Name:\tx\n"); err == nil {
-		t.Error("parseVmHWM without VmHWM: no error")
+	if got, err := parseStatusKB(status, "VmRSS"); err != nil || got != 100 {
+		t.Errorf("VmRSS = %d, %v; want 100", got, err)
+	}
+	if _, err := parseStatusKB("Name:\tx\n", "VmHWM"); err == nil {
+		t.Error("no VmHWM: no error")
 	}
 }
 

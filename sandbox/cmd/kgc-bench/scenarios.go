@@ -420,7 +420,7 @@ func runPopulated(ctx context.Context, e *env, s cellSpec, ns string, w *watcher
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
 	}
-	res.BaselineRSS = base.MaxRSSKB
+	res.BaselineRSS, res.BaselineLiveRSS = base.MaxRSSKB, base.LiveRSSKB
 
 	groups := max(o.populated/4, 1)
 	var ownerSpecs, depSpecs []cmSpec

@@ -21,10 +21,11 @@ type result struct {
 	Calls   counts        // the collector's requests during the measured phase
 
 	// The populated-cluster scenario.
-	Ready       time.Duration // process start → monitors synced
-	Useful      time.Duration // process start → a probe cascade has completed
-	Tracked     int           // objects in the cluster
-	BaselineRSS int64         // KB, the same collector on the empty cluster
+	Ready           time.Duration // process start → monitors synced
+	Useful          time.Duration // process start → a probe cascade has completed
+	Tracked         int           // objects in the cluster
+	BaselineRSS     int64         // KB, peak RSS of the same collector on the empty cluster
+	BaselineLiveRSS int64         // KB, its live RSS (see usage.LiveRSSKB)
 
 	Usage usage
 	Note  string
@@ -57,6 +58,14 @@ func (r result) rssGrowthPerObject() float64 {
 		return math.NaN()
 	}
 	return float64(r.Usage.MaxRSSKB-r.BaselineRSS) / float64(r.Tracked)
+}
+
+// liveRSSGrowthPerObject is KB of live RSS per tracked object over the empty baseline.
+func (r result) liveRSSGrowthPerObject() float64 {
+	if r.Tracked == 0 || r.BaselineLiveRSS == 0 || r.Usage.LiveRSSKB == 0 {
+		return math.NaN()
+	}
+	return float64(r.Usage.LiveRSSKB-r.BaselineLiveRSS) / float64(r.Tracked)
 }
 
 // median of xs (NaN for none); the mean of the middle two for an even count.
@@ -120,7 +129,7 @@ func benchLine(r result) string {
 	s := fmt.Sprintf("%s \t1\t%d ns/op\t%.3f calls/object\t%.2f objects/s\t%.1f MB-peak-rss\t%.2f cpu-s",
 		name, r.Elapsed.Nanoseconds(), r.callsPerObject(), r.objectsPerSecond(), float64(r.Usage.MaxRSSKB)/1024, r.Usage.CPU.Seconds())
 	if r.Tracked > 0 {
-		s += fmt.Sprintf("\t%.3f ready-s\t%.3f useful-s\t%d GETs\t%.3f KB-rss/object", r.Ready.Seconds(), r.Useful.Seconds(), r.Calls.ByVerb[verbGet], r.rssGrowthPerObject())
+		s += fmt.Sprintf("\t%.3f ready-s\t%.3f useful-s\t%d GETs\t%.3f KB-rss/object\t%.3f KB-live-rss/object", r.Ready.Seconds(), r.Useful.Seconds(), r.Calls.ByVerb[verbGet], r.rssGrowthPerObject(), r.liveRSSGrowthPerObject())
 	}
 	return s
 }
@@ -220,10 +229,10 @@ func writeTable(w io.Writer, results []result, budgets []string, machine string)
 
 	if hasScenario(g, "populated") {
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Start on a populated cluster (time from process start; useful = a probe Background cascade issued at sync has completed):")
+		fmt.Fprintln(w, "Start on a populated cluster (time from process start; useful = a probe Background cascade issued at sync has completed; live RSS = resident set after debug.FreeOSMemory with everything tracked):")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| budget | collector | objects | synced s | useful s | GETs until quiet | GETs/object | peak RSS MB | empty-cluster RSS MB | RSS growth KB/object | CPU s |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Fprintln(w, "| budget | collector | objects | synced s | useful s | GETs until quiet | GETs/object | peak RSS MB | empty-cluster peak RSS MB | peak RSS growth KB/object | live RSS growth KB/object | CPU s |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, b := range budgets {
 			for _, coll := range []string{collectorUpstream, collectorKGC} {
 				c := g[cellKey{"populated", coll, b}]
@@ -231,7 +240,7 @@ func writeTable(w io.Writer, results []result, budgets []string, machine string)
 					continue
 				}
 				m := c.med
-				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", b, coll,
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", b, coll,
 					fnum(m(func(r result) float64 { return float64(r.Tracked) }), 0),
 					f2(m(func(r result) float64 { return r.Ready.Seconds() })),
 					f2(m(func(r result) float64 { return r.Useful.Seconds() })),
@@ -240,6 +249,7 @@ func writeTable(w io.Writer, results []result, budgets []string, machine string)
 					f1(m(func(r result) float64 { return float64(r.Usage.MaxRSSKB) / 1024 })),
 					f1(m(func(r result) float64 { return float64(r.BaselineRSS) / 1024 })),
 					f2(m(func(r result) float64 { return r.rssGrowthPerObject() })),
+					f2(m(func(r result) float64 { return r.liveRSSGrowthPerObject() })),
 					f1(m(func(r result) float64 { return r.Usage.CPU.Seconds() })))
 			}
 		}
