@@ -1,7 +1,7 @@
 # kgc — run `make help` for the targets.
 GO ?= go
 
-.PHONY: help run test test-unit test-integration bench build lint verify soak
+.PHONY: help run test test-unit test-integration bench bench-quick bench-go build lint verify soak
 
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -25,7 +25,15 @@ soak: ## Run the randomized model-based safety test for many seeds (env: KGC_MOD
 	KGC_MODEL_SEEDS=$${KGC_MODEL_SEEDS:-50} KGC_MODEL_OBJECTS=$${KGC_MODEL_OBJECTS:-400} \
 		$(GO) test -race -count=1 -timeout 4h -v -run '^TestModel$$' ./sandbox/integration/model/
 
-bench: ## Run the Go benchmarks of the hot paths.
+BENCH_FLAGS ?=
+bench: ## Side-by-side benchmark vs kube-controller-manager's collector (~30 min); table in bin/bench.md.
+	mkdir -p bin
+	$(GO) run ./sandbox/cmd/kgc-bench --markdown bin/bench.md $(BENCH_FLAGS)
+
+bench-quick: ## The side-by-side benchmark with small sizes and one run (a few minutes).
+	$(GO) run ./sandbox/cmd/kgc-bench --quick $(BENCH_FLAGS)
+
+bench-go: ## Run the Go benchmarks of the hot paths.
 	GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./internal/...
 
 lint: ## go vet both modules.

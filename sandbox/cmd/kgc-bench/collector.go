@@ -1,0 +1,326 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/controller-manager/pkg/informerfactory"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/controller/garbagecollector"
+
+	"github.com/kgc-dev/kgc/pkg/kgc"
+)
+
+// The collector role: the bench binary re-executes itself with
+// --role=collector so that each collector's peak RSS and CPU time are its own
+// (getrusage of the child). The child prints "synced" on stdout once its
+// monitors have synced and runs until its stdin is closed.
+
+const (
+	collectorUpstream = "upstream"
+	collectorKGC      = "kgc"
+)
+
+type collectorFlags struct {
+	Collector string
+	Server    string
+	QPS       float64
+	Burst     int
+	Workers   int
+}
+
+func (f collectorFlags) args() []string {
+	return []string{
+		"--role=collector",
+		"--collector=" + f.Collector,
+		"--server=" + f.Server,
+		"--qps=" + strconv.FormatFloat(f.QPS, 'f', -1, 64),
+		"--burst=" + strconv.Itoa(f.Burst),
+		"--workers=" + strconv.Itoa(f.Workers),
+	}
+}
+
+// runCollectorRole is the child's main.
+func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, stdin)
+		// The memory the collector holds with everything tracked: return
+		// what the heap does not use to the OS, then read the resident set.
+		debug.FreeOSMemory()
+		if kb, err := readStatusKB("/proc/self/status", "VmRSS"); err == nil {
+			fmt.Fprintf(stdout, "vmrss %d\n", kb)
+		}
+		cancel()
+	}()
+
+	cfg := &rest.Config{Host: f.Server, QPS: float32(f.QPS), Burst: f.Burst}
+	var waitSynced func(context.Context) error
+	var done <-chan struct{}
+	switch f.Collector {
+	case collectorKGC:
+		c, err := kgc.New(cfg, kgc.Options{QPS: float32(f.QPS), Burst: f.Burst, Workers: f.Workers})
+		if err != nil {
+			return err
+		}
+		ch := make(chan struct{})
+		go func() { defer close(ch); _ = c.Run(ctx) }()
+		done = ch
+		waitSynced = c.WaitForSync
+	case collectorUpstream:
+		synced, ch, err := startUpstream(ctx, cfg, f.Workers)
+		if err != nil {
+			return err
+		}
+		done = ch
+		waitSynced = func(ctx context.Context) error {
+			return wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) { return synced(), nil })
+		}
+	default:
+		return fmt.Errorf("unknown collector %q", f.Collector)
+	}
+	if err := waitSynced(ctx); err == nil {
+		fmt.Fprintln(stdout, "synced")
+	}
+	<-ctx.Done()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		return errors.New("collector did not stop within 20s")
+	}
+	// The peak RSS of this process image. getrusage's ru_maxrss is no good
+	// for a child: Linux carries the parent's high-water mark across the
+	// vfork+exec that starts it, and the parent runs the control plane.
+	if kb, err := readStatusKB("/proc/self/status", "VmHWM"); err == nil {
+		fmt.Fprintf(stdout, "vmhwm %d\n", kb)
+	}
+	return nil
+}
+
+// readStatusKB returns a kB field (VmHWM: peak resident set, VmRSS:
+// resident set) of a /proc/<pid>/status file.
+func readStatusKB(path, field string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return parseStatusKB(string(b), field)
+}
+
+func parseStatusKB(status, field string) (int64, error) {
+	for _, line := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in status", field)
+}
+
+// startUpstream wires kube-controller-manager v1.36.3's garbage collector the
+// way kube-controller-manager does (cmd/kube-controller-manager/app:
+// CreateControllerContext and newGarbageCollectorController): typed shared
+// informers and metadata informers, both trimming managedFields, behind
+// informerfactory.NewInformerFactory (typed informers for built-in
+// resources, metadata informers for the rest); a deferred discovery REST
+// mapper over a memory-cached discovery client, reset every 30s; the default
+// ignored resources; Run(ctx, workers, 30s) and Sync(ctx, discovery, 30s)
+// with a discovery client of its own. Every client gets cfg's QPS and Burst
+// (kube-controller-manager doubles only the collector's metadata client's
+// QPS; the budget given here is that doubled one).
+func startUpstream(ctx context.Context, cfg *rest.Config, workers int) (synced func() bool, done <-chan struct{}, err error) {
+	trim := func(obj any) (any, error) {
+		if a, err := meta.Accessor(obj); err == nil && a.GetManagedFields() != nil {
+			a.SetManagedFields(nil)
+		}
+		return obj, nil
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	mapperDiscovery, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	gcDiscovery, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(mapperDiscovery))
+	go wait.Until(mapper.Reset, 30*time.Second, ctx.Done())
+
+	const resync = 12 * time.Hour // kube-controller-manager's --min-resync-period
+	typed := informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTransform(trim))
+	metaInformers := metadatainformer.NewSharedInformerFactoryWithOptions(md, resync, metadatainformer.WithTransform(trim))
+	factory := informerfactory.NewInformerFactory(typed, metaInformers)
+	started := make(chan struct{})
+	gb := garbagecollector.NewDependencyGraphBuilder(ctx, md, mapper, garbagecollector.DefaultIgnoredResources(), factory, started)
+	gc, err := garbagecollector.NewComposedGarbageCollector(ctx, kube, md, mapper, gb)
+	if err != nil {
+		return nil, nil, err
+	}
+	factory.Start(ctx.Done())
+	close(started)
+	ch := make(chan struct{})
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); gc.Run(ctx, workers, 30*time.Second) }()
+	syncDone := make(chan struct{})
+	go func() { defer close(syncDone); gc.Sync(ctx, gcDiscovery, 30*time.Second) }()
+	go func() { <-runDone; <-syncDone; typed.Shutdown(); metaInformers.Shutdown(); close(ch) }()
+	logger := klog.FromContext(ctx)
+	return func() bool { return gc.IsSynced(logger) }, ch, nil
+}
+
+// child is a running collector process.
+type child struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	start  time.Time
+	synced chan struct{}
+	exited chan struct{}
+	logf   *os.File
+	syncAt time.Time
+	vmhwm  int64 // kB, reported by the child as it exits
+	vmrss  int64 // kB, reported by the child when asked to stop
+}
+
+// usage is what a finished child used: its peak RSS (VmHWM) and CPU time
+// (user + system, from wait4's rusage, which is the child's own).
+type usage struct {
+	MaxRSSKB  int64
+	LiveRSSKB int64 // resident set after debug.FreeOSMemory, when asked to stop
+	CPU       time.Duration
+}
+
+func startChild(f collectorFlags, logDir string) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.CreateTemp(logDir, f.Collector+"-*.log")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, f.args()...)
+	cmd.Stderr = logf
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	c := &child{cmd: cmd, stdin: stdin, synced: make(chan struct{}), exited: make(chan struct{}), logf: logf}
+	c.start = time.Now()
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if line == "synced" {
+				c.syncAt = time.Now()
+				close(c.synced)
+			}
+			if v, ok := strings.CutPrefix(line, "vmhwm "); ok {
+				c.vmhwm, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if v, ok := strings.CutPrefix(line, "vmrss "); ok {
+				c.vmrss, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		_ = cmd.Wait()
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+// waitSynced returns the time from process start to "synced".
+func (c *child) waitSynced(ctx context.Context, timeout time.Duration) (time.Duration, error) {
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-c.synced:
+		return c.syncAt.Sub(c.start), nil
+	case <-c.exited:
+		return 0, fmt.Errorf("collector exited before syncing: %s", c.logTail())
+	case <-time.After(timeout):
+		return 0, fmt.Errorf("collector not synced after %s: %s", timeout, c.logTail())
+	}
+}
+
+// stop closes the child's stdin, waits (killing it after 30s) and returns
+// its resource usage.
+func (c *child) stop() (usage, error) {
+	_ = c.stdin.Close()
+	var err error
+	select {
+	case <-c.exited:
+	case <-time.After(30 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+		err = errors.New("collector did not exit within 30s; killed")
+	}
+	defer os.Remove(c.logf.Name())
+	defer c.logf.Close()
+	st := c.cmd.ProcessState
+	if st == nil {
+		return usage{}, errors.Join(err, errors.New("no process state"))
+	}
+	if err == nil && !st.Success() {
+		err = fmt.Errorf("collector exited with %v: %s", st, c.logTail())
+	}
+	ru, ok := st.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return usage{}, errors.Join(err, errors.New("no rusage"))
+	}
+	if c.vmhwm == 0 && err == nil {
+		err = errors.New("collector did not report its peak RSS")
+	}
+	return usage{
+		MaxRSSKB:  c.vmhwm,
+		LiveRSSKB: c.vmrss,
+		CPU:       time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime)),
+	}, err
+}
+
+func (c *child) logTail() string {
+	b, err := os.ReadFile(c.logf.Name())
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,367 @@
+// Command kgc-bench measures kgc side by side with kube-controller-manager's
+// own garbage collector (k8s.io/kubernetes/pkg/controller/garbagecollector
+// v1.36.3, wired as kube-controller-manager wires it) on the sandbox control
+// plane, with the same client budget for both.
+//
+// For every scenario and run it starts a fresh control plane (in this
+// process), puts a counting reverse proxy in front of the apiserver, and runs
+// each collector as a child process (this binary, --role=collector) that
+// talks only to the proxy: the proxy's counts are the collector's API
+// requests by verb and resource, and the child's rusage is its own peak RSS
+// and CPU time. Collectors alternate between runs. It prints every cell,
+// then Go benchmark lines (for benchstat) and Markdown tables of the
+// medians.
+//
+//	go run ./sandbox/cmd/kgc-bench --quick
+//	go run ./sandbox/cmd/kgc-bench --runs 3 --markdown bench.md
+//
+// Scenarios (objects are ConfigMaps; "objects" is what the collector acted on):
+//
+//	background  K owners × M dependents; owners deleted Background; until every dependent is gone (K·M objects)
+//	foreground  the same with blockOwnerDeletion, owners deleted Foreground; until the owners are gone (K·M + K)
+//	chain       a chain of D objects each blocking its owner; the root deleted Foreground; until it is gone (D)
+//	orphan      one owner × N dependents deleted Orphan; until the owner is gone and no dependent refers to it (N + 1)
+//	sweep       dependents of owners that never existed (unique and shared owner UIDs), created before the
+//	            collector starts; from its start until all are gone
+//	populated   N objects with live owners; time to sync, time until a probe cascade completes, GETs, and
+//	            peak RSS growth per object over the same collector on the empty cluster
+//	limit       raw DELETE rate of an unthrottled 32-way client, directly and through the proxy (measured
+//	            on each background run's control plane after its cells when both are selected)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/kgc-dev/kgc/sandbox/controlplane"
+)
+
+type budget struct {
+	qps   float64
+	burst int
+}
+
+type options struct {
+	runs       int
+	scenarios  []string
+	collectors []string
+	budgetList []string
+	budgets    map[string]budget
+	workers    int
+	timeout    time.Duration
+
+	fanOwners, fanDeps int
+	chain              int
+	orphan             int
+	sweepUnique        int
+	sweepShared        int
+	sweepSharedOwners  int
+	populated          int
+	limit              int
+
+	markdown string
+	verbose  bool
+}
+
+var allScenarios = []string{"background", "foreground", "chain", "orphan", "sweep", "populated", "limit"}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kgc-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		role   = fs.String("role", "", "internal: 'collector' runs one collector (used by the benchmark for its children)")
+		cf     collectorFlags
+		o      options
+		quick  = fs.Bool("quick", false, "small sizes and 1 run: finishes in a few minutes")
+		scen   = fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ","))
+		colls  = fs.String("collectors", "upstream,kgc", "comma-separated collectors: upstream, kgc")
+		buds   = fs.String("budgets", "kcm,unthrottled", "comma-separated budgets: kcm, unthrottled")
+		kcmQPS = fs.Float64("qps", 40, "QPS of the kcm budget (kube-controller-manager gives its collector's metadata client 2 × --kube-api-qps = 40)")
+		kcmB   = fs.Int("burst", 30, "burst of the kcm budget")
+		unQPS  = fs.Float64("unthrottled-qps", 5000, "QPS of the unthrottled budget")
+		unB    = fs.Int("unthrottled-burst", 10000, "burst of the unthrottled budget")
+	)
+	fs.StringVar(&cf.Collector, "collector", "", "internal: collector of the collector role")
+	fs.StringVar(&cf.Server, "server", "", "internal: apiserver URL of the collector role")
+	fs.IntVar(&o.runs, "runs", 3, "runs per cell (collectors alternate)")
+	fs.IntVar(&o.workers, "workers", 20, "collector workers (kube-controller-manager's --concurrent-gc-syncs)")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "limit on every wait of a cell")
+	fs.IntVar(&o.fanOwners, "fan-owners", 10, "owners of the fan-out scenarios")
+	fs.IntVar(&o.fanDeps, "fan-dependents", 100, "dependents per owner of the fan-out scenarios")
+	fs.IntVar(&o.chain, "chain", 200, "length of the foreground chain")
+	fs.IntVar(&o.orphan, "orphan", 2000, "dependents of the orphan scenario (the issue's memory figure is for 10000)")
+	fs.IntVar(&o.sweepUnique, "sweep-unique", 500, "startup sweep: dependents each with its own never-existing owner")
+	fs.IntVar(&o.sweepShared, "sweep-shared", 500, "startup sweep: dependents sharing never-existing owners")
+	fs.IntVar(&o.sweepSharedOwners, "sweep-shared-owners", 10, "startup sweep: the shared never-existing owners")
+	fs.IntVar(&o.populated, "populated", 4000, "objects of the populated-cluster scenario (one owner per three dependents)")
+	fs.IntVar(&o.limit, "limit", 2000, "objects deleted by the physical-limit client")
+	fs.StringVar(&o.markdown, "markdown", "", "also write the Markdown tables to this file")
+	fs.BoolVar(&o.verbose, "v", false, "log the control plane's progress")
+	// The collector role reads --qps/--burst/--workers as its own budget.
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *role == "collector" {
+		cf.QPS, cf.Burst, cf.Workers = *kcmQPS, *kcmB, o.workers
+		klog.SetOutput(stderr)
+		klog.LogToStderr(false)
+		if err := runCollectorRole(cf, stdin, stdout); err != nil {
+			fmt.Fprintln(stderr, "collector:", err)
+			return 1
+		}
+		return 0
+	}
+	if *role != "" {
+		fmt.Fprintf(stderr, "unknown role %q\n", *role)
+		return 2
+	}
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		def := func(name string, p *int, v int) {
+			if !set[name] {
+				*p = v
+			}
+		}
+		def("runs", &o.runs, 1)
+		def("fan-owners", &o.fanOwners, 5)
+		def("fan-dependents", &o.fanDeps, 40)
+		def("chain", &o.chain, 40)
+		def("orphan", &o.orphan, 300)
+		def("sweep-unique", &o.sweepUnique, 100)
+		def("sweep-shared", &o.sweepShared, 100)
+		def("sweep-shared-owners", &o.sweepSharedOwners, 5)
+		def("populated", &o.populated, 1000)
+		def("limit", &o.limit, 500)
+	}
+	o.scenarios = splitList(*scen)
+	o.collectors = splitList(*colls)
+	o.budgetList = splitList(*buds)
+	o.budgets = map[string]budget{"kcm": {*kcmQPS, *kcmB}, "unthrottled": {*unQPS, *unB}}
+	for _, s := range o.scenarios {
+		if !slices.Contains(allScenarios, s) {
+			fmt.Fprintf(stderr, "unknown scenario %q\n", s)
+			return 2
+		}
+	}
+	for _, c := range o.collectors {
+		if c != collectorUpstream && c != collectorKGC {
+			fmt.Fprintf(stderr, "unknown collector %q\n", c)
+			return 2
+		}
+	}
+	for _, b := range o.budgetList {
+		if _, ok := o.budgets[b]; !ok {
+			fmt.Fprintf(stderr, "unknown budget %q\n", b)
+			return 2
+		}
+	}
+	if o.runs < 1 {
+		fmt.Fprintln(stderr, "--runs must be at least 1")
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	results, err := orchestrate(ctx, &o, stdout)
+	machine := machineLine()
+	fmt.Fprintln(stdout)
+	fmt.Fprintf(stdout, "goos: %s\ngoarch: %s\npkg: github.com/kgc-dev/kgc/sandbox/cmd/kgc-bench\ncpu: %s\n", runtime.GOOS, runtime.GOARCH, cpuModel())
+	for _, r := range results {
+		fmt.Fprintln(stdout, benchLine(r))
+	}
+	fmt.Fprintln(stdout)
+	writeTable(stdout, results, o.budgetList, machine)
+	if o.markdown != "" {
+		f, ferr := os.Create(o.markdown)
+		if ferr == nil {
+			writeTable(f, results, o.budgetList, machine)
+			ferr = f.Close()
+		}
+		if ferr != nil {
+			fmt.Fprintln(stderr, "markdown:", ferr)
+			return 1
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "kgc-bench:", err)
+		return 1
+	}
+	return 0
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// orchestrate runs every scenario × run on a fresh control plane; within
+// it every collector × budget cell in its own namespace with its own child
+// process, collectors in alternating order. It returns what it measured
+// even when a cell fails (the error says which).
+func orchestrate(ctx context.Context, o *options, out io.Writer) ([]result, error) {
+	var results []result
+	var errs []error
+	logDir, err := os.MkdirTemp("", "kgc-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(logDir)
+	began := time.Now()
+	for _, sc := range o.scenarios {
+		if sc == "limit" && slices.Contains(o.scenarios, "background") {
+			continue // measured with the background runs (scenarioRun)
+		}
+		for run := range o.runs {
+			if ctx.Err() != nil {
+				return results, errors.Join(append(errs, ctx.Err())...)
+			}
+			rs, err := scenarioRun(ctx, o, sc, run, logDir, out)
+			results = append(results, rs...)
+			if o.markdown != "" { // so far, in case the run is interrupted
+				if f, ferr := os.Create(o.markdown); ferr == nil {
+					writeTable(f, results, o.budgetList, machineLine())
+					_ = f.Close()
+				}
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s run %d: %w", sc, run, err))
+				fmt.Fprintf(out, "# %s run %d: %v\n", sc, run, err)
+			}
+		}
+	}
+	fmt.Fprintf(out, "# all done in %s\n", time.Since(began).Round(time.Second))
+	return results, errors.Join(errs...)
+}
+
+func scenarioRun(ctx context.Context, o *options, sc string, run int, logDir string, out io.Writer) ([]result, error) {
+	cpOpts := controlplane.Options{}
+	if o.verbose {
+		cpOpts.Logf = func(format string, args ...any) { fmt.Fprintf(out, "# cp: "+format+"\n", args...) }
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	cp, err := controlplane.Start(sctx, cpOpts)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	defer func() { _ = cp.Stop() }()
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.QPS, cfg.Burst = -1, 0
+	cfg.WarningHandler = rest.NoWarnings{}
+	proxy, err := startProxy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer proxy.close()
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e := &env{cfg: cfg, client: client, md: md, proxy: proxy, logDir: logDir, opts: o}
+
+	limit := func() ([]result, error) {
+		rs, err := runLimit(ctx, e, run)
+		for _, r := range rs {
+			fmt.Fprintf(out, "# %-10s %-9s %-11s run %d: %6d objects in %8s = %8.1f objects/s\n", r.Scenario, r.Collector, r.Budget, r.Run, r.Objects, r.Elapsed.Round(time.Millisecond), r.objectsPerSecond())
+		}
+		return rs, err
+	}
+	if sc == "limit" {
+		return limit()
+	}
+	colls := slices.Clone(o.collectors)
+	if run%2 == 1 {
+		slices.Reverse(colls)
+	}
+	var results []result
+	var errs []error
+	for _, b := range o.budgetList {
+		for _, coll := range colls {
+			s := cellSpec{scenario: sc, collector: coll, budget: b, run: run}
+			r, err := runCell(ctx, e, s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s/%s: %w", coll, b, err))
+				fmt.Fprintf(out, "# %-10s %-9s %-11s run %d: FAILED: %v\n", sc, coll, b, run, err)
+			} else {
+				results = append(results, r)
+				printCell(out, r)
+			}
+			ns := sanitize(fmt.Sprintf("%s-%s-%s-%d", s.scenario, s.collector, s.budget, s.run))
+			if err := cleanNamespace(ctx, client, ns); err != nil {
+				return results, errors.Join(append(errs, fmt.Errorf("cleaning %s: %w", ns, err))...)
+			}
+		}
+	}
+	// The physical limit is measured on the same control plane right after
+	// the background cells, so that "unthrottled Background fan-out vs the
+	// raw DELETE rate" compares numbers taken under the same conditions.
+	if sc == "background" && slices.Contains(o.scenarios, "limit") {
+		rs, err := limit()
+		results = append(results, rs...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("limit: %w", err))
+		}
+	}
+	return results, errors.Join(errs...)
+}
+
+func printCell(out io.Writer, r result) {
+	fmt.Fprintf(out, "# %-10s %-9s %-11s run %d: %6d objects in %8s = %8.1f objects/s, %.2f calls/object, %.1f MB peak RSS, %.1f CPU s",
+		r.Scenario, r.Collector, r.Budget, r.Run, r.Objects, r.Elapsed.Round(time.Millisecond), r.objectsPerSecond(), r.callsPerObject(),
+		float64(r.Usage.MaxRSSKB)/1024, r.Usage.CPU.Seconds())
+	if r.Ready > 0 && r.Tracked == 0 {
+		fmt.Fprintf(out, ", synced %.2fs", r.Ready.Seconds())
+	}
+	if r.Tracked > 0 {
+		fmt.Fprintf(out, ", synced %.2fs, useful %.2fs, %.2f KB/object peak, %.2f KB/object live", r.Ready.Seconds(), r.Useful.Seconds(), r.rssGrowthPerObject(), r.liveRSSGrowthPerObject())
+	}
+	if r.Note != "" {
+		fmt.Fprintf(out, " (%s)", r.Note)
+	}
+	fmt.Fprintf(out, "\n#   %s\n", r.Calls.resourceSummary())
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	return "unknown"
+}
+
+func machineLine() string {
+	return fmt.Sprintf("%s, %d cores, %s %s/%s, %s", cpuModel(), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+}

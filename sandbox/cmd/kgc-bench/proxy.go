@@ -1,0 +1,309 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// Verbs the proxy counts. LIST, WATCH and DELETECOLLECTION are told apart
+// from GET and DELETE by the path (a collection, not a named object) and the
+// query (watch=true; a watch with sendInitialEvents=true is client-go's
+// streaming list and counts as LIST); DISCOVERY is /api, /apis, their group/version
+// documents, /version and /openapi.
+const (
+	verbGet              = "GET"
+	verbList             = "LIST"
+	verbWatch            = "WATCH"
+	verbCreate           = "CREATE"
+	verbDelete           = "DELETE"
+	verbDeleteCollection = "DELETECOLLECTION"
+	verbPatch            = "PATCH"
+	verbUpdate           = "UPDATE"
+	verbDiscovery        = "DISCOVERY"
+	verbOther            = "OTHER"
+)
+
+// perObjectVerbs are the verbs counted in "calls per collected object": the
+// requests a collector spends on individual objects. LIST, WATCH and
+// DISCOVERY are the fixed cost of running at all and are reported apart.
+var perObjectVerbs = []string{verbGet, verbDelete, verbPatch, verbUpdate, verbCreate, verbDeleteCollection}
+
+// allVerbs is the order verbs are printed in.
+var allVerbs = []string{verbGet, verbDelete, verbPatch, verbUpdate, verbCreate, verbDeleteCollection, verbList, verbWatch, verbDiscovery, verbOther}
+
+// classify returns the verb and the resource ("configmaps",
+// "apps/deployments", "namespaces"; subresources as "configmaps/status") of
+// a Kubernetes API request.
+func classify(method string, u *url.URL) (verb, resource string) {
+	segs := strings.Split(strings.Trim(u.Path, "/"), "/")
+	var rest []string
+	group := ""
+	switch {
+	case len(segs) >= 1 && (segs[0] == "version" || segs[0] == "openapi"):
+		return verbDiscovery, ""
+	case len(segs) >= 1 && segs[0] == "api":
+		if len(segs) <= 2 {
+			return verbDiscovery, ""
+		}
+		rest = segs[2:]
+	case len(segs) >= 1 && segs[0] == "apis":
+		if len(segs) <= 3 {
+			return verbDiscovery, ""
+		}
+		group = segs[1]
+		rest = segs[3:]
+	default:
+		return verbOther, ""
+	}
+	watchPath := false
+	if rest[0] == "watch" { // the deprecated /watch/ prefix
+		watchPath = true
+		rest = rest[1:]
+		if len(rest) == 0 {
+			return verbWatch, ""
+		}
+	}
+	// namespaces/{ns}/{resource}/... unless it is the namespace object itself
+	// (namespaces/{name}, namespaces/{name}/status|finalize).
+	if rest[0] == "namespaces" && len(rest) >= 3 && rest[2] != "status" && rest[2] != "finalize" {
+		rest = rest[2:]
+	}
+	resource = rest[0]
+	named := len(rest) >= 2
+	if len(rest) >= 3 {
+		resource += "/" + rest[2]
+	}
+	if group != "" {
+		resource = group + "/" + resource
+	}
+	q := u.Query()
+	isWatch := watchPath || q.Get("watch") == "true" || q.Get("watch") == "1"
+	// client-go's informers list by streaming: a watch that starts with
+	// the current state (sendInitialEvents=true). That is their LIST.
+	streamingList := isWatch && q.Get("sendInitialEvents") == "true"
+	switch method {
+	case http.MethodGet:
+		switch {
+		case streamingList:
+			verb = verbList
+		case isWatch:
+			verb = verbWatch
+		case named:
+			verb = verbGet
+		default:
+			verb = verbList
+		}
+	case http.MethodPost:
+		verb = verbCreate
+	case http.MethodDelete:
+		if named {
+			verb = verbDelete
+		} else {
+			verb = verbDeleteCollection
+		}
+	case http.MethodPatch:
+		verb = verbPatch
+	case http.MethodPut:
+		verb = verbUpdate
+	default:
+		verb = verbOther
+	}
+	return verb, resource
+}
+
+// counts are request counts by verb and by "VERB resource".
+type counts struct {
+	ByVerb     map[string]int64
+	ByResource map[string]int64
+	Conns      int64 // client connections accepted
+}
+
+// sub returns c - old, for the requests of a measured phase.
+func (c counts) sub(old counts) counts {
+	out := counts{ByVerb: map[string]int64{}, ByResource: map[string]int64{}, Conns: c.Conns - old.Conns}
+	for k, v := range c.ByVerb {
+		if d := v - old.ByVerb[k]; d != 0 {
+			out.ByVerb[k] = d
+		}
+	}
+	for k, v := range c.ByResource {
+		if d := v - old.ByResource[k]; d != 0 {
+			out.ByResource[k] = d
+		}
+	}
+	return out
+}
+
+// perObject is the number of per-object requests (perObjectVerbs).
+func (c counts) perObject() int64 {
+	var n int64
+	for _, v := range perObjectVerbs {
+		n += c.ByVerb[v]
+	}
+	return n
+}
+
+// resourceSummary is "VERB resource=n" pairs, largest first, for logs;
+// LIST, WATCH and DISCOVERY are summed over resources.
+func (c counts) resourceSummary() string {
+	type kv struct {
+		k string
+		v int64
+	}
+	var all []kv
+	for k, v := range c.ByResource {
+		verb, _, _ := strings.Cut(k, " ")
+		if verb == verbList || verb == verbWatch || verb == verbDiscovery {
+			continue // one per resource: summarised below
+		}
+		all = append(all, kv{k, v})
+	}
+	for _, verb := range []string{verbList, verbWatch, verbDiscovery} {
+		if n := c.ByVerb[verb]; n > 0 {
+			all = append(all, kv{verb + " (all)", n})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].v != all[j].v {
+			return all[i].v > all[j].v
+		}
+		return all[i].k < all[j].k
+	})
+	var b strings.Builder
+	for i, e := range all {
+		if i == 8 {
+			fmt.Fprintf(&b, " …(+%d)", len(all)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s=%d", e.k, e.v)
+	}
+	return b.String()
+}
+
+// countingProxy is a plain-HTTP reverse proxy on loopback in front of the
+// apiserver. It forwards with the control plane's (admin, TLS) credentials
+// and counts every request by verb and resource.
+type countingProxy struct {
+	URL string // http://127.0.0.1:port
+
+	srv *http.Server
+	ln  net.Listener
+
+	mu         sync.Mutex
+	byVerb     map[string]int64
+	byResource map[string]int64
+	conns      atomic.Int64
+	last       atomic.Int64 // unix nanos of the last non-watch request
+}
+
+func startProxy(cfg *rest.Config) (*countingProxy, error) {
+	target, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("apiserver URL: %w", err)
+	}
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("apiserver transport: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &countingProxy{
+		URL:        "http://" + ln.Addr().String(),
+		ln:         ln,
+		byVerb:     map[string]int64{},
+		byResource: map[string]int64{},
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(target); r.Out.Host = "" },
+		Transport:     rt,
+		FlushInterval: -1, // watches stream
+		ErrorLog:      nil,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}
+	p.srv = &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			p.count(r)
+			rp.ServeHTTP(w, r)
+		}),
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				p.conns.Add(1)
+			}
+		},
+		ReadHeaderTimeout: 30 * time.Second,
+	}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+func (p *countingProxy) count(r *http.Request) {
+	verb, res := classify(r.Method, r.URL)
+	if verb != verbWatch {
+		p.last.Store(time.Now().UnixNano())
+	}
+	p.mu.Lock()
+	p.byVerb[verb]++
+	p.byResource[verb+" "+res]++
+	p.mu.Unlock()
+}
+
+// snapshot returns the counts so far.
+func (p *countingProxy) snapshot() counts {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := counts{ByVerb: make(map[string]int64, len(p.byVerb)), ByResource: make(map[string]int64, len(p.byResource)), Conns: p.conns.Load()}
+	for k, v := range p.byVerb {
+		out.ByVerb[k] = v
+	}
+	for k, v := range p.byResource {
+		out.ByResource[k] = v
+	}
+	return out
+}
+
+// lastRequest is when the last non-watch request arrived (zero if none).
+func (p *countingProxy) lastRequest() time.Time {
+	n := p.last.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// waitQuiet waits until no non-watch request has arrived for quiet, or max
+// has passed (it then returns an error, which callers may treat as a note).
+func (p *countingProxy) waitQuiet(quiet, max time.Duration) error {
+	deadline := time.Now().Add(max)
+	for {
+		if time.Since(p.lastRequest()) >= quiet {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("collector still busy")
+		}
+		time.Sleep(quiet / 10)
+	}
+}
+
+// close stops the proxy and closes every connection (open watches included).
+func (p *countingProxy) close() {
+	_ = p.srv.Close()
+}

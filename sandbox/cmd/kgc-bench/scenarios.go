@@ -1,0 +1,539 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+var configMapsGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+// env is what a cell runs against: a fresh control plane and a proxy that
+// serves only the collector under test.
+type env struct {
+	cfg    *rest.Config // unthrottled, direct to the apiserver: setup and observation
+	client kubernetes.Interface
+	md     metadata.Interface
+	proxy  *countingProxy
+	logDir string
+	opts   *options
+}
+
+// cellSpec says which collector with which budget.
+type cellSpec struct {
+	scenario  string
+	collector string
+	budget    string
+	run       int
+}
+
+func (s cellSpec) flags(e *env) collectorFlags {
+	b := e.opts.budgets[s.budget]
+	return collectorFlags{Collector: s.collector, Server: e.proxy.URL, QPS: b.qps, Burst: b.burst, Workers: e.opts.workers}
+}
+
+// watcher mirrors the ConfigMaps of one namespace (metadata only), direct
+// from the apiserver, so that the benchmark can wait for conditions without
+// polling LISTs.
+type watcher struct {
+	store  cache.Store
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newWatcher(md metadata.Interface, ns string) (*watcher, error) {
+	inf := metadatainformer.NewFilteredMetadataInformer(md, configMapsGVR, ns, 0, cache.Indexers{}, nil).Informer()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &watcher{store: inf.GetStore(), cancel: cancel, done: make(chan struct{})}
+	go func() { defer close(w.done); inf.RunWithContext(ctx) }()
+	sctx, scancel := context.WithTimeout(ctx, time.Minute)
+	defer scancel()
+	if !cache.WaitForCacheSync(sctx.Done(), inf.HasSynced) {
+		w.stop()
+		return nil, errors.New("watcher did not sync")
+	}
+	return w, nil
+}
+
+func (w *watcher) stop() { w.cancel(); <-w.done }
+
+func (w *watcher) objects() []*metav1.PartialObjectMetadata {
+	items := w.store.List()
+	out := make([]*metav1.PartialObjectMetadata, 0, len(items))
+	for _, it := range items {
+		if o, ok := it.(*metav1.PartialObjectMetadata); ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// waitFor polls cond over the mirrored objects every 20ms until it holds or
+// timeout passes.
+func (w *watcher) waitFor(ctx context.Context, timeout time.Duration, what string, cond func([]*metav1.PartialObjectMetadata) bool) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond(w.objects()) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func countPrefix(objs []*metav1.PartialObjectMetadata, prefix string) int {
+	n := 0
+	for _, o := range objs {
+		if strings.HasPrefix(o.Name, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// cmSpec is a ConfigMap to create.
+type cmSpec struct {
+	name   string
+	owners []metav1.OwnerReference
+}
+
+// createAll creates the ConfigMaps with 32 concurrent unthrottled requests
+// and returns the UIDs by name.
+func createAll(ctx context.Context, client kubernetes.Interface, ns string, specs []cmSpec) (map[string]types.UID, error) {
+	var (
+		mu    sync.Mutex
+		uids  = make(map[string]types.UID, len(specs))
+		next  atomic.Int64
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		first error
+	)
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(specs) {
+					return
+				}
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: specs[i].name, OwnerReferences: specs[i].owners}}
+				got, err := client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+				if err != nil {
+					errMu.Lock()
+					if first == nil {
+						first = fmt.Errorf("create %s/%s: %w", ns, specs[i].name, err)
+					}
+					errMu.Unlock()
+					return
+				}
+				mu.Lock()
+				uids[got.Name] = got.UID
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return uids, first
+}
+
+// deleteAll deletes the named ConfigMaps with 32 concurrent requests.
+func deleteAll(ctx context.Context, client kubernetes.Interface, ns string, names []string, policy *metav1.DeletionPropagation) error {
+	var (
+		next  atomic.Int64
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		first error
+	)
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(names) {
+					return
+				}
+				err := client.CoreV1().ConfigMaps(ns).Delete(ctx, names[i], metav1.DeleteOptions{PropagationPolicy: policy})
+				if err != nil && !apierrors.IsNotFound(err) {
+					errMu.Lock()
+					if first == nil {
+						first = fmt.Errorf("delete %s/%s: %w", ns, names[i], err)
+					}
+					errMu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+func ownerRef(name string, uid types.UID, block bool) metav1.OwnerReference {
+	r := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: name, UID: uid}
+	if block {
+		r.BlockOwnerDeletion = &block
+	}
+	return r
+}
+
+// runCell runs one cell on e and returns its result.
+func runCell(ctx context.Context, e *env, s cellSpec) (result, error) {
+	ns := sanitize(fmt.Sprintf("%s-%s-%s-%d", s.scenario, s.collector, s.budget, s.run))
+	if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return result{}, err
+	}
+	w, err := newWatcher(e.md, ns)
+	if err != nil {
+		return result{}, err
+	}
+	defer w.stop()
+	res := result{Scenario: s.scenario, Collector: s.collector, Budget: s.budget, Run: s.run}
+	switch s.scenario {
+	case "background", "foreground", "chain", "orphan":
+		err = runLive(ctx, e, s, ns, w, &res)
+	case "sweep":
+		err = runSweep(ctx, e, s, ns, w, &res)
+	case "populated":
+		err = runPopulated(ctx, e, s, ns, w, &res)
+	default:
+		err = fmt.Errorf("unknown scenario %q", s.scenario)
+	}
+	return res, err
+}
+
+// runLive: the collector starts on an empty namespace and syncs; the
+// objects are created; once the collector is quiet the measured phase
+// deletes the owners and waits for the cascade.
+func runLive(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, res *result) error {
+	o := e.opts
+	c, err := startChild(s.flags(e), e.logDir)
+	if err != nil {
+		return err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_, _ = c.stop()
+		}
+	}()
+	if _, err := c.waitSynced(ctx, o.timeout); err != nil {
+		return err
+	}
+
+	var (
+		owners   []string // names deleted in the measured phase
+		policy   metav1.DeletionPropagation
+		done     func(objs []*metav1.PartialObjectMetadata) bool
+		total    int
+		ownerUID types.UID
+	)
+	switch s.scenario {
+	case "background", "foreground":
+		k, m := o.fanOwners, o.fanDeps
+		var specs []cmSpec
+		for i := range k {
+			specs = append(specs, cmSpec{name: fmt.Sprintf("owner-%03d", i)})
+			owners = append(owners, fmt.Sprintf("owner-%03d", i))
+		}
+		uids, err := createAll(ctx, e.client, ns, specs)
+		if err != nil {
+			return err
+		}
+		specs = specs[:0]
+		fg := s.scenario == "foreground"
+		for i := range k {
+			on := fmt.Sprintf("owner-%03d", i)
+			for j := range m {
+				specs = append(specs, cmSpec{name: fmt.Sprintf("dep-%03d-%05d", i, j), owners: []metav1.OwnerReference{ownerRef(on, uids[on], fg)}})
+			}
+		}
+		if _, err := createAll(ctx, e.client, ns, specs); err != nil {
+			return err
+		}
+		total = k + k*m
+		if fg {
+			policy = metav1.DeletePropagationForeground
+			res.Objects = k*m + k // dependents deleted + owners' finalizers removed
+			done = func(objs []*metav1.PartialObjectMetadata) bool { return countPrefix(objs, "owner-") == 0 }
+		} else {
+			policy = metav1.DeletePropagationBackground
+			res.Objects = k * m
+			done = func(objs []*metav1.PartialObjectMetadata) bool { return countPrefix(objs, "dep-") == 0 }
+		}
+	case "chain":
+		// link-0000 ← link-0001 ← … each blocking its owner's deletion;
+		// created in order so every owner exists first.
+		prevName, prevUID := "", types.UID("")
+		for i := range o.chain {
+			sp := cmSpec{name: fmt.Sprintf("link-%04d", i)}
+			if i > 0 {
+				sp.owners = []metav1.OwnerReference{ownerRef(prevName, prevUID, true)}
+			}
+			uids, err := createAll(ctx, e.client, ns, []cmSpec{sp})
+			if err != nil {
+				return err
+			}
+			prevName, prevUID = sp.name, uids[sp.name]
+		}
+		owners = []string{"link-0000"}
+		policy = metav1.DeletePropagationForeground
+		total = o.chain
+		res.Objects = o.chain
+		done = func(objs []*metav1.PartialObjectMetadata) bool { return countPrefix(objs, "link-0000") == 0 }
+	case "orphan":
+		uids, err := createAll(ctx, e.client, ns, []cmSpec{{name: "owner"}})
+		if err != nil {
+			return err
+		}
+		ownerUID = uids["owner"]
+		var specs []cmSpec
+		for j := range o.orphan {
+			specs = append(specs, cmSpec{name: fmt.Sprintf("dep-%05d", j), owners: []metav1.OwnerReference{ownerRef("owner", ownerUID, false)}})
+		}
+		if _, err := createAll(ctx, e.client, ns, specs); err != nil {
+			return err
+		}
+		owners = []string{"owner"}
+		policy = metav1.DeletePropagationOrphan
+		total = 1 + o.orphan
+		res.Objects = o.orphan + 1 // dependents orphaned + the owner's finalizer removed
+		done = func(objs []*metav1.PartialObjectMetadata) bool {
+			for _, ob := range objs {
+				if ob.UID == ownerUID {
+					return false
+				}
+				for _, r := range ob.OwnerReferences {
+					if r.UID == ownerUID {
+						return false
+					}
+				}
+			}
+			return true
+		}
+	}
+	if err := w.waitFor(ctx, o.timeout, "the watcher to see every object", func(objs []*metav1.PartialObjectMetadata) bool { return len(objs) >= total }); err != nil {
+		return err
+	}
+	// Let the collector digest the new objects before measuring.
+	_ = e.proxy.waitQuiet(time.Second, time.Minute)
+
+	before := e.proxy.snapshot()
+	start := time.Now()
+	if err := deleteAll(ctx, e.client, ns, owners, &policy); err != nil {
+		return err
+	}
+	if err := w.waitFor(ctx, o.timeout, s.scenario+" cascade", done); err != nil {
+		return err
+	}
+	res.Elapsed = time.Since(start)
+	res.Calls = e.proxy.snapshot().sub(before)
+	stopped = true
+	res.Usage, err = c.stop()
+	return err
+}
+
+// runSweep: dependents of owners that never existed are created first; the
+// measured phase is from the collector's start until all are collected.
+func runSweep(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, res *result) error {
+	o := e.opts
+	var specs []cmSpec
+	for i := range o.sweepUnique {
+		specs = append(specs, cmSpec{name: fmt.Sprintf("dep-u-%05d", i), owners: []metav1.OwnerReference{ownerRef(fmt.Sprintf("ghost-u-%05d", i), uuid.NewUUID(), false)}})
+	}
+	shared := make([]metav1.OwnerReference, max(o.sweepSharedOwners, 1))
+	for i := range shared {
+		shared[i] = ownerRef(fmt.Sprintf("ghost-s-%03d", i), uuid.NewUUID(), false)
+	}
+	for i := range o.sweepShared {
+		specs = append(specs, cmSpec{name: fmt.Sprintf("dep-s-%05d", i), owners: []metav1.OwnerReference{shared[i%len(shared)]}})
+	}
+	if _, err := createAll(ctx, e.client, ns, specs); err != nil {
+		return err
+	}
+	if err := w.waitFor(ctx, o.timeout, "the watcher to see every object", func(objs []*metav1.PartialObjectMetadata) bool { return len(objs) >= len(specs) }); err != nil {
+		return err
+	}
+	res.Objects = len(specs)
+	before := e.proxy.snapshot()
+	c, err := startChild(s.flags(e), e.logDir)
+	if err != nil {
+		return err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_, _ = c.stop()
+		}
+	}()
+	if res.Ready, err = c.waitSynced(ctx, o.timeout); err != nil {
+		return err
+	}
+	if err := w.waitFor(ctx, o.timeout, "the startup sweep", func(objs []*metav1.PartialObjectMetadata) bool { return countPrefix(objs, "dep-") == 0 }); err != nil {
+		return err
+	}
+	res.Elapsed = time.Since(c.start)
+	res.Calls = e.proxy.snapshot().sub(before)
+	stopped = true
+	res.Usage, err = c.stop()
+	return err
+}
+
+// runPopulated: first the collector's peak RSS on the empty cluster; then
+// N objects with live owners (groups of one owner and three dependents,
+// named so that a LIST returns each dependent before its owner), and a
+// fresh collector: time to sync, time until a probe cascade issued at sync
+// has completed ("useful"), GETs spent until it is quiet, and peak RSS.
+func runPopulated(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, res *result) error {
+	o := e.opts
+	// Baseline.
+	c, err := startChild(s.flags(e), e.logDir)
+	if err != nil {
+		return err
+	}
+	if _, err := c.waitSynced(ctx, o.timeout); err != nil {
+		_, _ = c.stop()
+		return err
+	}
+	_ = e.proxy.waitQuiet(time.Second, 30*time.Second)
+	base, err := c.stop()
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	res.BaselineRSS, res.BaselineLiveRSS = base.MaxRSSKB, base.LiveRSSKB
+
+	groups := max(o.populated/4, 1)
+	var ownerSpecs, depSpecs []cmSpec
+	for i := range groups {
+		ownerSpecs = append(ownerSpecs, cmSpec{name: fmt.Sprintf("g%06d-owner", i)})
+	}
+	uids, err := createAll(ctx, e.client, ns, append(ownerSpecs, cmSpec{name: "probe-owner"}))
+	if err != nil {
+		return err
+	}
+	for i := range groups {
+		on := fmt.Sprintf("g%06d-owner", i)
+		for j := range 3 {
+			depSpecs = append(depSpecs, cmSpec{name: fmt.Sprintf("g%06d-dep-%d", i, j), owners: []metav1.OwnerReference{ownerRef(on, uids[on], false)}})
+		}
+	}
+	depSpecs = append(depSpecs, cmSpec{name: "probe-dep", owners: []metav1.OwnerReference{ownerRef("probe-owner", uids["probe-owner"], false)}})
+	if _, err := createAll(ctx, e.client, ns, depSpecs); err != nil {
+		return err
+	}
+	res.Tracked = len(ownerSpecs) + len(depSpecs) + 1
+	res.Objects = res.Tracked
+	if err := w.waitFor(ctx, o.timeout, "the watcher to see every object", func(objs []*metav1.PartialObjectMetadata) bool { return len(objs) >= res.Tracked }); err != nil {
+		return err
+	}
+
+	before := e.proxy.snapshot()
+	c, err = startChild(s.flags(e), e.logDir)
+	if err != nil {
+		return err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_, _ = c.stop()
+		}
+	}()
+	if res.Ready, err = c.waitSynced(ctx, o.timeout); err != nil {
+		return err
+	}
+	bg := metav1.DeletePropagationBackground
+	if err := e.client.CoreV1().ConfigMaps(ns).Delete(ctx, "probe-owner", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		return err
+	}
+	if err := w.waitFor(ctx, o.timeout, "the probe cascade", func(objs []*metav1.PartialObjectMetadata) bool { return countPrefix(objs, "probe-dep") == 0 }); err != nil {
+		return err
+	}
+	res.Useful = time.Since(c.start)
+	if err := e.proxy.waitQuiet(2*time.Second, o.timeout); err != nil {
+		res.Note = "GETs counted while the collector was still busy"
+	}
+	res.Elapsed = res.Useful
+	res.Calls = e.proxy.snapshot().sub(before)
+	stopped = true
+	res.Usage, err = c.stop()
+	return err
+}
+
+// runLimit measures the apiserver's raw DELETE rate: n ConfigMaps deleted
+// by an unthrottled 32-way client, through the proxy and directly.
+func runLimit(ctx context.Context, e *env, run int) ([]result, error) {
+	var out []result
+	for _, via := range []string{"direct", "proxy"} {
+		ns := sanitize(fmt.Sprintf("limit-%s-%d", via, run))
+		if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+		var specs []cmSpec
+		var names []string
+		for i := range e.opts.limit {
+			specs = append(specs, cmSpec{name: fmt.Sprintf("obj-%05d", i)})
+			names = append(names, fmt.Sprintf("obj-%05d", i))
+		}
+		if _, err := createAll(ctx, e.client, ns, specs); err != nil {
+			return nil, err
+		}
+		client := e.client
+		if via == "proxy" {
+			pc, err := kubernetes.NewForConfig(&rest.Config{Host: e.proxy.URL, QPS: -1})
+			if err != nil {
+				return nil, err
+			}
+			client = pc
+		}
+		before := e.proxy.snapshot()
+		start := time.Now()
+		if err := deleteAll(ctx, client, ns, names, nil); err != nil {
+			return nil, err
+		}
+		r := result{Scenario: "limit", Collector: "client32", Budget: via, Run: run, Objects: len(names), Elapsed: time.Since(start)}
+		r.Calls = e.proxy.snapshot().sub(before)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// cleanNamespace removes what a cell left behind (after a failure) so the
+// next cell's collector does not see it.
+func cleanNamespace(ctx context.Context, client kubernetes.Interface, ns string) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		if len(l.Items) == 0 {
+			return true, nil
+		}
+		for _, cm := range l.Items {
+			if len(cm.Finalizers) > 0 {
+				_, _ = client.CoreV1().ConfigMaps(ns).Patch(ctx, cm.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			}
+		}
+		_ = client.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		return false, nil
+	})
+}

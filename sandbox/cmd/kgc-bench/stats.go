@@ -1,0 +1,299 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// result is one measured cell: one scenario, one collector, one budget, one run.
+type result struct {
+	Scenario  string
+	Collector string // upstream, kgc, or client32 for the physical limit
+	Budget    string // kcm, unthrottled; direct, proxy for the physical limit
+	Run       int
+
+	Objects int           // objects the collector acted on (see scenario docs)
+	Elapsed time.Duration // the measured phase
+	Calls   counts        // the collector's requests during the measured phase
+
+	// The populated-cluster scenario.
+	Ready           time.Duration // process start → monitors synced
+	Useful          time.Duration // process start → a probe cascade has completed
+	Tracked         int           // objects in the cluster
+	BaselineRSS     int64         // KB, peak RSS of the same collector on the empty cluster
+	BaselineLiveRSS int64         // KB, its live RSS (see usage.LiveRSSKB)
+
+	Usage usage
+	Note  string
+}
+
+func (r result) objectsPerSecond() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Objects) / r.Elapsed.Seconds()
+}
+
+func (r result) callsPerObject() float64 {
+	if r.Objects == 0 {
+		return 0
+	}
+	return float64(r.Calls.perObject()) / float64(r.Objects)
+}
+
+func (r result) verbPerObject(verb string) float64 {
+	if r.Objects == 0 {
+		return 0
+	}
+	return float64(r.Calls.ByVerb[verb]) / float64(r.Objects)
+}
+
+// rssGrowthPerObject is KB of peak RSS per tracked object over the empty baseline.
+func (r result) rssGrowthPerObject() float64 {
+	if r.Tracked == 0 || r.BaselineRSS == 0 {
+		return math.NaN()
+	}
+	return float64(r.Usage.MaxRSSKB-r.BaselineRSS) / float64(r.Tracked)
+}
+
+// liveRSSGrowthPerObject is KB of live RSS per tracked object over the empty baseline.
+func (r result) liveRSSGrowthPerObject() float64 {
+	if r.Tracked == 0 || r.BaselineLiveRSS == 0 || r.Usage.LiveRSSKB == 0 {
+		return math.NaN()
+	}
+	return float64(r.Usage.LiveRSSKB-r.BaselineLiveRSS) / float64(r.Tracked)
+}
+
+// median of xs (NaN for none); the mean of the middle two for an even count.
+func median(xs []float64) float64 {
+	var v []float64
+	for _, x := range xs {
+		if !math.IsNaN(x) {
+			v = append(v, x)
+		}
+	}
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
+}
+
+// ratio is a/b, NaN when either is unknown or b is zero.
+func ratio(a, b float64) float64 {
+	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {
+		return math.NaN()
+	}
+	return a / b
+}
+
+// cellKey identifies the runs of one cell.
+type cellKey struct{ Scenario, Collector, Budget string }
+
+// cell gathers the runs of one cell and their medians.
+type cell struct {
+	runs []result
+}
+
+func (c cell) med(f func(result) float64) float64 {
+	xs := make([]float64, len(c.runs))
+	for i, r := range c.runs {
+		xs[i] = f(r)
+	}
+	return median(xs)
+}
+
+func group(results []result) map[cellKey]*cell {
+	out := map[cellKey]*cell{}
+	for _, r := range results {
+		k := cellKey{r.Scenario, r.Collector, r.Budget}
+		if out[k] == nil {
+			out[k] = &cell{}
+		}
+		out[k].runs = append(out[k].runs, r)
+	}
+	return out
+}
+
+// benchLine is a Go benchmark line for benchstat.
+func benchLine(r result) string {
+	name := fmt.Sprintf("BenchmarkSideBySide/%s/%s/%s", r.Scenario, r.Collector, r.Budget)
+	s := fmt.Sprintf("%s \t1\t%d ns/op\t%.3f calls/object\t%.2f objects/s\t%.1f MB-peak-rss\t%.2f cpu-s",
+		name, r.Elapsed.Nanoseconds(), r.callsPerObject(), r.objectsPerSecond(), float64(r.Usage.MaxRSSKB)/1024, r.Usage.CPU.Seconds())
+	if r.Tracked > 0 {
+		s += fmt.Sprintf("\t%.3f ready-s\t%.3f useful-s\t%d GETs\t%.3f KB-rss/object\t%.3f KB-live-rss/object", r.Ready.Seconds(), r.Useful.Seconds(), r.Calls.ByVerb[verbGet], r.rssGrowthPerObject(), r.liveRSSGrowthPerObject())
+	}
+	return s
+}
+
+func f1(x float64) string { return fnum(x, 1) }
+func f2(x float64) string { return fnum(x, 2) }
+
+func fnum(x float64, prec int) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "–"
+	}
+	return fmt.Sprintf("%.*f", prec, x)
+}
+
+func fratio(x float64) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", x)
+}
+
+// scenarioTitles are the table's row names, in order.
+var scenarioTitles = []struct{ name, title string }{
+	{"background", "Background fan-out"},
+	{"foreground", "Foreground fan-out"},
+	{"chain", "Foreground chain"},
+	{"orphan", "Orphan"},
+	{"sweep", "Startup sweep"},
+	{"populated", "Start on a populated cluster"},
+	{"limit", "Physical limit (32-way client)"},
+}
+
+// writeTable writes the Markdown tables of the medians.
+func writeTable(w io.Writer, results []result, budgets []string, machine string) {
+	g := group(results)
+	runs := 0
+	for _, c := range g {
+		runs = max(runs, len(c.runs))
+	}
+	fmt.Fprintf(w, "Machine: %s. Median of %d run(s) per cell.\n\n", machine, runs)
+	fmt.Fprintln(w, "| scenario | budget | objects | upstream objects/s | kgc objects/s | kgc/upstream | upstream calls/object | kgc calls/object | upstream peak RSS MB | kgc peak RSS MB | upstream CPU s | kgc CPU s |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, st := range scenarioTitles {
+		if st.name == "limit" || st.name == "populated" {
+			continue
+		}
+		for _, b := range budgets {
+			u, k := g[cellKey{st.name, collectorUpstream, b}], g[cellKey{st.name, collectorKGC, b}]
+			if u == nil && k == nil {
+				continue
+			}
+			get := func(c *cell, f func(result) float64) float64 {
+				if c == nil {
+					return math.NaN()
+				}
+				return c.med(f)
+			}
+			ops := func(r result) float64 { return r.objectsPerSecond() }
+			cpo := func(r result) float64 { return r.callsPerObject() }
+			rss := func(r result) float64 { return float64(r.Usage.MaxRSSKB) / 1024 }
+			cpu := func(r result) float64 { return r.Usage.CPU.Seconds() }
+			objs := get(u, func(r result) float64 { return float64(r.Objects) })
+			if math.IsNaN(objs) {
+				objs = get(k, func(r result) float64 { return float64(r.Objects) })
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", st.title, b, fnum(objs, 0),
+				f1(get(u, ops)), f1(get(k, ops)), fratio(ratio(get(k, ops), get(u, ops))),
+				f2(get(u, cpo)), f2(get(k, cpo)), f1(get(u, rss)), f1(get(k, rss)), f1(get(u, cpu)), f1(get(k, cpu)))
+		}
+	}
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "API calls per collected object by verb (median; LIST, WATCH and discovery are per run, not per object):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| scenario | budget | collector | GET | DELETE | PATCH | UPDATE | CREATE (events) | LIST | WATCH | discovery | client conns |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, st := range scenarioTitles {
+		if st.name == "limit" {
+			continue
+		}
+		for _, b := range budgets {
+			for _, coll := range []string{collectorUpstream, collectorKGC} {
+				c := g[cellKey{st.name, coll, b}]
+				if c == nil {
+					continue
+				}
+				per := func(v string) string { return f2(c.med(func(r result) float64 { return r.verbPerObject(v) })) }
+				abs := func(v string) string {
+					return fnum(c.med(func(r result) float64 { return float64(r.Calls.ByVerb[v]) }), 0)
+				}
+				conns := fnum(c.med(func(r result) float64 { return float64(r.Calls.Conns) }), 0)
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", st.title, b, coll,
+					per(verbGet), per(verbDelete), per(verbPatch), per(verbUpdate), per(verbCreate), abs(verbList), abs(verbWatch), abs(verbDiscovery), conns)
+			}
+		}
+	}
+
+	if hasScenario(g, "populated") {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Start on a populated cluster (time from process start; useful = a probe Background cascade issued at sync has completed; live RSS = resident set after debug.FreeOSMemory with everything tracked):")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| budget | collector | objects | synced s | useful s | GETs until quiet | GETs/object | peak RSS MB | empty-cluster peak RSS MB | peak RSS growth KB/object | live RSS growth KB/object | CPU s |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+		for _, b := range budgets {
+			for _, coll := range []string{collectorUpstream, collectorKGC} {
+				c := g[cellKey{"populated", coll, b}]
+				if c == nil {
+					continue
+				}
+				m := c.med
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", b, coll,
+					fnum(m(func(r result) float64 { return float64(r.Tracked) }), 0),
+					f2(m(func(r result) float64 { return r.Ready.Seconds() })),
+					f2(m(func(r result) float64 { return r.Useful.Seconds() })),
+					fnum(m(func(r result) float64 { return float64(r.Calls.ByVerb[verbGet]) }), 0),
+					fnum(m(func(r result) float64 { return float64(r.Calls.ByVerb[verbGet]) / float64(r.Tracked) }), 3),
+					f1(m(func(r result) float64 { return float64(r.Usage.MaxRSSKB) / 1024 })),
+					f1(m(func(r result) float64 { return float64(r.BaselineRSS) / 1024 })),
+					f2(m(func(r result) float64 { return r.rssGrowthPerObject() })),
+					f2(m(func(r result) float64 { return r.liveRSSGrowthPerObject() })),
+					f1(m(func(r result) float64 { return r.Usage.CPU.Seconds() })))
+			}
+		}
+	}
+
+	if hasScenario(g, "limit") {
+		fmt.Fprintln(w)
+		direct := cellMed(g, cellKey{"limit", "client32", "direct"}, func(r result) float64 { return r.objectsPerSecond() })
+		proxied := cellMed(g, cellKey{"limit", "client32", "proxy"}, func(r result) float64 { return r.objectsPerSecond() })
+		fmt.Fprintf(w, "Physical limit: the apiserver deletes %s objects/s from an unthrottled 32-way client directly, %s objects/s through the counting proxy.",
+			fnum(direct, 0), fnum(proxied, 0))
+		for _, coll := range []string{collectorUpstream, collectorKGC} {
+			bg := cellMed(g, cellKey{"background", coll, "unthrottled"}, func(r result) float64 { return r.objectsPerSecond() })
+			if !math.IsNaN(bg) && !math.IsNaN(proxied) {
+				fmt.Fprintf(w, " %s, unthrottled Background fan-out: %s objects/s = %s%% of the proxied limit.", coll, fnum(bg, 0), fnum(100*bg/proxied, 0))
+			}
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func hasScenario(g map[cellKey]*cell, name string) bool {
+	for k := range g {
+		if k.Scenario == name {
+			return true
+		}
+	}
+	return false
+}
+
+func cellMed(g map[cellKey]*cell, k cellKey, f func(result) float64) float64 {
+	c := g[k]
+	if c == nil {
+		return math.NaN()
+	}
+	return c.med(f)
+}
+
+// sanitize makes s usable in an object name.
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(s))
+}
