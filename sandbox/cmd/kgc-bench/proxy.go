@@ -20,10 +20,14 @@ import (
 // from GET and DELETE by the path (a collection, not a named object) and the
 // query (watch=true; a watch with sendInitialEvents=true is client-go's
 // streaming list and counts as LIST); DISCOVERY is /api, /apis, their group/version
-// documents, /version and /openapi.
+// documents, /version and /openapi. NSLIST is a plain LIST of one
+// namespace: informers list cluster-wide, so a collector's namespaced LIST
+// is a lookup (kgc answers many owner lookups of one namespace with one) and
+// counts per object.
 const (
 	verbGet              = "GET"
 	verbList             = "LIST"
+	verbListNamespaced   = "NSLIST"
 	verbWatch            = "WATCH"
 	verbCreate           = "CREATE"
 	verbDelete           = "DELETE"
@@ -37,10 +41,10 @@ const (
 // perObjectVerbs are the verbs counted in "calls per collected object": the
 // requests a collector spends on individual objects. LIST, WATCH and
 // DISCOVERY are the fixed cost of running at all and are reported apart.
-var perObjectVerbs = []string{verbGet, verbDelete, verbPatch, verbUpdate, verbCreate, verbDeleteCollection}
+var perObjectVerbs = []string{verbGet, verbListNamespaced, verbDelete, verbPatch, verbUpdate, verbCreate, verbDeleteCollection}
 
 // allVerbs is the order verbs are printed in.
-var allVerbs = []string{verbGet, verbDelete, verbPatch, verbUpdate, verbCreate, verbDeleteCollection, verbList, verbWatch, verbDiscovery, verbOther}
+var allVerbs = []string{verbGet, verbListNamespaced, verbDelete, verbPatch, verbUpdate, verbCreate, verbDeleteCollection, verbList, verbWatch, verbDiscovery, verbOther}
 
 // classify returns the verb and the resource ("configmaps",
 // "apps/deployments", "namespaces"; subresources as "configmaps/status") of
@@ -76,8 +80,10 @@ func classify(method string, u *url.URL) (verb, resource string) {
 	}
 	// namespaces/{ns}/{resource}/... unless it is the namespace object itself
 	// (namespaces/{name}, namespaces/{name}/status|finalize).
+	namespaced := false
 	if rest[0] == "namespaces" && len(rest) >= 3 && rest[2] != "status" && rest[2] != "finalize" {
 		rest = rest[2:]
+		namespaced = true
 	}
 	resource = rest[0]
 	named := len(rest) >= 2
@@ -101,6 +107,8 @@ func classify(method string, u *url.URL) (verb, resource string) {
 			verb = verbWatch
 		case named:
 			verb = verbGet
+		case namespaced:
+			verb = verbListNamespaced
 		default:
 			verb = verbList
 		}
