@@ -212,11 +212,22 @@ type listWatch struct {
 // IsWatchListSemanticsUnSupported tells the reflector not to use WatchList.
 func (listWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
+// monitorListPageSize is the page size of the monitors' LISTs.
+const monitorListPageSize = 5000
+
 func newListWatch(client metadata.Interface, gvr schema.GroupVersionResource) listWatch {
 	res := client.Resource(gvr).Namespace(metav1.NamespaceAll)
 	list := func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		if opts.ResourceVersion == "0" {
 			opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
+		}
+		// The reflector pages by 500. Every page is a request under kgc's
+		// client budget (kube-controller-manager's: 40 QPS), so 100k
+		// objects would take 200 requests, 5 s, before kgc is useful.
+		// The reflector gathers all pages into one list anyway, so larger
+		// pages cost no extra memory; they only bound each response.
+		if opts.Limit > 0 && opts.Limit < monitorListPageSize {
+			opts.Limit = monitorListPageSize
 		}
 		return res.List(ctx, opts)
 	}

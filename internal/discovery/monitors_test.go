@@ -3,7 +3,12 @@ package discovery
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/metadata"
 	metadatafake "k8s.io/client-go/metadata/fake"
+	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
@@ -292,5 +299,57 @@ func TestMonitorFailingResource(t *testing.T) {
 	}
 	if m.Status()[configMaps.GVR].Failing() {
 		t.Error("a synced monitor is reported failing")
+	}
+}
+
+// The monitors' lists ask for the latest state (not the watch cache's
+// "any", resourceVersion 0, which a broken conversion webhook answers with
+// retried 429s) and in large pages: each page is a request under kgc's
+// client budget.
+func TestMonitorListOptions(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		sent []url.Values
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		sent = append(sent, r.URL.Query())
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{},"items":[]}`)
+	}))
+	defer srv.Close()
+	client, err := metadata.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw := newListWatch(client, configMaps.GVR)
+	page := strconv.Itoa(monitorListPageSize)
+	for _, tc := range []struct {
+		in   metav1.ListOptions
+		want url.Values
+	}{
+		{metav1.ListOptions{ResourceVersion: "0", Limit: 500}, url.Values{"limit": {page}}},
+		{metav1.ListOptions{ResourceVersion: "0", ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}, url.Values{}},
+		{metav1.ListOptions{ResourceVersion: "42", Limit: 2 * monitorListPageSize}, url.Values{"resourceVersion": {"42"}, "limit": {strconv.Itoa(2 * monitorListPageSize)}}},
+		{metav1.ListOptions{Limit: 500, Continue: "c"}, url.Values{"limit": {page}, "continue": {"c"}}},
+	} {
+		mu.Lock()
+		sent = nil
+		mu.Unlock()
+		if _, err := lw.ListWithContext(context.Background(), tc.in); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		got := sent
+		mu.Unlock()
+		if len(got) != 1 {
+			t.Fatalf("%d requests for one list", len(got))
+		}
+		for _, k := range []string{"resourceVersion", "resourceVersionMatch", "limit", "continue"} {
+			if got[0].Get(k) != tc.want.Get(k) {
+				t.Errorf("list %+v sent %s=%q, want %q", tc.in, k, got[0].Get(k), tc.want.Get(k))
+			}
+		}
 	}
 }
