@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 const (
@@ -95,7 +96,7 @@ func waitForAccess(t *testing.T, cfg *rest.Config, attrs authorizationv1.Resourc
 func startCollector(t *testing.T, cfg *rest.Config) *kgc.Collector {
 	t.Helper()
 	opts := kgc.Options{Workers: 2}
-	if verbose {
+	if testenv.Verbose {
 		opts.Logger = funcr.New(func(prefix, args string) { t.Logf("kgc: %s %s", prefix, args) }, funcr.Options{Verbosity: 4})
 	}
 	// Start's context also bounds the collector's life: the test's, which

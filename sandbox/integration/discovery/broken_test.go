@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
@@ -298,17 +299,7 @@ func createBrokenAPIService(t *testing.T) {
 	})
 	poll(t, "the APIService to be reported unavailable", func() bool {
 		got, err := dynamicClient.Resource(apiServiceGVR).Get(context.Background(), brokenAPIService, metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-		for _, c := range conds {
-			c, _ := c.(map[string]any)
-			if c["type"] == "Available" && c["status"] == "False" {
-				return true
-			}
-		}
-		return false
+		return err == nil && testenv.HasCondition(got, "Available", "False")
 	})
 }
 

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"log"
 	"net/http"
 	"regexp"
 	"runtime/pprof"
@@ -16,14 +15,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
@@ -37,6 +34,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/collector"
 	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/pkg/kgc"
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 const (
@@ -48,7 +46,7 @@ const (
 	labelKey = "kgc-test-collector"
 )
 
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+var crdGVR = testenv.CRDGVR
 
 var collectorSeq atomic.Int64
 
@@ -62,11 +60,7 @@ func kgcConfig() *rest.Config {
 }
 
 func kgcLogger(t *testing.T) logr.Logger {
-	if !verbose {
-		return logr.Discard()
-	}
-	name := t.Name()
-	return funcr.New(func(prefix, args string) { log.Printf("kgc[%s]: %s %s", name, prefix, args) }, funcr.Options{Verbosity: 4})
+	return testenv.Logger("kgc[" + t.Name() + "]")
 }
 
 // startKGC starts the public library's collector under its own pprof label
@@ -214,16 +208,7 @@ func pollErr(timeout time.Duration, cond func() bool) error {
 // it) when t ends. No namespace controller runs: it is finalized by hand.
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	base := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			return r
-		}
-		return '-'
-	}, strings.ToLower(strings.TrimPrefix(t.Name(), "Test")))
-	if len(base) > 40 {
-		base = base[:40]
-	}
-	name := strings.Trim("it-"+base, "-") + "-" + utilrand.String(5)
+	name := testenv.NamespaceName(t.Name())
 	if _, err := kubeClient.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace %s: %v", name, err)
 	}
@@ -249,19 +234,9 @@ func newNamespace(t *testing.T) string {
 			}
 		}
 		_ = kubeClient.CoreV1().ConfigMaps(name).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{})
-		if err := kubeClient.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Logf("cleanup: delete namespace %s: %v", name, err)
-			return
+		if err := testenv.DeleteNamespace(ctx, kubeClient, name, metav1.DeleteOptions{}); err != nil {
+			t.Logf("cleanup: %v", err)
 		}
-		_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			n, err := kubeClient.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			n.Spec.Finalizers = nil
-			_, err = kubeClient.CoreV1().Namespaces().Finalize(ctx, n, metav1.UpdateOptions{})
-			return err
-		})
 	})
 	return name
 }
@@ -279,7 +254,7 @@ func configMap(t *testing.T, ns, name string, refs []metav1.OwnerReference, fina
 }
 
 func refTo(o metav1.Object, apiVersion, kind string, block bool) metav1.OwnerReference {
-	return metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: o.GetName(), UID: o.GetUID(), BlockOwnerDeletion: &block}
+	return testenv.OwnerRef(apiVersion, kind, o.GetName(), o.GetUID(), block)
 }
 
 func cmRef(cm *corev1.ConfigMap, block bool) metav1.OwnerReference {
@@ -322,28 +297,7 @@ func (s crdSpec) gvr(version string) schema.GroupVersionResource {
 }
 
 func (s crdSpec) object() *unstructured.Unstructured {
-	var versions []any
-	for i, v := range s.versions {
-		versions = append(versions, map[string]any{
-			"name": v, "served": true, "storage": i == 0,
-			"schema": map[string]any{"openAPIV3Schema": map[string]any{
-				"type": "object", "x-kubernetes-preserve-unknown-fields": true,
-			}},
-		})
-	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1",
-		"kind":       "CustomResourceDefinition",
-		"metadata":   map[string]any{"name": s.name()},
-		"spec": map[string]any{
-			"group": s.group,
-			"scope": "Namespaced",
-			"names": map[string]any{
-				"plural": s.plural, "singular": strings.ToLower(s.kind), "kind": s.kind, "listKind": s.kind + "List",
-			},
-			"versions": versions,
-		},
-	}}
+	return testenv.CRD(s.group, s.plural, s.kind, true, s.versions...)
 }
 
 // createCRD creates the CRD (deleted when the test ends unless gone by then).
@@ -363,17 +317,7 @@ func createCRD(t *testing.T, s crdSpec) {
 // crdEstablished reports whether the CRD's Established condition is True.
 func crdEstablished(name string) bool {
 	u, err := dynamicClient.Resource(crdGVR).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		return false
-	}
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		c, _ := c.(map[string]any)
-		if c["type"] == "Established" && c["status"] == "True" {
-			return true
-		}
-	}
-	return false
+	return err == nil && testenv.HasCondition(u, "Established", "True")
 }
 
 // deleteCRDAndWait deletes the CRD and waits until it is gone (the
@@ -421,8 +365,7 @@ func customResourceGone(s crdSpec, version, ns, name string) bool {
 
 // ghostRef is a reference to a ConfigMap that never existed.
 func ghostRef(name string) metav1.OwnerReference {
-	return metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: name,
-		UID: types.UID("00000000-0000-4000-8000-" + fmt.Sprintf("%012s", utilrand.String(12)))}
+	return metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: name, UID: testenv.RandomUID()}
 }
 
 func median(ds []time.Duration) time.Duration {

@@ -2,16 +2,14 @@ package faults
 
 import (
 	"context"
-	"log"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"k8s.io/client-go/rest"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
 	"github.com/kgc-dev/kgc/sandbox/internal/faultproxy"
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 // startInProcess runs kgc in-process (package kgc) with every request going
@@ -29,7 +27,7 @@ func startInProcess(t *testing.T, ft *faultproxy.Transport, qps float32, burst i
 		DiscoveryResyncPeriod: 5 * time.Second,
 		QPS:                   qps,
 		Burst:                 burst,
-		Logger:                kgcLogger(t.Name()),
+		Logger:                testenv.Logger("kgc[" + t.Name() + "]"),
 	})
 	if err != nil {
 		t.Fatalf("starting kgc: %v", err)
@@ -39,13 +37,4 @@ func startInProcess(t *testing.T, ft *faultproxy.Transport, qps float32, burst i
 		t.Fatalf("kgc did not sync: %v", err)
 	}
 	return gc
-}
-
-func kgcLogger(name string) logr.Logger {
-	if !verbose {
-		return logr.Discard()
-	}
-	return funcr.New(func(prefix, args string) {
-		log.Printf("kgc[%s]: %s %s", name, prefix, args)
-	}, funcr.Options{Verbosity: 4})
 }

@@ -2,18 +2,14 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 const (
@@ -70,7 +66,7 @@ func TestSIGKILLMidForegroundCascade(t *testing.T) {
 		left = n
 		return n <= sigkillCascade-killAfterMin, nil
 	})
-	first.kill(t)
+	first.Kill(t)
 	killedAt := time.Now()
 	t.Logf("killed kgc %s after the owner's deletion, with %d of %d dependents left", killedAt.Sub(deleteStart).Round(time.Millisecond), left, sigkillCascade)
 
@@ -96,7 +92,7 @@ func TestSIGKILLMidForegroundCascade(t *testing.T) {
 	took := c.waitGone(t)
 	t.Logf("restarted kgc finished the cascade (%d dependents) %s after its start; %s after the first kill",
 		stable, took.Round(time.Millisecond), time.Since(killedAt).Round(time.Millisecond))
-	if n := second.count(t, logDeleting); n < stable {
+	if n := second.Count(t, logDeleting); n < stable {
 		t.Errorf("the restarted kgc logged %d %q lines for %d remaining dependents", n, logDeleting, stable)
 	}
 
@@ -164,75 +160,16 @@ func consistently(t *testing.T, d time.Duration, what string, cond func(context.
 	}
 }
 
-// proc is one `kgc run` process.
-type proc struct {
-	name     string
-	cmd      *exec.Cmd
-	logPath  string
-	exited   chan struct{}
-	exitCode int
-}
-
 // startKGC starts `kgc run` without leader election at a production-like
 // budget (20 QPS, burst 30) and logging every deletion (-v=2). A cleanup
 // kills and reaps it and shows its log if the test failed.
-func startKGC(t *testing.T, name string) *proc {
+func startKGC(t *testing.T, name string) *testenv.Proc {
 	t.Helper()
-	p := &proc{name: name, logPath: filepath.Join(t.TempDir(), name+".log"), exited: make(chan struct{})}
-	logFile, err := os.Create(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(kgcBinary, "run",
+	return testenv.StartProc(t, name, waitTimeout, kgcBinary, "run",
 		"--kubeconfig", cp.KubeconfigPath,
 		"--leader-elect=false",
 		"--http-address=127.0.0.1:0",
 		"--kube-api-qps=20", "--kube-api-burst=30",
 		"-v=2",
 	)
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	if err := p.cmd.Start(); err != nil {
-		logFile.Close()
-		t.Fatalf("starting kgc %s: %v", name, err)
-	}
-	go func() {
-		err := p.cmd.Wait()
-		logFile.Close()
-		p.exitCode = p.cmd.ProcessState.ExitCode()
-		if err != nil && p.exitCode == 0 {
-			p.exitCode = -1
-		}
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		p.kill(t)
-		if t.Failed() || verbose {
-			t.Logf("----- kgc %s log -----\n%s----- end of kgc %s log -----", p.name, p.log(t), p.name)
-		}
-	})
-	return p
-}
-
-func (p *proc) log(t *testing.T) string {
-	t.Helper()
-	b, err := os.ReadFile(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-func (p *proc) count(t *testing.T, s string) int { return strings.Count(p.log(t), s) }
-
-// kill SIGKILLs the process and waits until it is reaped.
-func (p *proc) kill(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		t.Errorf("killing kgc %s: %v", p.name, err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(waitTimeout):
-		t.Fatalf("kgc %s did not exit within %s of SIGKILL", p.name, waitTimeout)
-	}
 }

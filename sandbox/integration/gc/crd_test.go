@@ -11,11 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 const crdGroup = "kgc.test"
 
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+var crdGVR = testenv.CRDGVR
 
 // newCRDKind returns a fresh namespaced kind in group kgc.test (not yet
 // created): random names keep parallel tests and reruns apart.
@@ -35,30 +37,7 @@ func crdName(k kindInfo) string { return k.gvr.Resource + "." + k.gvr.Group }
 // established, and deletes it when the test ends.
 func (tc *testCase) createCRD(k kindInfo) obj {
 	tc.t.Helper()
-	crd := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1",
-		"kind":       "CustomResourceDefinition",
-		"metadata":   map[string]any{"name": crdName(k)},
-		"spec": map[string]any{
-			"group": k.gvr.Group,
-			"scope": "Namespaced",
-			"names": map[string]any{
-				"plural":   k.gvr.Resource,
-				"singular": strings.ToLower(k.kind),
-				"kind":     k.kind,
-				"listKind": k.kind + "List",
-			},
-			"versions": []any{map[string]any{
-				"name":    k.gvr.Version,
-				"served":  true,
-				"storage": true,
-				"schema": map[string]any{"openAPIV3Schema": map[string]any{
-					"type":                                 "object",
-					"x-kubernetes-preserve-unknown-fields": true,
-				}},
-			}},
-		},
-	}}
+	crd := testenv.CRD(k.gvr.Group, k.gvr.Resource, k.kind, true, k.gvr.Version)
 	created, err := dynamicClient.Resource(crdGVR).Create(tc.ctx, crd, metav1.CreateOptions{})
 	if err != nil {
 		tc.t.Fatalf("create CRD %s: %v", crdName(k), err)
@@ -74,17 +53,7 @@ func (tc *testCase) createCRD(k kindInfo) obj {
 
 	err = wait.PollUntilContextTimeout(tc.ctx, pollInterval, waitTimeout, true, func(ctx context.Context) (bool, error) {
 		u, err := dynamicClient.Resource(crdGVR).Get(ctx, o.name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		for _, c := range conds {
-			c, _ := c.(map[string]any)
-			if c["type"] == "Established" && c["status"] == "True" {
-				return true, nil
-			}
-		}
-		return false, nil
+		return err == nil && testenv.HasCondition(u, "Established", "True"), nil
 	})
 	if err != nil {
 		tc.t.Fatalf("CRD %s not established within %s: %v", o.name, waitTimeout, err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 const (
@@ -83,22 +84,12 @@ func (o obj) client() metadata.ResourceInterface {
 
 // ref returns an ownerReference to o.
 func (o obj) ref(blockOwnerDeletion bool) metav1.OwnerReference {
-	return metav1.OwnerReference{
-		APIVersion:         o.apiVersion,
-		Kind:               o.kind,
-		Name:               o.name,
-		UID:                o.uid,
-		BlockOwnerDeletion: &blockOwnerDeletion,
-	}
+	return testenv.OwnerRef(o.apiVersion, o.kind, o.name, o.uid, blockOwnerDeletion)
 }
 
 // missingRef is an ownerReference to an object of kind k that never existed.
 func missingRef(k kindInfo, name string) metav1.OwnerReference {
-	return obj{kindInfo: k, name: name, uid: randomUID()}.ref(false)
-}
-
-func randomUID() types.UID {
-	return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012s", utilrand.String(12)))
+	return obj{kindInfo: k, name: name, uid: testenv.RandomUID()}.ref(false)
 }
 
 // objOpt adjusts an object's metadata before it is created.
@@ -139,17 +130,7 @@ func newTestCase(t *testing.T) *testCase {
 
 func (tc *testCase) createNamespace() string {
 	tc.t.Helper()
-	base := strings.ToLower(strings.TrimPrefix(tc.t.Name(), "Test"))
-	base = strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			return r
-		}
-		return '-'
-	}, base)
-	if len(base) > 40 {
-		base = base[:40]
-	}
-	name := strings.Trim("it-"+base, "-") + "-" + utilrand.String(5)
+	name := testenv.NamespaceName(tc.t.Name())
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if _, err := kubeClient.CoreV1().Namespaces().Create(tc.ctx, ns, metav1.CreateOptions{}); err != nil {
 		tc.t.Fatalf("create namespace %s: %v", name, err)
@@ -193,22 +174,8 @@ func removeNamespace(ctx context.Context, t *testing.T, ns string) {
 			t.Logf("cleanup: delete %s in %s: %v", k.gvr.Resource, ns, err)
 		}
 	}
-	err := kubeClient.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{PropagationPolicy: &bg})
-	if err != nil {
-		t.Logf("cleanup: delete namespace %s: %v", ns, err)
-		return
-	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := kubeClient.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Spec.Finalizers = nil
-		_, err = kubeClient.CoreV1().Namespaces().Finalize(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Logf("cleanup: finalize namespace %s: %v", ns, err)
+	if err := testenv.DeleteNamespace(ctx, kubeClient, ns, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		t.Logf("cleanup: %v", err)
 	}
 }
 
@@ -337,17 +304,7 @@ func (tc *testCase) del(o obj, opts metav1.DeleteOptions) {
 
 // get returns o's current metadata, or nil when o (with its UID) is gone.
 func (tc *testCase) get(ctx context.Context, o obj) (*metav1.PartialObjectMetadata, error) {
-	m, err := o.client().Get(ctx, o.name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if m.UID != o.uid {
-		return nil, nil // a namesake, not o
-	}
-	return m, nil
+	return testenv.GetMeta(ctx, o.client(), o.name, o.uid)
 }
 
 // waitFor polls until cond holds for o's metadata (nil when o is gone).

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 // Scenario 12. Namespaced dependents of cluster-scoped owners: a live owner
@@ -23,7 +25,7 @@ func TestClusterScopedOwners(t *testing.T) {
 	ownedByNamespace := tc.configMap("owned-by-namespace", withOwners(ns.ref(false)), protected())
 	missingOwner := tc.configMap("owned-by-missing-clusterrole", withOwners(missingRef(clusterRoleKind, tc.ns+"-never-existed")))
 	unknown := tc.configMap("owned-by-unknown-kind", withOwners(metav1.OwnerReference{
-		APIVersion: "unknown.kgc.test/v1", Kind: "Nothing", Name: "nothing", UID: randomUID(),
+		APIVersion: "unknown.kgc.test/v1", Kind: "Nothing", Name: "nothing", UID: testenv.RandomUID(),
 	}), protected())
 	// A live owner named through a version of its group that is not served
 	// (rbac v1beta1 is long gone): whether kgc resolves the kind through

@@ -14,7 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 const (
@@ -43,21 +44,8 @@ func removeNamespace(t *testing.T, ns string) {
 	if err := kubeClient.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{}); err != nil {
 		t.Logf("cleanup: delete configmaps in %s: %v", ns, err)
 	}
-	if err := kubeClient.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
-		t.Logf("cleanup: delete namespace %s: %v", ns, err)
-		return
-	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := kubeClient.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Spec.Finalizers = nil
-		_, err = kubeClient.CoreV1().Namespaces().Finalize(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Logf("cleanup: finalize namespace %s: %v", ns, err)
+	if err := testenv.DeleteNamespace(ctx, kubeClient, ns, metav1.DeleteOptions{}); err != nil {
+		t.Logf("cleanup: %v", err)
 	}
 }
 
@@ -72,16 +60,8 @@ func cm(t *testing.T, ns, name string, refs ...metav1.OwnerReference) *corev1.Co
 	return out
 }
 
-func ref(apiVersion, kind, name string, uid types.UID, block bool) metav1.OwnerReference {
-	return metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: name, UID: uid, BlockOwnerDeletion: &block}
-}
-
 func cmRef(c *corev1.ConfigMap) metav1.OwnerReference {
-	return ref("v1", "ConfigMap", c.Name, c.UID, false)
-}
-
-func randomUID() types.UID {
-	return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012s", utilrand.String(12)))
+	return testenv.OwnerRef("v1", "ConfigMap", c.Name, c.UID, false)
 }
 
 // getCM returns the ConfigMap or nil when it is gone (or replaced).

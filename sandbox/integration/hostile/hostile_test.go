@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 func TestHostile(t *testing.T) {
@@ -35,10 +37,10 @@ func TestHostile(t *testing.T) {
 // kgc says why (Event + log line) and re-checks with back-off.
 func testUnknownKind(t *testing.T) {
 	ns := newNamespace(t, "")
-	unknown := ref("nothing.kgc.test/v1", "Nonexistent", "ghost", randomUID(), true)
+	unknown := testenv.OwnerRef("nothing.kgc.test/v1", "Nonexistent", "ghost", testenv.RandomUID(), true)
 	d := cm(t, ns, "unknown-kind", unknown)
 	// Also with a dangling reference next to it: still kept.
-	d2 := cm(t, ns, "unknown-kind-and-dangling", unknown, ref("v1", "ConfigMap", "gone", randomUID(), false))
+	d2 := cm(t, ns, "unknown-kind-and-dangling", unknown, testenv.OwnerRef("v1", "ConfigMap", "gone", testenv.RandomUID(), false))
 
 	ev := waitEvent(t, ns, d.UID, "OwnerRefKindNotServed")
 	t.Logf("event: %s %s: %s", ev.Type, ev.Reason, ev.Message)
@@ -89,8 +91,8 @@ func deployment(t *testing.T, ns, name string) *appsv1.Deployment {
 func testUnservedVersion(t *testing.T) {
 	ns := newNamespace(t, "")
 	owner := deployment(t, ns, "owner")
-	d := cm(t, ns, "old-version-ref", ref("apps/v1beta1", "Deployment", owner.Name, owner.UID, true))
-	missing := cm(t, ns, "old-version-missing", ref("apps/v1beta1", "Deployment", "nobody", randomUID(), false))
+	d := cm(t, ns, "old-version-ref", testenv.OwnerRef("apps/v1beta1", "Deployment", owner.Name, owner.UID, true))
+	missing := cm(t, ns, "old-version-missing", testenv.OwnerRef("apps/v1beta1", "Deployment", "nobody", testenv.RandomUID(), false))
 	// The missing owner's dependent is collected, which shows kgc resolved
 	// the unserved version (an unresolvable reference would keep it).
 	waitGone(t, missing)
@@ -111,7 +113,7 @@ func testWrongNameForLiveUID(t *testing.T) {
 	ns := newNamespace(t, "")
 	y := cm(t, ns, "owner-y")
 	cm(t, ns, "owner-x")
-	wrong := cm(t, ns, "wrong-name", ref("v1", "ConfigMap", "owner-x", y.UID, true))
+	wrong := cm(t, ns, "wrong-name", testenv.OwnerRef("v1", "ConfigMap", "owner-x", y.UID, true))
 	right := cm(t, ns, "right-name", cmRef(y))
 	waitGone(t, wrong)
 	stays(t, right, 2*time.Second)
@@ -185,11 +187,11 @@ func testDuplicateReferences(t *testing.T) {
 	a := cm(t, ns, "owner-a")
 	d := cm(t, ns, "dup", cmRef(a), cmRef(a))
 	// Same UID, different block flag and name: not an exact duplicate.
-	d2 := cm(t, ns, "dup-variant", cmRef(a), ref("v1", "ConfigMap", a.Name, a.UID, true))
+	d2 := cm(t, ns, "dup-variant", cmRef(a), testenv.OwnerRef("v1", "ConfigMap", a.Name, a.UID, true))
 	t.Logf("the apiserver stored %d of 2 exact duplicates and %d of 2 same-UID references", len(d.OwnerReferences), len(d2.OwnerReferences))
 	b := cm(t, ns, "owner-b")
 	e := cm(t, ns, "dup-orphaned", cmRef(b), cmRef(b))
-	dangling := ref("v1", "ConfigMap", "nobody", randomUID(), false)
+	dangling := testenv.OwnerRef("v1", "ConfigMap", "nobody", testenv.RandomUID(), false)
 	f := cm(t, ns, "dup-and-dangling", cmRef(a), dangling, cmRef(a))
 	waitFor(t, "the dangling reference to be removed", func() bool {
 		cur := getCM(t, f)
@@ -233,8 +235,8 @@ func test200OwnerReferences(t *testing.T) {
 	for i := range 100 {
 		o := cm(t, ns, fmt.Sprintf("owner-%03d", i))
 		owners = append(owners, o)
-		refs = append(refs, ref("v1", "ConfigMap", o.Name, o.UID, i%2 == 0))
-		refs = append(refs, ref("v1", "ConfigMap", fmt.Sprintf("missing-%03d", i), randomUID(), i%3 == 0))
+		refs = append(refs, testenv.OwnerRef("v1", "ConfigMap", o.Name, o.UID, i%2 == 0))
+		refs = append(refs, testenv.OwnerRef("v1", "ConfigMap", fmt.Sprintf("missing-%03d", i), testenv.RandomUID(), i%3 == 0))
 	}
 	d := cm(t, ns, "many-owners", refs...)
 	if len(d.OwnerReferences) != 200 {
@@ -274,8 +276,8 @@ func test200OwnerReferences(t *testing.T) {
 func testLongNames(t *testing.T) {
 	ns := newNamespace(t, longName("h-", 63))
 	owner := cm(t, ns, longName("owner-", 253))
-	d := cm(t, ns, longName("dep-", 253), ref("v1", "ConfigMap", owner.Name, owner.UID, true))
-	grand := cm(t, ns, longName("grand-", 253), ref("v1", "ConfigMap", d.Name, d.UID, true))
+	d := cm(t, ns, longName("dep-", 253), testenv.OwnerRef("v1", "ConfigMap", owner.Name, owner.UID, true))
+	grand := cm(t, ns, longName("grand-", 253), testenv.OwnerRef("v1", "ConfigMap", d.Name, d.UID, true))
 	other := newNamespace(t, "")
 	cross := cm(t, other, longName("cross-", 253), cmRef(owner))
 	waitGone(t, cross)

@@ -3,7 +3,6 @@ package inspect
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -19,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -27,6 +25,7 @@ import (
 
 	"github.com/kgc-dev/kgc/internal/app"
 	"github.com/kgc-dev/kgc/pkg/kgc"
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 const (
@@ -64,7 +63,7 @@ func (o obj) arg() string { return o.gvr.Resource + "/" + o.name }
 func (o obj) key() string { return o.namespace + "/" + o.kind + "/" + o.name }
 
 func (o obj) ref(block bool) metav1.OwnerReference {
-	return metav1.OwnerReference{APIVersion: o.apiVersion, Kind: o.kind, Name: o.name, UID: o.uid, BlockOwnerDeletion: &block}
+	return testenv.OwnerRef(o.apiVersion, o.kind, o.name, o.uid, block)
 }
 
 type objOpt func(*metav1.ObjectMeta)
@@ -89,17 +88,7 @@ type testCase struct {
 func newTestCase(t *testing.T) *testCase {
 	t.Helper()
 	tc := &testCase{t: t, ctx: t.Context()}
-	base := strings.ToLower(strings.TrimPrefix(t.Name(), "Test"))
-	base = strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			return r
-		}
-		return '-'
-	}, base)
-	if len(base) > 40 {
-		base = base[:40]
-	}
-	tc.ns = strings.Trim("it-"+base, "-") + "-" + utilrand.String(5)
+	tc.ns = testenv.NamespaceName(t.Name())
 	if _, err := kubeClient.CoreV1().Namespaces().Create(tc.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tc.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace %s: %v", tc.ns, err)
 	}
@@ -125,22 +114,8 @@ func (tc *testCase) finish() {
 			tc.t.Logf("cleanup: delete %s in %s: %v", gvr.Resource, tc.ns, err)
 		}
 	}
-	if err := kubeClient.CoreV1().Namespaces().Delete(ctx, tc.ns, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
-		tc.t.Logf("cleanup: delete namespace %s: %v", tc.ns, err)
-		return
-	}
-	// No namespace controller in the sandbox: finalize by hand.
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := kubeClient.CoreV1().Namespaces().Get(ctx, tc.ns, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Spec.Finalizers = nil
-		_, err = kubeClient.CoreV1().Namespaces().Finalize(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil && !apierrors.IsNotFound(err) {
-		tc.t.Logf("cleanup: finalize namespace %s: %v", tc.ns, err)
+	if err := testenv.DeleteNamespace(ctx, kubeClient, tc.ns, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		tc.t.Logf("cleanup: %v", err)
 	}
 }
 
@@ -252,31 +227,17 @@ func (tc *testCase) waitFor(what string, cond func() (bool, error)) {
 }
 
 // startKGC runs kgc against the control plane until the test ends.
-func startKGC(t *testing.T) *kgc.Collector {
+func startKGC(t *testing.T) *testenv.Collector {
 	t.Helper()
-	c, err := kgc.New(rest.CopyConfig(restConfig), kgc.Options{Workers: 5, DiscoveryResyncPeriod: time.Second, Logger: kgcLogger()})
+	c, err := testenv.StartCollector(rest.CopyConfig(restConfig), kgc.Options{Workers: 5, DiscoveryResyncPeriod: time.Second, Logger: testenv.Logger("kgc")}, waitTimeout)
 	if err != nil {
-		t.Fatalf("kgc.New: %v", err)
+		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("kgc Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("kgc Run did not return within 30s of its context being canceled")
+		if err := c.Stop(); err != nil {
+			t.Error(err)
 		}
 	})
-	syncCtx, cancelSync := context.WithTimeout(ctx, waitTimeout)
-	defer cancelSync()
-	if err := c.WaitForSync(syncCtx); err != nil {
-		t.Fatalf("kgc WaitForSync: %v", err)
-	}
 	return c
 }
 

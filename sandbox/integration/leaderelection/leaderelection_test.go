@@ -4,12 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 const (
@@ -59,7 +56,7 @@ func TestLeaderElection(t *testing.T) {
 	// Exactly one process holds the Lease.
 	holder := waitLeaseHolder(t, ns, func(h string) bool { return h != "" })
 	leader, standby := whoIs(t, holder, procs)
-	t.Logf("%s leads (%s); %s stands by", leader.name, holder, standby.name)
+	t.Logf("%s leads (%s); %s stands by", leader.Name, holder, standby.Name)
 
 	// Only the leader acts: a small background cascade.
 	small := createCascade(t, ns, "small", 5, false)
@@ -68,11 +65,11 @@ func TestLeaderElection(t *testing.T) {
 	if h := leaseHolder(t, ns); h != holder {
 		t.Fatalf("Lease holder changed from %s to %s during a quiet cascade", holder, h)
 	}
-	if n := leader.count(t, logDeleting); n < 5 {
+	if n := leader.Count(t, logDeleting); n < 5 {
 		t.Errorf("the leader logged %d %q lines for 5 dependents", n, logDeleting)
 	}
 	for _, line := range []string{logDeleting, logLeading} {
-		if n := standby.count(t, line); n != 0 {
+		if n := standby.Count(t, line); n != 0 {
 			t.Errorf("the standby logged %q %d times", line, n)
 		}
 	}
@@ -90,29 +87,29 @@ func TestLeaderElection(t *testing.T) {
 		left = n
 		return n < bigCascade, err
 	})
-	leader.kill(t)
+	leader.Kill(t)
 	killedAt := time.Now()
-	t.Logf("killed %s with %d of %d dependents left", leader.name, left, bigCascade)
+	t.Logf("killed %s with %d of %d dependents left", leader.Name, left, bigCascade)
 
 	// The standby takes over once the Lease expires, and finishes.
 	waitLeaseHolder(t, ns, func(h string) bool { return h == standby.identity })
 	takeover := time.Since(killedAt)
 	waitCascadeGone(t, ns, big)
 	finished := time.Since(killedAt)
-	t.Logf("%s took the Lease %s after the kill and finished the cascade %s after it", standby.name, takeover.Round(time.Millisecond), finished.Round(time.Millisecond))
+	t.Logf("%s took the Lease %s after the kill and finished the cascade %s after it", standby.Name, takeover.Round(time.Millisecond), finished.Round(time.Millisecond))
 	// The Lease cannot be taken before it expires; after that, a standby
 	// tries every retry period (plus jitter).
 	if takeover > leaseDuration+5*retryPeriod+5*time.Second {
 		t.Errorf("takeover took %s with a %s lease", takeover, leaseDuration)
 	}
-	if n := standby.count(t, logDeleting); n == 0 {
+	if n := standby.Count(t, logDeleting); n == 0 {
 		t.Errorf("the new leader logged no %q line", logDeleting)
 	}
 
 	// A graceful shutdown releases the Lease at once and exits 0.
-	standby.signal(t, syscall.SIGTERM)
-	if code := standby.wait(t); code != 0 {
-		t.Errorf("%s exited %d after SIGTERM, want 0", standby.name, code)
+	standby.Signal(t, syscall.SIGTERM)
+	if code := standby.Wait(t); code != 0 {
+		t.Errorf("%s exited %d after SIGTERM, want 0", standby.Name, code)
 	}
 	if h := leaseHolder(t, ns); h != "" {
 		t.Errorf("Lease holder %q after the leader's graceful shutdown, want released", h)
@@ -121,15 +118,15 @@ func TestLeaderElection(t *testing.T) {
 	// A leader that loses its Lease stops and exits non-zero.
 	c := startKGC(t, "c", ns)
 	waitLeaseHolder(t, ns, func(h string) bool { return h == c.identity })
-	poll(t, "c to start collecting", func(context.Context) (bool, error) { return c.count(t, logLeading) > 0, nil })
+	poll(t, "c to start collecting", func(context.Context) (bool, error) { return c.Count(t, logLeading) > 0, nil })
 	stealLease(ctx, t, ns, "intruder")
 	stolenAt := time.Now()
-	code := c.wait(t)
+	code := c.Wait(t)
 	t.Logf("c exited %d, %s after its Lease was taken", code, time.Since(stolenAt).Round(time.Millisecond))
 	if code == 0 {
 		t.Errorf("c exited 0 after losing its Lease")
 	}
-	if n := c.count(t, logLost); n == 0 {
+	if n := c.Count(t, logLost); n == 0 {
 		t.Errorf("c's log does not say %q", logLost)
 	}
 	if h := leaseHolder(t, ns); h != "intruder" {
@@ -139,25 +136,15 @@ func TestLeaderElection(t *testing.T) {
 
 // proc is one `kgc run` process.
 type proc struct {
-	name     string
-	cmd      *exec.Cmd
-	logPath  string
+	*testenv.Proc
 	identity string // its Lease holder identity, from its log
-
-	exited   chan struct{}
-	exitCode int
 }
 
 // startKGC starts `kgc run` with leader election on the Lease in ns, and
 // returns once the process has logged its identity. A cleanup kills it.
 func startKGC(t *testing.T, name, ns string) *proc {
 	t.Helper()
-	p := &proc{name: name, logPath: filepath.Join(t.TempDir(), name+".log"), exited: make(chan struct{})}
-	logFile, err := os.Create(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(kgcBinary, "run",
+	p := &proc{Proc: testenv.StartProc(t, name, waitTimeout, kgcBinary, "run",
 		"--kubeconfig", kubeconfigPath,
 		"--leader-elect",
 		"--leader-elect-lease-duration="+leaseDuration.String(),
@@ -168,99 +155,23 @@ func startKGC(t *testing.T, name, ns string) *proc {
 		// The budget the big cascade's timing relies on, pinned.
 		"--kube-api-qps=20", "--kube-api-burst=30",
 		"-v=2",
-	)
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	if err := p.cmd.Start(); err != nil {
-		logFile.Close()
-		t.Fatalf("starting kgc %s: %v", name, err)
-	}
-	go func() {
-		err := p.cmd.Wait()
-		logFile.Close()
-		p.exitCode = p.cmd.ProcessState.ExitCode()
-		if err != nil && p.exitCode == 0 {
-			p.exitCode = -1
-		}
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		p.kill(t)
-		if t.Failed() || verbose {
-			p.dumpLog(t)
-		}
-	})
+	)}
 	poll(t, "kgc "+name+" to log its identity", func(context.Context) (bool, error) {
-		if m := identityRE.FindStringSubmatch(p.line(t, logWaiting)); m != nil {
+		if m := identityRE.FindStringSubmatch(p.Line(t, logWaiting)); m != nil {
 			p.identity = m[1]
+			p.Note = p.identity // shown with its log
 			return true, nil
 		}
-		select {
-		case <-p.exited:
-			return false, fmt.Errorf("kgc %s exited %d", name, p.exitCode)
-		default:
-			return false, nil
+		if code, ok := p.Exited(); ok {
+			return false, fmt.Errorf("kgc %s exited %d", name, code)
 		}
+		return false, nil
 	})
 	return p
 }
 
 // identityRE finds the identity in a log line, text or JSON format.
 var identityRE = regexp.MustCompile(`identity"?[=:]"([^"]+)"`)
-
-func (p *proc) log(t *testing.T) string {
-	t.Helper()
-	b, err := os.ReadFile(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-// line returns the first log line containing s, or "".
-func (p *proc) line(t *testing.T, s string) string {
-	for l := range strings.Lines(p.log(t)) {
-		if strings.Contains(l, s) {
-			return l
-		}
-	}
-	return ""
-}
-
-func (p *proc) count(t *testing.T, s string) int { return strings.Count(p.log(t), s) }
-
-func (p *proc) signal(t *testing.T, sig os.Signal) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		t.Fatalf("signalling kgc %s: %v", p.name, err)
-	}
-}
-
-// kill SIGKILLs the process and waits for it to be gone.
-func (p *proc) kill(t *testing.T) {
-	t.Helper()
-	p.signal(t, syscall.SIGKILL)
-	p.wait(t)
-}
-
-// wait waits for the process to exit and returns its exit code.
-func (p *proc) wait(t *testing.T) int {
-	t.Helper()
-	select {
-	case <-p.exited:
-		return p.exitCode
-	case <-time.After(waitTimeout):
-		t.Fatalf("kgc %s did not exit within %s", p.name, waitTimeout)
-		return 0
-	}
-}
-
-var dumpMu sync.Mutex
-
-func (p *proc) dumpLog(t *testing.T) {
-	dumpMu.Lock()
-	defer dumpMu.Unlock()
-	t.Logf("----- kgc %s (%s) log -----\n%s----- end of kgc %s log -----", p.name, p.identity, p.log(t), p.name)
-}
 
 // whoIs returns the process holding identity, and the other one.
 func whoIs(t *testing.T, identity string, procs []*proc) (holder, other *proc) {
@@ -274,7 +185,7 @@ func whoIs(t *testing.T, identity string, procs []*proc) (holder, other *proc) {
 	case procs[1].identity:
 		return procs[1], procs[0]
 	}
-	t.Fatalf("Lease holder %q is neither %s (%s) nor %s (%s)", identity, procs[0].name, procs[0].identity, procs[1].name, procs[1].identity)
+	t.Fatalf("Lease holder %q is neither %s (%s) nor %s (%s)", identity, procs[0].Name, procs[0].identity, procs[1].Name, procs[1].identity)
 	return nil, nil
 }
 

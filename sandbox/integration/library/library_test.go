@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
-	"github.com/kgc-dev/kgc/sandbox/controlplane"
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 var (
@@ -28,21 +28,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start control plane:", err)
-		return 1
-	}
-	defer cp.Stop()
-	cfg = cp.Config
-	client = kubernetes.NewForConfigOrDie(cfg)
-	return m.Run()
+	os.Exit(testenv.Main(m, testenv.Options{Name: "library"}, func(env *testenv.Env) error {
+		cfg, client = env.Config, env.Kube
+		return nil
+	}))
 }
 
 // TestStartCascadeStop is the README's envtest snippet: one call gives a

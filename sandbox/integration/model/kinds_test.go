@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 const (
@@ -71,5 +73,5 @@ func (o ident) dynamic() dynamic.ResourceInterface {
 }
 
 func (o ident) ref(block bool) metav1.OwnerReference {
-	return metav1.OwnerReference{APIVersion: o.kind.apiVersion, Kind: o.kind.kind, Name: o.name, UID: o.uid, BlockOwnerDeletion: &block}
+	return testenv.OwnerRef(o.kind.apiVersion, o.kind.kind, o.name, o.uid, block)
 }

@@ -22,6 +22,8 @@ import (
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 // Totals over the whole package run, for the final summary.
@@ -680,20 +682,7 @@ func (r *run) cleanup() {
 			r.t.Logf("cleanup: delete %s: %v", k.gvr.Resource, err)
 		}
 	}
-	if err := kubeClient.CoreV1().Namespaces().Delete(ctx, r.ns, metav1.DeleteOptions{}); err != nil {
-		r.t.Logf("cleanup: delete namespace %s: %v", r.ns, err)
-		return
-	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := kubeClient.CoreV1().Namespaces().Get(ctx, r.ns, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Spec.Finalizers = nil
-		_, err = kubeClient.CoreV1().Namespaces().Finalize(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil && !apierrors.IsNotFound(err) {
-		r.t.Logf("cleanup: finalize namespace %s: %v", r.ns, err)
+	if err := testenv.DeleteNamespace(ctx, kubeClient, r.ns, metav1.DeleteOptions{}); err != nil {
+		r.t.Logf("cleanup: %v", err)
 	}
 }
