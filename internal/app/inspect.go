@@ -142,6 +142,9 @@ func (o *inspectOptions) view(deps InspectDeps) (inspect.View, string, error) {
 
 func (o *inspectOptions) wrap(cfg *rest.Config, deps InspectDeps) {
 	cfg.Timeout = o.timeout
+	// Listing every resource to find dependents would print the apiserver's
+	// deprecation warnings (v1 Endpoints, …) over the answer.
+	cfg.WarningHandler = rest.NoWarnings{}
 	if cfg.QPS == 0 {
 		cfg.QPS, cfg.Burst = 50, 100
 	}

@@ -143,6 +143,21 @@ func nodeObject(n *graphapi.Node) *Object {
 	return o
 }
 
+// builtinShortNames are kubectl's short names of built-in resources, for
+// --server without a cluster to ask (with one, the RESTMapper knows them all,
+// CRDs' included).
+var builtinShortNames = map[string]string{
+	"cm": "configmaps", "cs": "componentstatuses", "csr": "certificatesigningrequests",
+	"crd": "customresourcedefinitions", "crds": "customresourcedefinitions", "cj": "cronjobs",
+	"deploy": "deployments", "ds": "daemonsets", "ep": "endpoints", "ev": "events",
+	"hpa": "horizontalpodautoscalers", "ing": "ingresses", "limits": "limitranges",
+	"netpol": "networkpolicies", "no": "nodes", "ns": "namespaces",
+	"pdb": "poddisruptionbudgets", "po": "pods", "pc": "priorityclasses",
+	"pv": "persistentvolumes", "pvc": "persistentvolumeclaims", "quota": "resourcequotas",
+	"rc": "replicationcontrollers", "rs": "replicasets", "sa": "serviceaccounts",
+	"sc": "storageclasses", "sts": "statefulsets", "svc": "services",
+}
+
 // kindMatcher reports whether a node's kind is what the user typed.
 func (s *ServerView) kindMatcher(arg string) (func(apiVersion, kind string) bool, error) {
 	if s.Mapper != nil {
@@ -160,6 +175,9 @@ func (s *ServerView) kindMatcher(arg string) (func(apiVersion, kind string) bool
 	if i := strings.LastIndex(group, "."); group != "" && i >= 0 && strings.HasPrefix(group, "v") {
 		// "deployments.v1.apps": drop the version.
 		_, group, _ = strings.Cut(group, ".")
+	}
+	if full, ok := builtinShortNames[name]; ok && group == "" {
+		name = full
 	}
 	return func(apiVersion, kind string) bool {
 		gv, _ := schema.ParseGroupVersion(apiVersion)

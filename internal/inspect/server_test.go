@@ -260,3 +260,28 @@ func TestServerViewFilterRejected(t *testing.T) {
 		t.Errorf("lookup: %+v, %v", o, err)
 	}
 }
+
+// Without a cluster to ask, --server still understands kubectl's spellings
+// of built-in kinds: kind, plural, short name, with a group.
+func TestServerViewKindSpellings(t *testing.T) {
+	srv := httptest.NewServer(&fakeKGC{g: stuckGraph()})
+	defer srv.Close()
+	v, _ := NewServerView(srv.URL, srv.Client())
+	ctx := context.Background()
+	for _, spelling := range []string{"deployment", "Deployment", "deployments", "deploy", "deployments.apps", "deployments.v1.apps"} {
+		d, err := v.Lookup(ctx, spelling, "a", "web")
+		if err != nil {
+			t.Errorf("%s/web: %v", spelling, err)
+			continue
+		}
+		if d.Kind != "Deployment" {
+			t.Errorf("%s/web found a %s", spelling, d.Kind)
+		}
+	}
+	if _, err := v.Lookup(ctx, "rs", "a", "web"); err == nil {
+		t.Error("rs/web found an object; only a Deployment is called web")
+	}
+	if _, err := v.Lookup(ctx, "deploy.batch", "a", "web"); err == nil {
+		t.Error("deploy.batch/web found the apps Deployment")
+	}
+}
