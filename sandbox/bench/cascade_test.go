@@ -150,25 +150,7 @@ func benchmarkBackgroundCascade(b *testing.B, dependents int) {
 
 func createDependents(b *testing.B, ns string, owner *corev1.ConfigMap, n int) {
 	b.Helper()
-	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	sem := make(chan struct{}, 32)
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("dep-%04d", i), OwnerReferences: []metav1.OwnerReference{ref}}}
-			if _, err := client.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
+	refs := []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}}
+	createCMs(b, ns, n, func(i int) string { return fmt.Sprintf("dep-%04d", i) },
+		func(int) []metav1.OwnerReference { return refs })
 }
