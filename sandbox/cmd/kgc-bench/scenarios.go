@@ -120,46 +120,9 @@ type cmSpec struct {
 	owners []metav1.OwnerReference
 }
 
-// createAll creates the ConfigMaps with 32 concurrent unthrottled requests
-// and returns the UIDs by name.
-func createAll(ctx context.Context, client kubernetes.Interface, ns string, specs []cmSpec) (map[string]types.UID, error) {
-	var (
-		mu    sync.Mutex
-		uids  = make(map[string]types.UID, len(specs))
-		next  atomic.Int64
-		wg    sync.WaitGroup
-		errMu sync.Mutex
-		first error
-	)
-	for range 32 {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(specs) {
-					return
-				}
-				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: specs[i].name, OwnerReferences: specs[i].owners}}
-				got, err := client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
-				if err != nil {
-					errMu.Lock()
-					if first == nil {
-						first = fmt.Errorf("create %s/%s: %w", ns, specs[i].name, err)
-					}
-					errMu.Unlock()
-					return
-				}
-				mu.Lock()
-				uids[got.Name] = got.UID
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return uids, first
-}
-
-// deleteAll deletes the named ConfigMaps with 32 concurrent requests.
-func deleteAll(ctx context.Context, client kubernetes.Interface, ns string, names []string, policy *metav1.DeletionPropagation) error {
+// inParallel calls do(i) for every i < n from 32 goroutines. A goroutine
+// whose call fails stops; the first error is returned.
+func inParallel(n int, do func(i int) error) error {
 	var (
 		next  atomic.Int64
 		wg    sync.WaitGroup
@@ -170,14 +133,13 @@ func deleteAll(ctx context.Context, client kubernetes.Interface, ns string, name
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= len(names) {
+				if i >= n {
 					return
 				}
-				err := client.CoreV1().ConfigMaps(ns).Delete(ctx, names[i], metav1.DeleteOptions{PropagationPolicy: policy})
-				if err != nil && !apierrors.IsNotFound(err) {
+				if err := do(i); err != nil {
 					errMu.Lock()
 					if first == nil {
-						first = fmt.Errorf("delete %s/%s: %w", ns, names[i], err)
+						first = err
 					}
 					errMu.Unlock()
 					return
@@ -187,6 +149,38 @@ func deleteAll(ctx context.Context, client kubernetes.Interface, ns string, name
 	}
 	wg.Wait()
 	return first
+}
+
+// createAll creates the ConfigMaps with 32 concurrent unthrottled requests
+// and returns the UIDs by name.
+func createAll(ctx context.Context, client kubernetes.Interface, ns string, specs []cmSpec) (map[string]types.UID, error) {
+	var (
+		mu   sync.Mutex
+		uids = make(map[string]types.UID, len(specs))
+	)
+	err := inParallel(len(specs), func(i int) error {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: specs[i].name, OwnerReferences: specs[i].owners}}
+		got, err := client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("create %s/%s: %w", ns, specs[i].name, err)
+		}
+		mu.Lock()
+		uids[got.Name] = got.UID
+		mu.Unlock()
+		return nil
+	})
+	return uids, err
+}
+
+// deleteAll deletes the named ConfigMaps with 32 concurrent requests.
+func deleteAll(ctx context.Context, client kubernetes.Interface, ns string, names []string, policy *metav1.DeletionPropagation) error {
+	return inParallel(len(names), func(i int) error {
+		err := client.CoreV1().ConfigMaps(ns).Delete(ctx, names[i], metav1.DeleteOptions{PropagationPolicy: policy})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete %s/%s: %w", ns, names[i], err)
+		}
+		return nil
+	})
 }
 
 func ownerRef(name string, uid types.UID, block bool) metav1.OwnerReference {
