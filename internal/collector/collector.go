@@ -347,6 +347,12 @@ func (c *Collector) runGraphBuilder(ctx context.Context) {
 		eff := c.graph.Apply(ev)
 		for _, id := range eff.Absent {
 			c.resolver.absent.Add(id.Coordinates())
+			if ev.Type == graph.Relisted {
+				// Deletions a relist found never came as events: tell the
+				// rediscoverer (CRDs and APIServices deleted while a watch
+				// was down).
+				c.rediscover.observe(graph.Event{Type: graph.Delete, Object: graph.Object{Identity: id}})
+			}
 		}
 		for _, uid := range eff.AttemptToDelete {
 			c.attemptToDelete.Add(uid)

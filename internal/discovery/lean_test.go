@@ -4,19 +4,22 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	metadatafake "k8s.io/client-go/metadata/fake"
-	"k8s.io/client-go/tools/cache"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kgc-dev/kgc/internal/graph"
 )
 
-func TestLeanMetadata(t *testing.T) {
+func TestLeanObject(t *testing.T) {
 	now := metav1.Now()
 	yes, no := true, false
 	in := &metav1.PartialObjectMetadata{
@@ -34,99 +37,38 @@ func TestLeanMetadata(t *testing.T) {
 		},
 	}
 	before := in.DeepCopy()
-	out, err := leanMetadata(in)
-	if err != nil {
-		t.Fatal(err)
+	o := leanObject(in, "v1", "Secret")
+	want := graph.Object{
+		Identity:        graph.Identity{APIVersion: "v1", Kind: "Secret", Namespace: "a", Name: "s", UID: "u"},
+		ResourceVersion: "9",
+		OwnerReferences: before.OwnerReferences,
+		Finalizers:      before.Finalizers,
+		Deleting:        true,
 	}
-	m, ok := out.(*Meta)
-	if !ok {
-		t.Fatalf("transform returned %T, want *Meta", out)
-	}
-	want := &Meta{
-		Namespace: "a", Name: "s", UID: "u", ResourceVersion: "9",
-		OwnerReferences:   before.OwnerReferences,
-		Finalizers:        before.Finalizers,
-		DeletionTimestamp: &now,
-	}
-	if !reflect.DeepEqual(m, want) {
-		t.Errorf("lean = %+v, want %+v", m, want)
+	if !reflect.DeepEqual(o, want) {
+		t.Errorf("lean = %+v, want %+v", o, want)
 	}
 	if !reflect.DeepEqual(in, before) {
-		t.Error("transform changed its input")
+		t.Error("leanObject changed its input")
 	}
-	// Idempotent: a Meta passes through; so do other types.
-	if again, _ := leanMetadata(m); again != any(m) {
-		t.Error("transform is not idempotent on a Meta")
-	}
-	other := &metav1.Status{}
-	if got, _ := leanMetadata(other); got != any(other) {
-		t.Error("non-metadata object not passed through")
+	// Nothing of the decoded object's slices is kept: it can be dropped.
+	if &o.OwnerReferences[0] == &in.OwnerReferences[0] || &o.Finalizers[0] == &in.Finalizers[0] {
+		t.Error("the lean object aliases the decoded one's slices")
 	}
 	// Repeated strings are shared between objects.
 	in2 := before.DeepCopy()
 	in2.Namespace = strings.Clone("a")
-	out2, _ := leanMetadata(in2)
-	m2 := out2.(*Meta)
+	o2 := leanObject(in2, "v1", "Secret")
 	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
-	if !same(m.Namespace, m2.Namespace) || !same(m.OwnerReferences[0].Kind, m2.OwnerReferences[0].Kind) ||
-		!same(m.OwnerReferences[0].APIVersion, m2.OwnerReferences[0].APIVersion) || !same(m.Finalizers[1], m2.Finalizers[1]) {
+	if !same(o.Identity.Namespace, o2.Identity.Namespace) || !same(o.OwnerReferences[0].Kind, o2.OwnerReferences[0].Kind) ||
+		!same(o.OwnerReferences[0].APIVersion, o2.OwnerReferences[0].APIVersion) || !same(o.Finalizers[1], o2.Finalizers[1]) {
 		t.Error("repeated strings are not interned")
 	}
-	if m.OwnerReferences[0].Controller != m2.OwnerReferences[0].Controller {
+	if o.OwnerReferences[0].Controller != o2.OwnerReferences[0].Controller {
 		t.Error("bool pointers are not shared")
 	}
-	// A deep copy aliases nothing.
-	cp := m.DeepCopyObject().(*Meta)
-	if !reflect.DeepEqual(cp, m) {
-		t.Errorf("deep copy = %+v, want %+v", cp, m)
-	}
-	if &cp.OwnerReferences[0] == &m.OwnerReferences[0] || cp.DeletionTimestamp == m.DeletionTimestamp {
-		t.Error("deep copy aliases the original")
-	}
-}
-
-func TestLeanMetaKeysAndVersions(t *testing.T) {
-	m := &Meta{Namespace: "a", Name: "s", UID: "u", ResourceVersion: "9"}
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(m)
-	if err != nil || key != "a/s" {
-		t.Fatalf("key = %q, %v; want a/s", key, err)
-	}
-	if !sameVersion(m, &Meta{ResourceVersion: "9"}) || sameVersion(m, &Meta{ResourceVersion: "10"}) {
-		t.Error("sameVersion compares resourceVersions wrongly")
-	}
-	if sameVersion(m, "not an object") {
-		t.Error("sameVersion of a non-object")
-	}
-	if replaced(m, &Meta{Namespace: "a", Name: "s", UID: "u", ResourceVersion: "10"}) {
-		t.Error("an update of the same object counts as a replacement")
-	}
-	if !replaced(m, &Meta{Namespace: "a", Name: "s", UID: "v", ResourceVersion: "10"}) {
-		t.Error("a re-created object (other UID) does not count as a replacement")
-	}
-}
-
-func TestToGraphEvent(t *testing.T) {
-	now := metav1.Now()
-	m := &Meta{Namespace: "a", Name: "s", UID: "u", ResourceVersion: "9", Finalizers: []string{"f"}, DeletionTimestamp: &now,
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "o", UID: "o"}}}
-	want := graph.Event{Type: graph.Delete, Object: graph.Object{
-		Identity:        graph.Identity{APIVersion: "v1", Kind: "Secret", Namespace: "a", Name: "s", UID: "u"},
-		ResourceVersion: "9", OwnerReferences: m.OwnerReferences, Finalizers: m.Finalizers, Deleting: true,
-	}}
-	for name, obj := range map[string]any{
-		"meta":      m,
-		"tombstone": cache.DeletedFinalStateUnknown{Key: "a/s", Obj: m},
-		"untransformed": &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
-			Namespace: "a", Name: "s", UID: "u", ResourceVersion: "9", Finalizers: []string{"f"}, DeletionTimestamp: &now,
-			OwnerReferences: m.OwnerReferences}},
-	} {
-		ev, ok := toGraphEvent(graph.Delete, obj, "v1", "Secret")
-		if !ok || !reflect.DeepEqual(ev, want) {
-			t.Errorf("%s: event = %+v, %v; want %+v", name, ev, ok, want)
-		}
-	}
-	if _, ok := toGraphEvent(graph.Upsert, &metav1.Status{}, "v1", "Secret"); ok {
-		t.Error("event from a non-metadata object")
+	if o := leanObject(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "x", UID: "x"}}, "v1", "Namespace"); o.OwnerReferences != nil || o.Finalizers != nil || o.Deleting {
+		t.Errorf("empty metadata became %+v", o)
 	}
 }
 
@@ -143,39 +85,69 @@ func TestInternerIsBounded(t *testing.T) {
 	}
 }
 
-// An object deleted and re-created under the same name, seen by the
-// informer as one update, reaches the graph as the old object's deletion
-// followed by the new one.
-func TestMonitorsReportReplacedObjectAsDeleted(t *testing.T) {
+// A relist (the watch expired) reaches the graph as upserts of the listed
+// objects and a Relisted event, on which the graph removes what the list did
+// not see: here an object deleted and re-created under the same name while
+// the watch was down (the graph holds the old UID), and one deleted.
+func TestMonitorsRelistRemovesWhatIsGone(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
 	tracker := client.Tracker()
-	first := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "x", UID: "uid-1", ResourceVersion: "1"}}
-	if err := tracker.Create(configMaps.GVR, first, "a"); err != nil {
-		t.Fatal(err)
+	for _, o := range []*metav1.PartialObjectMetadata{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "x", UID: "uid-1", ResourceVersion: "1"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "y", UID: "uid-y", ResourceVersion: "2"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "z", UID: "uid-z", ResourceVersion: "3"}},
+	} {
+		if err := tracker.Create(configMaps.GVR, o, "a"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	rec := &recorder{}
-	m := NewMonitors(client, rec.observe)
+	// The first watch expires at once (410), the second one is real.
+	var watches atomic.Int32
+	client.PrependWatchReactor("configmaps", func(clienttesting.Action) (bool, watch.Interface, error) {
+		if watches.Add(1) > 1 {
+			return false, nil, nil
+		}
+		// While the watch is down: x is re-created, z is deleted.
+		if err := tracker.Delete(configMaps.GVR, "a", "x"); err != nil {
+			t.Error(err)
+		}
+		if err := tracker.Create(configMaps.GVR, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "x", UID: "uid-2", ResourceVersion: "4"}}, "a"); err != nil {
+			t.Error(err)
+		}
+		if err := tracker.Delete(configMaps.GVR, "a", "z"); err != nil {
+			t.Error(err)
+		}
+		return true, nil, apierrors.NewResourceExpired("too old resource version: 3 (4)")
+	})
+	g := graph.New()
+	var mu sync.Mutex
+	var types_ []graph.EventType
+	m := NewMonitors(client, func(ev graph.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		types_ = append(types_, ev.Type)
+		g.Apply(ev)
+	})
 	defer m.Stop()
 	m.Sync(ctx, want(configMaps), nil)
-	waitUntil(t, "monitor sync", m.HasSynced)
-	waitUntil(t, "watch", func() bool { return watchCount(client, configMaps.GVR) > 0 })
-
-	second := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "x", UID: "uid-2", ResourceVersion: "2"}}
-	if err := tracker.Update(configMaps.GVR, second, "a"); err != nil {
-		t.Fatal(err)
+	waitUntil(t, "the relist", func() bool { return watches.Load() >= 2 })
+	waitUntil(t, "the graph to match", func() bool {
+		_, old := g.Object("uid-1")
+		_, cur := g.Object("uid-2")
+		_, y := g.Object("uid-y")
+		_, z := g.Object("uid-z")
+		return !old && cur && y && !z && g.Len() == 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	// First list: 3 upserts, no sweep (nothing observed before); relist:
+	// 2 upserts (y unchanged, x's new UID) and the sweep.
+	wantTypes := []graph.EventType{graph.Upsert, graph.Upsert, graph.Upsert, graph.Upsert, graph.Upsert, graph.Relisted}
+	if !reflect.DeepEqual(types_, wantTypes) {
+		t.Errorf("events %v, want %v", types_, wantTypes)
 	}
-	waitUntil(t, "events", func() bool { return len(rec.get()) >= 3 })
-	evs := rec.get()
-	id := func(uid types.UID) graph.Identity {
-		return graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "x", UID: uid}
-	}
-	wantEvents := []graph.Event{
-		{Type: graph.Upsert, Object: graph.Object{Identity: id("uid-1"), ResourceVersion: "1"}},
-		{Type: graph.Delete, Object: graph.Object{Identity: id("uid-1"), ResourceVersion: "1"}},
-		{Type: graph.Upsert, Object: graph.Object{Identity: id("uid-2"), ResourceVersion: "2"}},
-	}
-	if !reflect.DeepEqual(evs, wantEvents) {
-		t.Fatalf("events = %+v, want %+v", evs, wantEvents)
+	if err := g.CheckInvariants(); err != nil {
+		t.Error(err)
 	}
 }

@@ -10,7 +10,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/kgc-dev/kgc/internal/graph"
 )
@@ -52,18 +51,11 @@ func decoded(i int) *metav1.PartialObjectMetadata {
 var podsResource = Resource{GVR: gvr("", "v1", "pods"), Kind: "Pod", Namespaced: true}
 
 // trackedBytes returns the live heap growth per object of tracking n
-// objects: stripped entries in an informer store (keyed as the informer
-// keys them) and, with withGraph, nodes in the ownership graph fed by the
-// monitor's event conversion.
-func trackedBytes(tb testing.TB, n int, withGraph bool, transform cache.TransformFunc) float64 {
-	live, _ := trackedBytesRSS(tb, n, withGraph, transform)
-	return live
-}
-
-// trackedBytesRSS is trackedBytes, plus the process's resident set growth
-// per object (Linux; 0 elsewhere) — what the Go runtime's heap headroom
-// and the garbage of decoding add on top of the live heap.
-func trackedBytesRSS(tb testing.TB, n int, withGraph bool, transform cache.TransformFunc) (live, rss float64) {
+// objects: nodes in the ownership graph, fed as a monitor feeds it (each
+// decoded object converted by leanObject and dropped), and the process's
+// resident set growth per object (Linux; 0 elsewhere): what the Go
+// runtime's heap headroom and the garbage of decoding add on top.
+func trackedBytes(tb testing.TB, n int) (live, rss float64) {
 	tb.Helper()
 	apiVersion := podsResource.APIVersion()
 	heap := func() uint64 {
@@ -74,34 +66,14 @@ func trackedBytesRSS(tb testing.TB, n int, withGraph bool, transform cache.Trans
 		return ms.HeapAlloc
 	}
 	before, rssBefore := heap(), residentBytes()
-	store := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{})
 	g := graph.New()
 	for i := range n {
-		obj, err := transform(decoded(i))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if err := store.Add(obj); err != nil {
-			tb.Fatal(err)
-		}
-		if withGraph {
-			ev, ok := toGraphEvent(graph.Upsert, obj, apiVersion, podsResource.Kind)
-			if !ok {
-				tb.Fatalf("no event for %T", obj)
-			}
-			g.Apply(ev)
-		}
+		g.Apply(graph.Event{Type: graph.Upsert, Object: leanObject(decoded(i), apiVersion, podsResource.Kind), Gen: 1})
 	}
 	after, rssAfter := heap(), residentBytes()
-	runtime.KeepAlive(store)
 	runtime.KeepAlive(g)
-	if len(store.ListKeys()) != n {
-		tb.Fatalf("store holds %d objects, want %d", len(store.ListKeys()), n)
-	}
-	if withGraph {
-		if c := g.Counts(); c.Observed != n {
-			tb.Fatalf("graph holds %d observed nodes, want %d", c.Observed, n)
-		}
+	if c := g.Counts(); c.Observed != n {
+		tb.Fatalf("graph holds %d observed nodes, want %d", c.Observed, n)
 	}
 	return float64(after-before) / float64(n), float64(rssAfter-rssBefore) / float64(n)
 }
@@ -124,9 +96,8 @@ func residentBytes() int64 {
 }
 
 // TestTrackedObjectMemory reports the live heap kgc spends per tracked
-// object (informer store entry + graph node) at 100k objects (fewer under
-// the race detector, which makes it slow), and compares the store's lean
-// Meta with a stripped PartialObjectMetadata.
+// object (its graph node: the monitors keep no other copy) at 100k objects
+// (fewer under the race detector, which makes it slow).
 func TestTrackedObjectMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds 100k objects")
@@ -135,28 +106,23 @@ func TestTrackedObjectMemory(t *testing.T) {
 	if raceEnabled {
 		n = 10_000
 	}
-	// The full measurement first, while the heap has not grown yet, so that
-	// the resident set growth means something.
-	both, rss := trackedBytesRSS(t, n, true, leanMetadata)
-	stripped := trackedBytes(t, n, false, stripMetadata)
-	storeOnly := trackedBytes(t, n, false, leanMetadata)
+	live, rss := trackedBytes(t, n)
 	t.Logf("resident set growth per tracked object while building them: %.0f B (GOGC headroom and decode garbage included; informational)", rss)
-	t.Logf("live heap per tracked object at %d objects: informer store %.0f B (a stripped PartialObjectMetadata: %.0f B), graph %.0f B, total %.0f B",
-		n, storeOnly, stripped, both-storeOnly, both)
+	t.Logf("live heap per tracked object at %d objects: %.0f B", n, live)
 	// The target is 0.7 KB of RSS growth per object; the live heap
 	// is what kgc controls, and the Go runtime's headroom comes on top.
-	const maxLive = 750
-	if both > maxLive {
-		t.Errorf("%.0f live bytes per tracked object, want <= %d", both, maxLive)
+	const maxLive = 350
+	if live > maxLive {
+		t.Errorf("%.0f live bytes per tracked object, want <= %d", live, maxLive)
 	}
 }
 
 // BenchmarkTrackedObjectMemory reports bytes per tracked object at 100k
 // objects as a metric.
 func BenchmarkTrackedObjectMemory(b *testing.B) {
-	var both float64
+	var live float64
 	for b.Loop() {
-		both = trackedBytes(b, 100_000, true, leanMetadata)
+		live, _ = trackedBytes(b, 100_000)
 	}
-	b.ReportMetric(both, "B/tracked-object")
+	b.ReportMetric(live, "B/tracked-object")
 }

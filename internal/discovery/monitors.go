@@ -3,55 +3,89 @@ package discovery
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/graph"
 )
 
-// Monitors runs one metadata informer per resource and feeds every
-// observation to a single callback.
+// Monitors runs one list-and-watch loop per resource and feeds every
+// observation to a single callback, in order per resource.
+//
+// A monitor keeps nothing per object: each listed or watched object is
+// converted at once (leanObject) and handed to observe, whose graph is the
+// only copy kgc keeps. An informer would keep a second copy in its store,
+// only to diff a relist against it; here a relist instead tags its upserts
+// with a fresh list generation and ends with a Relisted event, on which
+// the graph removes the resource's nodes the list did not see. At 100k
+// objects that halves kgc's memory, and the initial list is converted page
+// by page instead of being held whole.
 type Monitors struct {
 	client  metadata.Interface
 	observe func(graph.Event)
 
 	mu      sync.Mutex
 	running map[schema.GroupVersionResource]*monitor
-	// handlers counts event handlers added to informers and not yet removed
-	// (a test hook for leaks: it must equal the number of monitors).
+	// started holds every resource a monitor was ever started for: the
+	// first list of a resource never seen before has nothing to sweep.
+	started map[schema.GroupVersionResource]bool
+	// handlers counts monitor loops started and not yet stopped (a test
+	// hook for leaks: it must equal the number of monitors).
 	handlers int
 }
 
 type monitor struct {
-	resource Resource
-	reg      cache.ResourceEventHandlerRegistration
-	informer cache.SharedIndexInformer
-	cancel   context.CancelFunc
-	done     chan struct{}
+	resource   Resource
+	apiVersion string
+	res        metadata.ResourceInterface
+	observe    func(graph.Event)
+	// sweep: relists (and, for a restarted resource, the first list) end
+	// with a Relisted event.
+	sweep  bool
+	gen    uint32 // the list generation of the last list
+	cancel context.CancelFunc
+	done   chan struct{}
 
-	mu      sync.Mutex
-	lastErr error  // the last list or watch error
-	errRV   string // the informer's last synced resourceVersion when lastErr happened
+	mu       sync.Mutex
+	synced   bool   // a list completed
+	progress uint64 // successful list pages, watch starts and watch events
+	lastErr  error  // the last list or watch error
+	errAt    uint64 // progress when lastErr happened
 }
 
-// status reads the monitor's state. An error counts until the informer makes
-// progress after it: a successful list, or a watch event or bookmark, moves
-// its last synced resourceVersion.
+// status reads the monitor's state. An error counts until the monitor makes
+// progress after it: a list page, a watch opened, a watch event or bookmark.
 func (mon *monitor) status() Status {
 	mon.mu.Lock()
 	defer mon.mu.Unlock()
-	st := Status{Synced: mon.reg.HasSynced()}
-	if mon.lastErr != nil && mon.informer.LastSyncResourceVersion() == mon.errRV {
+	st := Status{Synced: mon.synced}
+	if mon.lastErr != nil && mon.progress == mon.errAt {
 		st.LastError = mon.lastErr
 	}
 	return st
+}
+
+func (mon *monitor) progressed() {
+	mon.mu.Lock()
+	mon.progress++
+	mon.mu.Unlock()
+}
+
+func (mon *monitor) failed(err error) {
+	mon.mu.Lock()
+	mon.lastErr, mon.errAt = err, mon.progress
+	mon.mu.Unlock()
 }
 
 // Status is one monitor's state.
@@ -90,9 +124,13 @@ func (s Status) State() string {
 }
 
 // NewMonitors returns a manager whose monitors call observe for each event.
-// observe must not block for long: it runs on the informer's goroutine.
+// observe must not block for long: it runs on the monitor's goroutine.
 func NewMonitors(client metadata.Interface, observe func(graph.Event)) *Monitors {
-	return &Monitors{client: client, observe: observe, running: make(map[schema.GroupVersionResource]*monitor)}
+	return &Monitors{
+		client: client, observe: observe,
+		running: make(map[schema.GroupVersionResource]*monitor),
+		started: make(map[schema.GroupVersionResource]bool),
+	}
 }
 
 // Sync makes the running monitors match want: it starts monitors for new
@@ -133,123 +171,223 @@ func (m *Monitors) Sync(ctx context.Context, want map[schema.GroupVersionResourc
 }
 
 func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
-	inf := cache.NewSharedIndexInformer(newListWatch(m.client, r.GVR), &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
-	if err := inf.SetTransform(leanMetadata); err != nil {
-		return nil, fmt.Errorf("setting transform for %s: %w", r.GVR, err)
-	}
-	apiVersion := r.APIVersion()
-	toEvent := func(t graph.EventType, obj any) (graph.Event, bool) {
-		return toGraphEvent(t, obj, apiVersion, r.Kind)
-	}
-	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if ev, ok := toEvent(graph.Upsert, obj); ok {
-				m.observe(ev)
-			}
-		},
-		UpdateFunc: func(oldObj, newObj any) {
-			if sameVersion(oldObj, newObj) {
-				return
-			}
-			if replaced(oldObj, newObj) { // deleted and re-created under the same name
-				if ev, ok := toEvent(graph.Delete, oldObj); ok {
-					m.observe(ev)
-				}
-			}
-			if ev, ok := toEvent(graph.Upsert, newObj); ok {
-				m.observe(ev)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if ev, ok := toEvent(graph.Delete, obj); ok {
-				m.observe(ev)
-			}
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("adding handler for %s: %w", r.GVR, err)
-	}
 	mctx, cancel := context.WithCancel(ctx)
-	mon := &monitor{resource: r, reg: reg, informer: inf, cancel: cancel, done: make(chan struct{})}
-	// Remember list/watch errors so a failing resource is visible; the
-	// reflector itself keeps retrying with backoff.
-	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, rf *cache.Reflector, err error) {
-		mon.mu.Lock()
-		mon.lastErr = err
-		mon.errRV = inf.LastSyncResourceVersion()
-		mon.mu.Unlock()
-		cache.DefaultWatchErrorHandler(ctx, rf, err)
-	}); err != nil {
-		cancel()
-		_ = inf.RemoveEventHandler(reg)
-		return nil, fmt.Errorf("setting watch error handler for %s: %w", r.GVR, err)
+	mon := &monitor{
+		resource:   r,
+		apiVersion: r.APIVersion(),
+		res:        m.client.Resource(r.GVR).Namespace(metav1.NamespaceAll),
+		observe:    m.observe,
+		sweep:      m.started[r.GVR],
+		cancel:     cancel,
+		done:       make(chan struct{}),
 	}
+	m.started[r.GVR] = true
 	go func() {
 		defer close(mon.done)
-		inf.RunWithContext(mctx)
+		mon.run(mctx)
 	}()
 	return mon, nil
 }
 
-// listWatch lists and watches one resource's metadata. It differs from
-// client-go's metadata informer in two ways, both so that a broken resource
-// fails fast and visibly instead of hanging in client-side retries:
-//
-//   - No streaming list (WatchList): the initial state comes from a plain
-//     LIST.
-//   - The LIST asks for the latest state (resourceVersion "") where the
-//     reflector would ask for "any" ("0"). A resource whose watch cache cannot
-//     initialize (a CRD whose conversion webhook is down) answers "0" with
-//     429 + Retry-After, which the REST client retries for many seconds
-//     before the reflector sees an error; "" is served from etcd when the
-//     cache is not ready, and returns the real error (the webhook failure)
-//     at once. When the cache is ready, "" is served from it (consistent
-//     reads from cache), so the cost is small.
-type listWatch struct {
-	*cache.ListWatch
-}
+// Timing of the monitors' loops. Failed lists and watches back off from
+// monitorBackoffInitial to monitorBackoffMax (with jitter), like client-go's
+// reflector; watches ask the server to end them after a random time
+// between monitorWatchTimeout and twice that, so that connections are
+// rebalanced across apiservers.
+const (
+	monitorBackoffInitial = 800 * time.Millisecond
+	monitorBackoffMax     = 30 * time.Second
+	monitorWatchTimeout   = 5 * time.Minute
+)
 
-// IsWatchListSemanticsUnSupported tells the reflector not to use WatchList.
-func (listWatch) IsWatchListSemanticsUnSupported() bool { return true }
-
-// monitorListPageSize is the page size of the monitors' LISTs.
+// monitorListPageSize is the page size of the monitors' LISTs. Every page
+// is a request under kgc's client budget (kube-controller-manager's: 40
+// QPS): client-go's reflector pages by 500, which makes 100k objects 200
+// requests, 5 s, before kgc is useful. Pages are converted as they arrive,
+// so the size only bounds what one response holds in memory.
 const monitorListPageSize = 5000
 
-func newListWatch(client metadata.Interface, gvr schema.GroupVersionResource) listWatch {
-	res := client.Resource(gvr).Namespace(metav1.NamespaceAll)
-	list := func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		if opts.ResourceVersion == "0" {
-			opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
+// listGens numbers lists across all monitors of the process (see
+// graph.Event.Gen). A restarted monitor must not reuse the generation of
+// the monitor it replaces, or its sweep would keep what that one saw.
+var listGens atomic.Uint32
+
+func nextListGen() uint32 {
+	for {
+		if g := listGens.Add(1); g != 0 {
+			return g
 		}
-		// The reflector pages by 500. Every page is a request under kgc's
-		// client budget (kube-controller-manager's: 40 QPS), so 100k
-		// objects would take 200 requests, 5 s, before kgc is useful.
-		// The reflector gathers all pages into one list anyway, so larger
-		// pages cost no extra memory; they only bound each response.
-		if opts.Limit > 0 && opts.Limit < monitorListPageSize {
-			opts.Limit = monitorListPageSize
-		}
-		return res.List(ctx, opts)
 	}
-	return listWatch{&cache.ListWatch{
-		ListFunc: func(opts metav1.ListOptions) (runtime.Object, error) {
-			return list(context.Background(), opts)
-		},
-		WatchFunc: func(opts metav1.ListOptions) (watch.Interface, error) {
-			return res.Watch(context.Background(), opts)
-		},
-		ListWithContextFunc:  list,
-		WatchFuncWithContext: res.Watch,
-	}}
 }
 
-// stopLocked removes the monitor's handler, stops its informer and waits
-// until the informer's goroutines have ended, so that a resource that comes
-// and goes (a CRD deleted and recreated) leaves nothing behind.
-func (m *Monitors) stopLocked(gvr schema.GroupVersionResource, mon *monitor) {
-	if err := mon.informer.RemoveEventHandler(mon.reg); err == nil {
-		m.handlers--
+func newMonitorBackoff() wait.Backoff {
+	return wait.Backoff{Duration: monitorBackoffInitial, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: monitorBackoffMax}
+}
+
+// sleep waits d or until ctx is done, and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
+}
+
+// run lists the resource, then watches it from the list's resourceVersion,
+// and lists again when the watch cannot resume (410 Gone: the version was
+// compacted). Errors are recorded for Status and retried with backoff.
+func (mon *monitor) run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithValues("resource", mon.resource.GVR.String())
+	backoff := newMonitorBackoff()
+	retry := func(err error, what string) bool {
+		mon.failed(err)
+		d := backoff.Step()
+		logger.Error(err, "Monitor failed; retrying", "op", what, "after", d.Round(time.Millisecond).String())
+		return sleep(ctx, d)
+	}
+	rv := ""
+	for ctx.Err() == nil {
+		if rv == "" {
+			var err error
+			if rv, err = mon.list(ctx); err != nil {
+				if ctx.Err() != nil || !retry(err, "list") {
+					return
+				}
+				continue
+			}
+			backoff = newMonitorBackoff()
+		}
+		start := time.Now()
+		next, events, err := mon.watch(ctx, rv)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			if !retry(err, "watch") {
+				return
+			}
+		case next == "":
+			logger.V(2).Info("Watch expired; listing again", "resourceVersion", rv)
+		case events == 0 && time.Since(start) < time.Second:
+			// A watch the server ends at once, again and again, would
+			// otherwise spin.
+			if !sleep(ctx, backoff.Step()) {
+				return
+			}
+		default:
+			backoff = newMonitorBackoff()
+		}
+		rv = next
+	}
+}
+
+// list lists the resource page by page, hands each object to observe as
+// it arrives, and returns the list's resourceVersion. A list that fails
+// part way leaves the pages already delivered: they are newer states of
+// their objects, which is all the graph ever assumes; only the Relisted
+// event that removes what the list did not see waits for a complete list.
+func (mon *monitor) list(ctx context.Context) (string, error) {
+	gen := nextListGen()
+	// resourceVersion "" asks for the latest state. The reflector would ask
+	// for "any" ("0"), which a resource whose watch cache cannot initialize
+	// (a CRD whose conversion webhook is down) answers with 429 +
+	// Retry-After, retried by the REST client for many seconds before
+	// anyone sees an error; "" is served from etcd then, and returns the
+	// real error (the webhook failure) at once. When the cache is ready, ""
+	// is served from it (consistent reads from cache), so the cost is small.
+	opts := metav1.ListOptions{Limit: monitorListPageSize}
+	for {
+		l, err := mon.res.List(ctx, opts)
+		if err != nil {
+			return "", err
+		}
+		for i := range l.Items {
+			mon.observe(graph.Event{Type: graph.Upsert, Object: leanObject(&l.Items[i], mon.apiVersion, mon.resource.Kind), Gen: gen})
+			l.Items[i] = metav1.PartialObjectMetadata{} // let the page go as it is converted
+		}
+		mon.progressed()
+		if l.Continue == "" {
+			mon.gen = gen
+			if mon.sweep {
+				mon.observe(graph.Event{Type: graph.Relisted, Object: graph.Object{Identity: graph.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
+			}
+			mon.sweep = true
+			mon.mu.Lock()
+			mon.synced = true
+			mon.mu.Unlock()
+			return l.ResourceVersion, nil
+		}
+		opts.Continue = l.Continue
+	}
+}
+
+// watch watches the resource from rv and hands each event to observe. It
+// returns the resourceVersion to resume from ("" to list again: rv is too
+// old or too new for the server) and how many events it saw. A watch that
+// ends without an error (its timeout, a server restart) is resumed.
+func (mon *monitor) watch(ctx context.Context, rv string) (next string, events int, err error) {
+	timeout := int64(monitorWatchTimeout.Seconds() * (1 + rand.Float64()))
+	w, err := mon.res.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
+	if err != nil {
+		if mustRelist(err) {
+			return "", 0, nil
+		}
+		return rv, 0, err
+	}
+	defer w.Stop()
+	mon.progressed()
+	for {
+		var ev watch.Event
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return rv, events, nil
+		case ev, ok = <-w.ResultChan():
+		}
+		if !ok {
+			return rv, events, nil
+		}
+		if ev.Type == watch.Error {
+			err := apierrors.FromObject(ev.Object)
+			if mustRelist(err) {
+				return "", events, nil
+			}
+			return rv, events, err
+		}
+		pom, isMeta := ev.Object.(*metav1.PartialObjectMetadata)
+		if !isMeta {
+			return rv, events, fmt.Errorf("watch of %s: unexpected %T in a %s event", mon.resource.GVR, ev.Object, ev.Type)
+		}
+		switch ev.Type {
+		case watch.Added, watch.Modified:
+			mon.observe(graph.Event{Type: graph.Upsert, Object: leanObject(pom, mon.apiVersion, mon.resource.Kind), Gen: mon.gen})
+		case watch.Deleted:
+			mon.observe(graph.Event{Type: graph.Delete, Object: leanObject(pom, mon.apiVersion, mon.resource.Kind), Gen: mon.gen})
+		}
+		if pom.ResourceVersion != "" {
+			rv = pom.ResourceVersion
+		}
+		events++
+		mon.progressed()
+	}
+}
+
+// mustRelist reports whether a watch error means the watch cannot resume
+// from its resourceVersion: compacted (410 Gone / Expired), or newer than
+// the server has (an apiserver restarted onto a lagging etcd member).
+func mustRelist(err error) bool {
+	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err) ||
+		apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)
+}
+
+// stopLocked stops the monitor and waits until its goroutine has ended, so
+// that a resource that comes and goes (a CRD deleted and recreated) leaves
+// nothing behind.
+func (m *Monitors) stopLocked(gvr schema.GroupVersionResource, mon *monitor) {
+	m.handlers--
 	mon.cancel()
 	<-mon.done
 	delete(m.running, gvr)
@@ -257,11 +395,11 @@ func (m *Monitors) stopLocked(gvr schema.GroupVersionResource, mon *monitor) {
 
 // RestartFailing restarts the monitors of the resources match selects that
 // are failing and never synced, and returns how many it restarted. A fresh
-// reflector lists at once instead of waiting out the backoff of the failed
+// monitor lists at once instead of waiting out the backoff of the failed
 // one, so a resource that was just fixed (a CRD's conversion webhook
 // repaired, an APIService's backend back) is collected right away. Monitors
-// that synced are left alone: restarting them would drop their cache, and
-// with it any deletion that happens before the new list.
+// that synced are left alone: they resume their watch, or relist, on their
+// own.
 func (m *Monitors) RestartFailing(ctx context.Context, match func(schema.GroupVersionResource) bool) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -305,8 +443,8 @@ func (m *Monitors) Status() map[schema.GroupVersionResource]Status {
 	return out
 }
 
-// Handlers returns the number of event handlers the monitors registered
-// and have not removed; it equals Len unless a handler leaked.
+// Handlers returns the number of monitor loops started and not stopped; it
+// equals Len unless one leaked.
 func (m *Monitors) Handlers() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -315,7 +453,7 @@ func (m *Monitors) Handlers() int {
 
 // Settled reports whether every running monitor either delivered its
 // initial list or is failing (its list or watch returned an error; the
-// reflector keeps retrying it with backoff).
+// monitor keeps retrying it with backoff).
 func (m *Monitors) Settled() bool {
 	for _, st := range m.Status() {
 		if !st.Synced && !st.Failing() {
@@ -340,21 +478,4 @@ func (m *Monitors) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.running)
-}
-
-// stripMetadata keeps only what kgc decides from, so that the informer
-// stores hold no labels, annotations or managedFields. (The monitors now
-// store the leaner Meta, see leanMetadata in lean.go.)
-func stripMetadata(obj any) (any, error) {
-	pom, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return obj, nil
-	}
-	out := &metav1.PartialObjectMetadata{TypeMeta: pom.TypeMeta}
-	out.Name, out.Namespace, out.UID = pom.Name, pom.Namespace, pom.UID
-	out.ResourceVersion = pom.ResourceVersion
-	out.OwnerReferences = pom.OwnerReferences
-	out.Finalizers = pom.Finalizers
-	out.DeletionTimestamp = pom.DeletionTimestamp
-	return out, nil
 }

@@ -3,44 +3,89 @@ package discovery
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
 	metadatafake "k8s.io/client-go/metadata/fake"
+	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kgc-dev/kgc/internal/graph"
 )
 
-// Monitors list the latest state (resourceVersion "") rather than "any"
-// ("0"), which a resource with a broken watch cache answers with 429s the
-// client retries for a long time; and they never use streaming lists.
-func TestMonitorsListLatest(t *testing.T) {
+// A monitor lists the latest state (no resourceVersion: not "any", "0",
+// which a resource with a broken watch cache answers with 429s the client
+// retries for a long time), never as a streaming list, in pages of
+// monitorListPageSize; it hands each page's objects on and watches, with
+// bookmarks, from the complete list's version. (The metadata fake client
+// drops list options, so this talks to an HTTP server.)
+func TestMonitorsListPagesAndWatchFromList(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
 	var mu sync.Mutex
-	var rvs []string
-	client.PrependReactor("list", "configmaps", func(a clienttesting.Action) (bool, kruntime.Object, error) {
+	var lists, watches []url.Values
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
 		mu.Lock()
-		defer mu.Unlock()
-		rvs = append(rvs, a.(clienttesting.ListActionImpl).ListOptions.ResourceVersion)
-		return false, nil, nil
-	})
-	m := NewMonitors(client, func(graph.Event) {})
+		if q.Get("watch") == "true" {
+			watches = append(watches, q)
+		} else {
+			lists = append(lists, q)
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if q.Get("watch") == "true" {
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		item := func(name string) string {
+			return fmt.Sprintf(`{"metadata":{"namespace":"a","name":%q,"uid":%q,"resourceVersion":"7"}}`, name, name)
+		}
+		switch q.Get("continue") {
+		case "":
+			fmt.Fprintf(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"continue":"next"},"items":[%s]}`, item("p1"))
+		default:
+			fmt.Fprintf(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"42"},"items":[%s]}`, item("p2"))
+		}
+	}))
+	defer srv.Close()
+	client, err := metadata.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	m := NewMonitors(client, rec.observe)
 	defer m.Stop()
 	m.Sync(ctx, want(configMaps), nil)
 	waitUntil(t, "sync", m.HasSynced)
+	waitUntil(t, "watch", func() bool { mu.Lock(); defer mu.Unlock(); return len(watches) > 0 })
 	mu.Lock()
 	defer mu.Unlock()
-	if len(rvs) == 0 || rvs[0] != "" {
-		t.Errorf("LIST resourceVersions = %q, want the first to be \"\" (latest)", rvs)
+	page := strconv.Itoa(monitorListPageSize)
+	if len(lists) != 2 || lists[0].Get("limit") != page || lists[1].Get("continue") != "next" || lists[1].Get("limit") != page {
+		t.Errorf("lists = %v, want two pages of %s", lists, page)
 	}
-	if !(listWatch{}).IsWatchListSemanticsUnSupported() {
-		t.Error("monitors would use streaming lists")
+	for _, l := range lists {
+		if l.Has("resourceVersion") || l.Has("resourceVersionMatch") || l.Has("sendInitialEvents") {
+			t.Errorf("list %v does not ask for the latest state as a plain list", l)
+		}
+	}
+	if w := watches[0]; w.Get("resourceVersion") != "42" || w.Get("allowWatchBookmarks") != "true" || w.Get("timeoutSeconds") == "" {
+		t.Errorf("watch %v, want from the list's version 42 with bookmarks and a timeout", w)
+	}
+	if evs := rec.get(); len(evs) != 2 || evs[0].Object.Identity.Name != "p1" || evs[1].Object.Identity.Name != "p2" || evs[0].Gen != evs[1].Gen || evs[0].Gen == 0 {
+		t.Errorf("events = %+v, want p1 and p2 upserted under one list generation", evs)
 	}
 }
 

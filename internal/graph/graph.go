@@ -45,12 +45,23 @@ const (
 	Upsert EventType = iota
 	// Delete is the object's deletion (or its disappearance on relist).
 	Delete
+	// Relisted ends a complete list of one resource: every observed node of
+	// that resource (Object.Identity's APIVersion and Kind) that the list
+	// did not upsert (its list generation is not Event.Gen) is gone, and is
+	// removed as if a Delete had been observed for it.
+	Relisted
 )
 
-// Event is one informer observation, in the order the informer saw it.
+// Event is one monitor observation, in the order the monitor saw it.
 type Event struct {
 	Type   EventType
 	Object Object
+	// Gen is the list generation of the monitor that observed the event: a
+	// number unique to one list of one monitor (0: none). Upserts record
+	// it on their node; Relisted removes the resource's nodes that carry
+	// another generation, which is how objects deleted while a watch was
+	// down are noticed without a second copy of every object.
+	Gen uint32
 }
 
 // Effects are what applying an event asks the collector to do next.
@@ -72,29 +83,19 @@ type Effects struct {
 
 func (e *Effects) addDelete(uid types.UID) { e.AttemptToDelete = append(e.AttemptToDelete, uid) }
 
-type node struct {
-	Object
-	// virtual: referenced, not observed. Identity then comes from the first
-	// reference that named the UID and is only a guess.
-	virtual bool
-	// absent: a virtual node for an object observed deleted.
-	absent     bool
-	dependents map[types.UID]struct{}
-	// blocking counts the dependents whose reference to this node has
-	// blockOwnerDeletion=true, so that a foreground owner's check knows
-	// whether it is blocked without visiting every dependent.
-	blocking int
-}
-
 // Graph is the ownership graph. See the package doc for the concurrency contract.
 type Graph struct {
 	mu    sync.RWMutex
 	nodes map[types.UID]*node
+	// Shared by nodes (node.go): kinds, and finalizer lists by their names
+	// joined with NUL.
+	kinds      map[kind]*kind
+	finalizers map[string]*[]string
 }
 
 // New returns an empty graph.
 func New() *Graph {
-	return &Graph{nodes: make(map[types.UID]*node)}
+	return &Graph{nodes: make(map[types.UID]*node), kinds: make(map[kind]*kind), finalizers: make(map[string]*[]string)}
 }
 
 // Apply applies one informer event and returns its effects.
@@ -104,33 +105,51 @@ func (g *Graph) Apply(ev Event) Effects {
 	var eff Effects
 	switch ev.Type {
 	case Upsert:
-		g.upsert(&ev.Object, &eff)
+		g.upsert(&ev.Object, ev.Gen, &eff)
 	case Delete:
 		g.remove(&ev.Object, &eff)
+	case Relisted:
+		g.sweep(ev.Object.Identity.APIVersion, ev.Object.Identity.Kind, ev.Gen, &eff)
 	}
 	return eff
 }
 
-func (g *Graph) upsert(obj *Object, eff *Effects) {
+func (g *Graph) upsert(obj *Object, gen uint32, eff *Effects) {
 	uid := obj.Identity.UID
 	n := g.nodes[uid]
-	var old []metav1.OwnerReference
+	var old []ownerRef
 	wasDeletingDependents := false
 	if n == nil {
-		n = &node{}
+		n = &node{uid: uid, name: obj.Identity.Name}
 		g.nodes[uid] = n
 	} else if !n.virtual {
-		old = n.OwnerReferences
-		wasDeletingDependents = n.DeletingDependents()
+		if n.rv == obj.ResourceVersion && obj.ResourceVersion != "" {
+			// The same state again (a relist): nothing changed but the
+			// generation of the list that saw it.
+			n.gen = gen
+			return
+		}
+		old = n.refs
+		wasDeletingDependents = n.deletingDependents()
 	}
-	n.Object = *obj
-	n.virtual, n.absent = false, false
-	cur := obj.OwnerReferences
+	// Keep the strings the graph holds for equal values (n.uid is the
+	// node's key; a placeholder's name comes from a reference).
+	if n.name != obj.Identity.Name {
+		n.name = obj.Identity.Name
+	}
+	n.kind = g.kindOf(obj.Identity.APIVersion, obj.Identity.Kind)
+	n.namespace = obj.Identity.Namespace
+	n.rv = obj.ResourceVersion
+	cur := g.compactRefs(obj.OwnerReferences)
+	n.refs = cur
+	n.finalizers = g.finalizersOf(obj.Finalizers)
+	n.deleting = obj.Deleting
+	n.virtual, n.absent, n.gen = false, false, gen
 
 	// Reference lists are short (one or two entries): scanning them is
 	// cheaper than building a map per event (BenchmarkApply*).
 	for i := range old {
-		ownerUID := old[i].UID
+		ownerUID := old[i].uid
 		if !firstRef(old, i) {
 			continue // a duplicate reference to an owner already handled
 		}
@@ -153,25 +172,25 @@ func (g *Graph) upsert(obj *Object, eff *Effects) {
 		}
 		o.blocking--
 		// A dependent that stops blocking may release a foreground owner.
-		if o.DeletingDependents() {
+		if o.deletingDependents() {
 			eff.addDelete(ownerUID)
 		}
 	}
 	for i := range cur {
-		if !firstRef(cur, i) || hasRef(old, cur[i].UID) {
+		if !firstRef(cur, i) || hasRef(old, cur[i].uid) {
 			continue
 		}
-		g.link(obj.Identity, &cur[i], blocks(cur, cur[i].UID))
+		g.link(n, &cur[i], blocks(cur, cur[i].uid))
 	}
 
-	if n.Orphaning() {
+	if n.orphaning() {
 		eff.AttemptToOrphan = append(eff.AttemptToOrphan, uid)
 	}
-	if n.DeletingDependents() {
+	if n.deletingDependents() {
 		eff.addDelete(uid)
-		if !wasDeletingDependents && len(n.dependents) > 0 {
+		if !wasDeletingDependents && n.dependents.len() > 0 {
 			eff.CascadeStarted = append(eff.CascadeStarted, uid)
-			for dep := range n.dependents {
+			for dep := range n.dependents.all() {
 				eff.addDelete(dep)
 			}
 		}
@@ -181,41 +200,20 @@ func (g *Graph) upsert(obj *Object, eff *Effects) {
 	}
 }
 
-// firstRef reports whether refs[i] is the first reference in refs to its owner.
-func firstRef(refs []metav1.OwnerReference, i int) bool {
-	for j := range i {
-		if refs[j].UID == refs[i].UID {
-			return false
-		}
-	}
-	return true
-}
-
-// hasRef reports whether refs reference owner.
-func hasRef(refs []metav1.OwnerReference, owner types.UID) bool {
-	for i := range refs {
-		if refs[i].UID == owner {
-			return true
-		}
-	}
-	return false
-}
-
 // link records dependent as a dependent of ref's owner, creating a virtual
 // owner when the UID is unknown.
-func (g *Graph) link(dependent Identity, ref *metav1.OwnerReference, blocking bool) {
-	o := g.nodes[ref.UID]
+func (g *Graph) link(dependent *node, ref *ownerRef, blocking bool) {
+	o := g.nodes[ref.uid]
 	if o == nil {
-		o = &node{virtual: true}
 		// Guess: a namespaced owner in the dependent's namespace. Only used for
 		// display until the owner is observed or verified.
-		o.Identity = Identity{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: dependent.Namespace, Name: ref.Name, UID: ref.UID}
-		g.nodes[ref.UID] = o
+		o = &node{virtual: true, kind: ref.kind, namespace: dependent.namespace, name: ref.name, uid: ref.uid}
+		g.nodes[ref.uid] = o
 	}
 	if o.dependents == nil {
-		o.dependents = make(map[types.UID]struct{})
+		o.dependents = &depSet{}
 	}
-	o.dependents[dependent.UID] = struct{}{}
+	o.dependents.add(dependent.uid)
 	if blocking {
 		o.blocking++
 	}
@@ -226,18 +224,18 @@ func (g *Graph) unlink(dependent, ownerUID types.UID, blocking bool, eff *Effect
 	if o == nil {
 		return
 	}
-	delete(o.dependents, dependent)
+	o.dependents.remove(dependent)
 	if blocking {
 		o.blocking--
 	}
-	if len(o.dependents) == 0 && (o.absent || o.DeletingDependents()) {
+	if o.dependents.len() == 0 && (o.absent || o.deletingDependents()) {
 		eff.CascadeDone = append(eff.CascadeDone, ownerUID)
 	}
-	if o.virtual && len(o.dependents) == 0 {
+	if o.virtual && o.dependents.len() == 0 {
 		delete(g.nodes, ownerUID)
 		return
 	}
-	if blocking && o.DeletingDependents() {
+	if blocking && o.deletingDependents() {
 		eff.addDelete(ownerUID)
 	}
 }
@@ -246,13 +244,13 @@ func (g *Graph) unlink(dependent, ownerUID types.UID, blocking bool, eff *Effect
 // cannot vouch for: an owner not observed, observed under other coordinates,
 // or waiting for its dependents to be deleted.
 func (g *Graph) needsAttention(n *node) bool {
-	if n.virtual || n.Deleting || len(n.OwnerReferences) == 0 {
+	if n.virtual || n.deleting || len(n.refs) == 0 {
 		return false
 	}
-	for i := range n.OwnerReferences {
-		ref := &n.OwnerReferences[i]
-		o := g.nodes[ref.UID]
-		if o == nil || o.virtual || !Matches(o.Identity, ref, n.Identity.Namespace) || o.DeletingDependents() {
+	for i := range n.refs {
+		ref := &n.refs[i]
+		o := g.nodes[ref.uid]
+		if o == nil || o.virtual || !matches(o, ref, n.namespace) || o.deletingDependents() {
 			return true
 		}
 	}
@@ -282,27 +280,43 @@ func sameGroup(a, b string) bool {
 }
 
 func (g *Graph) remove(obj *Object, eff *Effects) {
-	uid := obj.Identity.UID
-	n := g.nodes[uid]
-	if n == nil || n.virtual {
-		return
+	if n := g.nodes[obj.Identity.UID]; n != nil && !n.virtual {
+		g.removeNode(n, eff)
 	}
-	eff.Absent = append(eff.Absent, n.Identity)
-	for i, refs := 0, n.OwnerReferences; i < len(refs); i++ {
+}
+
+func (g *Graph) removeNode(n *node, eff *Effects) {
+	uid := n.uid
+	eff.Absent = append(eff.Absent, n.identity())
+	for i, refs := 0, n.refs; i < len(refs); i++ {
 		if firstRef(refs, i) {
-			g.unlink(uid, refs[i].UID, blocks(refs, refs[i].UID), eff)
+			g.unlink(uid, refs[i].uid, blocks(refs, refs[i].uid), eff)
 		}
 	}
-	if len(n.dependents) == 0 {
+	if n.dependents.len() == 0 {
 		delete(g.nodes, uid)
 		return
 	}
 	// Keep a placeholder so the dependents' edges stay consistent; they are
 	// re-checked now that their owner is gone.
-	n.Object = Object{Identity: n.Identity}
+	n.rv, n.refs, n.finalizers, n.deleting = "", nil, nil, false
 	n.virtual, n.absent = true, true
 	eff.CascadeStarted = append(eff.CascadeStarted, uid)
-	for dep := range n.dependents {
+	for dep := range n.dependents.all() {
 		eff.addDelete(dep)
+	}
+}
+
+// sweep removes the observed nodes of one resource (apiVersion and kind as
+// its monitor reports them) that the list of generation gen did not see.
+func (g *Graph) sweep(apiVersion, k string, gen uint32, eff *Effects) {
+	var gone []*node
+	for _, n := range g.nodes {
+		if !n.virtual && n.gen != gen && n.kind.kind == k && n.kind.apiVersion == apiVersion {
+			gone = append(gone, n)
+		}
+	}
+	for _, n := range gone {
+		g.removeNode(n, eff)
 	}
 }

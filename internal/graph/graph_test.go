@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ type objOpt func(*graph.Object)
 func obj(uid string, opts ...objOpt) graph.Object {
 	o := graph.Object{
 		Identity:        graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: testNS, Name: "name-" + uid, UID: types.UID(uid)},
-		ResourceVersion: "1",
+		ResourceVersion: nextRV(),
 	}
 	for _, f := range opts {
 		f(&o)
@@ -672,10 +673,10 @@ func TestCopiesAreIndependent(t *testing.T) {
 	newGraph := func() *graph.Graph {
 		g := graph.New()
 		g.Apply(upsert(obj("o")))
-		g.Apply(upsert(obj("d", owners(ref("o", block)), finalizers("f1", "f2"))))
+		g.Apply(upsert(obj("d", owners(ref("o", block)), finalizers("f1", "f2"), rv("7"))))
 		return g
 	}
-	want := obj("d", owners(ref("o", block)), finalizers("f1", "f2"))
+	want := obj("d", owners(ref("o", block)), finalizers("f1", "f2"), rv("7"))
 
 	t.Run("Item", func(t *testing.T) {
 		g := newGraph()
@@ -974,8 +975,15 @@ func (m *model) check(g *graph.Graph, only map[types.UID]bool) error {
 	return nil
 }
 
+// rvs makes every test object's resourceVersion unique, as the apiserver
+// does: the graph takes an upsert with the resourceVersion it already has
+// for "nothing changed".
+var rvs atomic.Int64
+
+func nextRV() string { return strconv.FormatInt(rvs.Add(1), 10) }
+
 func randomObject(r *rand.Rand, i int) graph.Object {
-	o := graph.Object{Identity: randomIdentity(i), ResourceVersion: strconv.Itoa(r.IntN(1000))}
+	o := graph.Object{Identity: randomIdentity(i), ResourceVersion: nextRV()}
 	nrefs := []int{0, 1, 1, 1, 2, 2, 3, 4}[r.IntN(8)]
 	for range nrefs {
 		target := randomIdentity(r.IntN(randomUIDs))

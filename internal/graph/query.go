@@ -41,20 +41,18 @@ func (g *Graph) Item(uid types.UID) (Item, bool) {
 	if n == nil {
 		return Item{}, false
 	}
-	it := Item{Object: n.Object, Virtual: n.virtual, Absent: n.absent}
-	it.OwnerReferences = cloneRefs(n.OwnerReferences)
-	it.Finalizers = slices.Clone(n.Finalizers)
-	it.Dependents = make([]Dependent, 0, len(n.dependents))
-	for depUID := range n.dependents {
+	it := Item{Object: n.object(), Virtual: n.virtual, Absent: n.absent}
+	it.Dependents = make([]Dependent, 0, n.dependents.len())
+	for depUID := range n.dependents.all() {
 		d := g.nodes[depUID]
 		if d == nil {
 			continue
 		}
 		it.Dependents = append(it.Dependents, Dependent{
 			UID:                depUID,
-			Blocking:           blocks(d.OwnerReferences, uid),
-			Deleting:           d.Deleting,
-			DeletingDependents: d.DeletingDependents(),
+			Blocking:           blocks(d.refs, uid),
+			Deleting:           d.deleting,
+			DeletingDependents: d.deletingDependents(),
 		})
 	}
 	return it, true
@@ -69,11 +67,11 @@ func (g *Graph) Owner(uid types.UID) (OwnerView, bool) {
 		return OwnerView{}, false
 	}
 	return OwnerView{
-		Identity:           n.Identity,
+		Identity:           n.identity(),
 		Virtual:            n.virtual,
 		Absent:             n.absent,
-		Deleting:           n.Deleting,
-		DeletingDependents: n.DeletingDependents(),
+		Deleting:           n.deleting,
+		DeletingDependents: n.deletingDependents(),
 	}, true
 }
 
@@ -83,7 +81,7 @@ func (g *Graph) BlockingDependents(uid types.UID) int {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	if n := g.nodes[uid]; n != nil {
-		return n.blocking
+		return int(n.blocking)
 	}
 	return 0
 }
@@ -118,14 +116,7 @@ func (g *Graph) Snapshot(uids ...types.UID) []NodeView {
 	}
 	out := make([]NodeView, 0, len(selected))
 	for _, n := range selected {
-		out = append(out, NodeView{
-			Identity:           n.Identity,
-			Virtual:            n.virtual,
-			Absent:             n.absent,
-			Deleting:           n.Deleting,
-			DeletingDependents: n.DeletingDependents(),
-			Owners:             cloneRefs(n.OwnerReferences),
-		})
+		out = append(out, nodeView(n))
 	}
 	slices.SortFunc(out, func(a, b NodeView) int {
 		if a.Identity.UID < b.Identity.UID {
@@ -154,10 +145,10 @@ func (g *Graph) component(uids []types.UID) map[types.UID]*node {
 			continue
 		}
 		seen[uid] = n
-		for i := range n.OwnerReferences {
-			stack = append(stack, n.OwnerReferences[i].UID)
+		for i := range n.refs {
+			stack = append(stack, n.refs[i].uid)
 		}
-		for dep := range n.dependents {
+		for dep := range n.dependents.all() {
 			stack = append(stack, dep)
 		}
 	}
@@ -170,47 +161,50 @@ func (g *Graph) CheckInvariants() error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	for uid, n := range g.nodes {
-		if n.Identity.UID != uid {
-			return fmt.Errorf("node keyed %s has identity uid %s", uid, n.Identity.UID)
+		if n.uid != uid {
+			return fmt.Errorf("node keyed %s has identity uid %s", uid, n.uid)
+		}
+		if n.kind == nil {
+			return fmt.Errorf("node %s has no kind", uid)
 		}
 		if n.virtual {
-			if len(n.dependents) == 0 {
-				return fmt.Errorf("virtual node %s has no dependents", n.Identity)
+			if n.dependents.len() == 0 {
+				return fmt.Errorf("virtual node %s has no dependents", n.identity())
 			}
-			if len(n.OwnerReferences) != 0 {
-				return fmt.Errorf("virtual node %s has owners", n.Identity)
+			if len(n.refs) != 0 || n.finalizers != nil || n.deleting {
+				return fmt.Errorf("virtual node %s has owners", n.identity())
 			}
 		} else if n.absent {
-			return fmt.Errorf("observed node %s is marked absent", n.Identity)
+			return fmt.Errorf("observed node %s is marked absent", n.identity())
 		}
-		for i := range n.OwnerReferences {
-			o := g.nodes[n.OwnerReferences[i].UID]
+		for i := range n.refs {
+			o := g.nodes[n.refs[i].uid]
 			if o == nil {
-				return fmt.Errorf("owner %s of %s is not in the graph", n.OwnerReferences[i].UID, n.Identity)
+				return fmt.Errorf("owner %s of %s is not in the graph", n.refs[i].uid, n.identity())
 			}
-			if _, ok := o.dependents[uid]; !ok {
-				return fmt.Errorf("owner %s does not list dependent %s", o.Identity, n.Identity)
+			if !o.dependents.has(uid) {
+				return fmt.Errorf("owner %s does not list dependent %s", o.identity(), n.identity())
 			}
 		}
 		blocking := 0
-		for dep := range n.dependents {
-			if d := g.nodes[dep]; d != nil && blocks(d.OwnerReferences, uid) {
+		for dep := range n.dependents.all() {
+			if d := g.nodes[dep]; d != nil && blocks(d.refs, uid) {
 				blocking++
 			}
 		}
-		if blocking != n.blocking {
-			return fmt.Errorf("node %s counts %d blocking dependents, has %d", n.Identity, n.blocking, blocking)
+		if int32(blocking) != n.blocking {
+			return fmt.Errorf("node %s counts %d blocking dependents, has %d", n.identity(), n.blocking, blocking)
 		}
-		for dep := range n.dependents {
+		for dep := range n.dependents.all() {
 			d := g.nodes[dep]
 			if d == nil {
-				return fmt.Errorf("dependent %s of %s is not in the graph", dep, n.Identity)
+				return fmt.Errorf("dependent %s of %s is not in the graph", dep, n.identity())
 			}
 			if d.virtual {
-				return fmt.Errorf("dependent %s of %s is virtual", d.Identity, n.Identity)
+				return fmt.Errorf("dependent %s of %s is virtual", d.identity(), n.identity())
 			}
-			if !hasRef(d.OwnerReferences, uid) {
-				return fmt.Errorf("dependent %s does not reference owner %s", d.Identity, n.Identity)
+			if !hasRef(d.refs, uid) {
+				return fmt.Errorf("dependent %s does not reference owner %s", d.identity(), n.identity())
 			}
 		}
 	}
@@ -226,23 +220,7 @@ func (g *Graph) Object(uid types.UID) (obj Object, ok bool) {
 	if n == nil || n.virtual {
 		return Object{}, false
 	}
-	obj = n.Object
-	obj.OwnerReferences = cloneRefs(n.OwnerReferences)
-	obj.Finalizers = slices.Clone(n.Finalizers)
-	return obj, true
-}
-
-// cloneRefs deep-copies references: their BlockOwnerDeletion and Controller
-// are pointers, and a copy handed to a reader must not alias the graph.
-func cloneRefs(refs []metav1.OwnerReference) []metav1.OwnerReference {
-	if refs == nil {
-		return nil
-	}
-	out := make([]metav1.OwnerReference, len(refs))
-	for i := range refs {
-		refs[i].DeepCopyInto(&out[i])
-	}
-	return out
+	return n.object(), true
 }
 
 // Counts is the graph's size by node state; a node may count in several.
@@ -264,24 +242,24 @@ func (g *Graph) Counts() Counts {
 		default:
 			c.Observed++
 		}
-		if n.Deleting {
+		if n.deleting {
 			c.Deleting++
 		}
-		if n.DeletingDependents() {
+		if n.deletingDependents() {
 			c.DeletingDependents++
 		}
 	}
 	return c
 }
 
-// blocks reports whether any of refs to owner has blockOwnerDeletion=true.
-// It is on the path of every foreground owner check, once per dependent, so
-// it scans instead of building refsByUID's map.
-func blocks(refs []metav1.OwnerReference, owner types.UID) bool {
-	for i := range refs {
-		if refs[i].UID == owner && refs[i].BlockOwnerDeletion != nil && *refs[i].BlockOwnerDeletion {
-			return true
-		}
+// nodeView copies what a NodeView shows of n.
+func nodeView(n *node) NodeView {
+	return NodeView{
+		Identity:           n.identity(),
+		Virtual:            n.virtual,
+		Absent:             n.absent,
+		Deleting:           n.deleting,
+		DeletingDependents: n.deletingDependents(),
+		Owners:             expandRefs(n.refs),
 	}
-	return false
 }

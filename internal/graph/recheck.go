@@ -25,10 +25,10 @@ func (g *Graph) Pending() Pending {
 		if n.virtual {
 			continue
 		}
-		if n.Orphaning() {
+		if n.orphaning() {
 			p.AttemptToOrphan = append(p.AttemptToOrphan, uid)
 		}
-		if n.DeletingDependents() || g.needsAttention(n) {
+		if n.deletingDependents() || g.needsAttention(n) {
 			p.AttemptToDelete = append(p.AttemptToDelete, uid)
 		}
 	}

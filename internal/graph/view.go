@@ -46,20 +46,13 @@ func now() time.Time {
 
 func viewOf(n *node) ViewNode {
 	v := ViewNode{
-		NodeView: NodeView{
-			Identity:           n.Identity,
-			Virtual:            n.virtual,
-			Absent:             n.absent,
-			Deleting:           n.Deleting,
-			DeletingDependents: n.DeletingDependents(),
-			Owners:             cloneRefs(n.OwnerReferences),
-		},
-		Orphaning:  n.Orphaning(),
-		Finalizers: slices.Clone(n.Finalizers),
+		NodeView:   nodeView(n),
+		Orphaning:  n.orphaning(),
+		Finalizers: slices.Clone(n.finalizerList()),
 	}
-	if len(n.dependents) > 0 {
-		v.Dependents = make([]types.UID, 0, len(n.dependents))
-		for dep := range n.dependents {
+	if n.dependents.len() > 0 {
+		v.Dependents = make([]types.UID, 0, n.dependents.len())
+		for dep := range n.dependents.all() {
 			v.Dependents = append(v.Dependents, dep)
 		}
 		slices.Sort(v.Dependents)
@@ -98,7 +91,7 @@ func (g *Graph) ScanViews(keep func(*Identity) bool) (out []ViewNode, total int)
 	// made in the loop body (entries removed before being reached are skipped,
 	// entries added may or may not be produced).
 	for _, nd := range g.nodes {
-		if keep == nil || keep(&nd.Identity) {
+		if keep == nil || keep(new(nd.identity())) {
 			out = append(out, viewOf(nd))
 		}
 		n++
