@@ -2,7 +2,7 @@
 // from each dependent to the owners its metadata.ownerReferences name.
 //
 // Concurrency contract: a Graph has exactly one writer, the graph builder
-// goroutine, which calls Apply for every informer event in order. Any number
+// goroutine, which calls Apply for every monitor event in order. Any number
 // of workers read it concurrently through the query methods (Item, Owner,
 // Nodes, …), which copy what they return; no caller ever holds a *node.
 // Apply does no I/O: instead of touching queues it returns the Effects the
