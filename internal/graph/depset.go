@@ -3,8 +3,6 @@ package graph
 import (
 	"iter"
 	"slices"
-
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // depSet is an owner's set of dependents. Most owners have a few (a
@@ -14,8 +12,8 @@ import (
 // 20k dependents must stay constant-time). Leaves, most nodes, have none:
 // nodes hold a *depSet that is nil until the first dependent.
 type depSet struct {
-	small []types.UID
-	big   map[types.UID]struct{}
+	small []key
+	big   map[key]struct{}
 }
 
 const depSetSmall = 16
@@ -30,7 +28,7 @@ func (s *depSet) len() int {
 	return len(s.small)
 }
 
-func (s *depSet) has(uid types.UID) bool {
+func (s *depSet) has(uid key) bool {
 	if s == nil {
 		return false
 	}
@@ -41,7 +39,7 @@ func (s *depSet) has(uid types.UID) bool {
 	return slices.Contains(s.small, uid)
 }
 
-func (s *depSet) add(uid types.UID) {
+func (s *depSet) add(uid key) {
 	if s.big != nil {
 		s.big[uid] = struct{}{}
 		return
@@ -53,7 +51,7 @@ func (s *depSet) add(uid types.UID) {
 		s.small = append(s.small, uid)
 		return
 	}
-	s.big = make(map[types.UID]struct{}, 2*depSetSmall)
+	s.big = make(map[key]struct{}, 2*depSetSmall)
 	for _, d := range s.small {
 		s.big[d] = struct{}{}
 	}
@@ -61,7 +59,7 @@ func (s *depSet) add(uid types.UID) {
 	s.small = nil
 }
 
-func (s *depSet) remove(uid types.UID) {
+func (s *depSet) remove(uid key) {
 	if s == nil {
 		return
 	}
@@ -72,14 +70,14 @@ func (s *depSet) remove(uid types.UID) {
 	if i := slices.Index(s.small, uid); i >= 0 {
 		last := len(s.small) - 1
 		s.small[i] = s.small[last]
-		s.small[last] = ""
+		s.small[last] = key{}
 		s.small = s.small[:last]
 	}
 }
 
 // all iterates over the dependents; the set must not change meanwhile.
-func (s *depSet) all() iter.Seq[types.UID] {
-	return func(yield func(types.UID) bool) {
+func (s *depSet) all() iter.Seq[key] {
+	return func(yield func(key) bool) {
 		if s == nil {
 			return
 		}

@@ -81,12 +81,14 @@ type Effects struct {
 	CascadeDone    []types.UID
 }
 
-func (e *Effects) addDelete(uid types.UID) { e.AttemptToDelete = append(e.AttemptToDelete, uid) }
-
 // Graph is the ownership graph. See the package doc for the concurrency contract.
 type Graph struct {
 	mu    sync.RWMutex
-	nodes map[types.UID]*node
+	nodes map[key]*node
+	// Synthetic keys of UIDs that are not UUIDs (uid.go), both ways.
+	odd     map[types.UID]key
+	oddUIDs map[key]types.UID
+	nextOdd uint64
 	// Shared by nodes (node.go): kinds, and finalizer lists by their names
 	// joined with NUL.
 	kinds      map[kind]*kind
@@ -95,7 +97,15 @@ type Graph struct {
 
 // New returns an empty graph.
 func New() *Graph {
-	return &Graph{nodes: make(map[types.UID]*node), kinds: make(map[kind]*kind), finalizers: make(map[string]*[]string)}
+	return &Graph{
+		nodes: make(map[key]*node), odd: make(map[types.UID]key), oddUIDs: make(map[key]types.UID),
+		kinds: make(map[kind]*kind), finalizers: make(map[string]*[]string),
+	}
+}
+
+// addDelete asks for a check of the node with key k.
+func (g *Graph) addDelete(eff *Effects, k key) {
+	eff.AttemptToDelete = append(eff.AttemptToDelete, g.uidOf(k))
 }
 
 // Apply applies one informer event and returns its effects.
@@ -115,7 +125,7 @@ func (g *Graph) Apply(ev Event) Effects {
 }
 
 func (g *Graph) upsert(obj *Object, gen uint32, eff *Effects) {
-	uid := obj.Identity.UID
+	uid := g.keyFor(obj.Identity.UID)
 	n := g.nodes[uid]
 	var old []ownerRef
 	wasDeletingDependents := false
@@ -132,8 +142,8 @@ func (g *Graph) upsert(obj *Object, gen uint32, eff *Effects) {
 		old = n.refs
 		wasDeletingDependents = n.deletingDependents()
 	}
-	// Keep the strings the graph holds for equal values (n.uid is the
-	// node's key; a placeholder's name comes from a reference).
+	// Keep the name the graph holds if it is equal (a placeholder's comes
+	// from a reference).
 	if n.name != obj.Identity.Name {
 		n.name = obj.Identity.Name
 	}
@@ -173,7 +183,7 @@ func (g *Graph) upsert(obj *Object, gen uint32, eff *Effects) {
 		o.blocking--
 		// A dependent that stops blocking may release a foreground owner.
 		if o.deletingDependents() {
-			eff.addDelete(ownerUID)
+			g.addDelete(eff, ownerUID)
 		}
 	}
 	for i := range cur {
@@ -184,19 +194,19 @@ func (g *Graph) upsert(obj *Object, gen uint32, eff *Effects) {
 	}
 
 	if n.orphaning() {
-		eff.AttemptToOrphan = append(eff.AttemptToOrphan, uid)
+		eff.AttemptToOrphan = append(eff.AttemptToOrphan, g.uidOf(uid))
 	}
 	if n.deletingDependents() {
-		eff.addDelete(uid)
+		g.addDelete(eff, uid)
 		if !wasDeletingDependents && n.dependents.len() > 0 {
-			eff.CascadeStarted = append(eff.CascadeStarted, uid)
+			eff.CascadeStarted = append(eff.CascadeStarted, g.uidOf(uid))
 			for dep := range n.dependents.all() {
-				eff.addDelete(dep)
+				g.addDelete(eff, dep)
 			}
 		}
 	}
 	if g.needsAttention(n) {
-		eff.addDelete(uid)
+		g.addDelete(eff, uid)
 	}
 }
 
@@ -219,7 +229,7 @@ func (g *Graph) link(dependent *node, ref *ownerRef, blocking bool) {
 	}
 }
 
-func (g *Graph) unlink(dependent, ownerUID types.UID, blocking bool, eff *Effects) {
+func (g *Graph) unlink(dependent, ownerUID key, blocking bool, eff *Effects) {
 	o := g.nodes[ownerUID]
 	if o == nil {
 		return
@@ -229,14 +239,14 @@ func (g *Graph) unlink(dependent, ownerUID types.UID, blocking bool, eff *Effect
 		o.blocking--
 	}
 	if o.dependents.len() == 0 && (o.absent || o.deletingDependents()) {
-		eff.CascadeDone = append(eff.CascadeDone, ownerUID)
+		eff.CascadeDone = append(eff.CascadeDone, g.uidOf(ownerUID))
 	}
 	if o.virtual && o.dependents.len() == 0 {
-		delete(g.nodes, ownerUID)
+		g.release(ownerUID)
 		return
 	}
 	if blocking && o.deletingDependents() {
-		eff.addDelete(ownerUID)
+		g.addDelete(eff, ownerUID)
 	}
 }
 
@@ -280,30 +290,31 @@ func sameGroup(a, b string) bool {
 }
 
 func (g *Graph) remove(obj *Object, eff *Effects) {
-	if n := g.nodes[obj.Identity.UID]; n != nil && !n.virtual {
+	if n := g.node(obj.Identity.UID); n != nil && !n.virtual {
 		g.removeNode(n, eff)
 	}
 }
 
 func (g *Graph) removeNode(n *node, eff *Effects) {
 	uid := n.uid
-	eff.Absent = append(eff.Absent, n.identity())
+	id := g.identity(n)
+	eff.Absent = append(eff.Absent, id)
 	for i, refs := 0, n.refs; i < len(refs); i++ {
 		if firstRef(refs, i) {
 			g.unlink(uid, refs[i].uid, blocks(refs, refs[i].uid), eff)
 		}
 	}
 	if n.dependents.len() == 0 {
-		delete(g.nodes, uid)
+		g.release(uid)
 		return
 	}
 	// Keep a placeholder so the dependents' edges stay consistent; they are
 	// re-checked now that their owner is gone.
 	n.rv, n.refs, n.finalizers, n.deleting = "", nil, nil, false
 	n.virtual, n.absent = true, true
-	eff.CascadeStarted = append(eff.CascadeStarted, uid)
+	eff.CascadeStarted = append(eff.CascadeStarted, id.UID)
 	for dep := range n.dependents.all() {
-		eff.addDelete(dep)
+		g.addDelete(eff, dep)
 	}
 }
 

@@ -774,7 +774,12 @@ func TestAbsentIdentity(t *testing.T) {
 const randomUIDs = 300
 
 func randomIdentity(i int) graph.Identity {
+	// Half the UIDs are UUIDs as the apiserver makes them, half are not:
+	// the graph keys them differently (uid.go).
 	uid := types.UID(fmt.Sprintf("u%03d", i))
+	if i%3 == 0 {
+		uid = types.UID(fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i))
+	}
 	switch {
 	case i%10 == 0:
 		return graph.Identity{APIVersion: "v1", Kind: "Namespace", Name: "n-" + string(uid), UID: uid}

@@ -4,7 +4,6 @@ import (
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // The graph is the only copy kgc keeps of every object it tracks (the
@@ -53,27 +52,25 @@ func (b optBool) ptr() *bool {
 type ownerRef struct {
 	kind       *kind
 	name       string
-	uid        types.UID
+	uid        key
 	controller optBool
 	block      optBool
 }
 
 func (r *ownerRef) blocking() bool { return r.block == isTrue }
 
-func (r *ownerRef) expand() metav1.OwnerReference {
-	return metav1.OwnerReference{
-		APIVersion: r.kind.apiVersion, Kind: r.kind.kind, Name: r.name, UID: r.uid,
-		Controller: r.controller.ptr(), BlockOwnerDeletion: r.block.ptr(),
-	}
-}
-
-func expandRefs(refs []ownerRef) []metav1.OwnerReference {
+// expandRefs returns refs as metav1.OwnerReferences. Caller holds mu.
+func (g *Graph) expandRefs(refs []ownerRef) []metav1.OwnerReference {
 	if refs == nil {
 		return nil
 	}
 	out := make([]metav1.OwnerReference, len(refs))
 	for i := range refs {
-		out[i] = refs[i].expand()
+		r := &refs[i]
+		out[i] = metav1.OwnerReference{
+			APIVersion: r.kind.apiVersion, Kind: r.kind.kind, Name: r.name, UID: g.uidOf(r.uid),
+			Controller: r.controller.ptr(), BlockOwnerDeletion: r.block.ptr(),
+		}
 	}
 	return out
 }
@@ -82,7 +79,7 @@ type node struct {
 	kind       *kind
 	namespace  string // "" for cluster-scoped objects
 	name       string
-	uid        types.UID // the same string as the node's key in Graph.nodes
+	uid        key // the node's key in Graph.nodes
 	rv         string
 	refs       []ownerRef
 	finalizers *[]string // shared by every node with the same list (see finalizersOf)
@@ -101,17 +98,18 @@ type node struct {
 	absent bool
 }
 
-func (n *node) identity() Identity {
-	return Identity{APIVersion: n.kind.apiVersion, Kind: n.kind.kind, Namespace: n.namespace, Name: n.name, UID: n.uid}
+// identity returns n's identity. Caller holds mu.
+func (g *Graph) identity(n *node) Identity {
+	return Identity{APIVersion: n.kind.apiVersion, Kind: n.kind.kind, Namespace: n.namespace, Name: n.name, UID: g.uidOf(n.uid)}
 }
 
 // object returns a copy of what the node holds of its object, sharing
-// nothing a reader could change.
-func (n *node) object() Object {
+// nothing a reader could change. Caller holds mu.
+func (g *Graph) object(n *node) Object {
 	return Object{
-		Identity:        n.identity(),
+		Identity:        g.identity(n),
 		ResourceVersion: n.rv,
-		OwnerReferences: expandRefs(n.refs),
+		OwnerReferences: g.expandRefs(n.refs),
 		Finalizers:      slices.Clone(n.finalizerList()),
 		Deleting:        n.deleting,
 	}
@@ -186,11 +184,10 @@ func (g *Graph) kindOf(apiVersion, k string) *kind {
 	return p
 }
 
-// compactRefs converts references, sharing strings the graph already holds
-// for equal values: each owner's UID and name those of the owner's node (a
-// placeholder's come from the first reference to it). Every decoded string
-// is its own allocation, so holding one copy of each UID instead of one
-// per reference is tens of bytes per object at 100k objects.
+// compactRefs converts references, sharing the name strings the graph
+// already holds for equal values: each owner's name that of the owner's
+// node (a placeholder's comes from the first reference to it). Caller holds
+// mu for writing, and links every reference it returns (keyFor).
 func (g *Graph) compactRefs(refs []metav1.OwnerReference) []ownerRef {
 	if len(refs) == 0 {
 		return nil
@@ -199,15 +196,10 @@ func (g *Graph) compactRefs(refs []metav1.OwnerReference) []ownerRef {
 	for i := range refs {
 		in, r := &refs[i], &out[i]
 		r.kind = g.kindOf(in.APIVersion, in.Kind)
-		r.name, r.uid = in.Name, in.UID
+		r.name, r.uid = in.Name, g.keyFor(in.UID)
 		r.controller, r.block = optBoolOf(in.Controller), optBoolOf(in.BlockOwnerDeletion)
-		// (A node being created has no identity yet: a self-reference
-		// finds it empty.)
-		if o := g.nodes[r.uid]; o != nil && o.uid == r.uid {
-			r.uid = o.uid
-			if r.name == o.name {
-				r.name = o.name
-			}
+		if o := g.nodes[r.uid]; o != nil && r.name == o.name {
+			r.name = o.name
 		}
 	}
 	return out
@@ -224,7 +216,7 @@ func firstRef(refs []ownerRef, i int) bool {
 }
 
 // hasRef reports whether refs reference owner.
-func hasRef(refs []ownerRef, owner types.UID) bool {
+func hasRef(refs []ownerRef, owner key) bool {
 	for i := range refs {
 		if refs[i].uid == owner {
 			return true
@@ -236,7 +228,7 @@ func hasRef(refs []ownerRef, owner types.UID) bool {
 // blocks reports whether any of refs to owner has blockOwnerDeletion=true.
 // It is on the path of every foreground owner check, once per dependent,
 // so it scans.
-func blocks(refs []ownerRef, owner types.UID) bool {
+func blocks(refs []ownerRef, owner key) bool {
 	for i := range refs {
 		if refs[i].uid == owner && refs[i].blocking() {
 			return true

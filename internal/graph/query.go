@@ -37,11 +37,11 @@ type OwnerView struct {
 func (g *Graph) Item(uid types.UID) (Item, bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	n := g.nodes[uid]
+	n := g.node(uid)
 	if n == nil {
 		return Item{}, false
 	}
-	it := Item{Object: n.object(), Virtual: n.virtual, Absent: n.absent}
+	it := Item{Object: g.object(n), Virtual: n.virtual, Absent: n.absent}
 	it.Dependents = make([]Dependent, 0, n.dependents.len())
 	for depUID := range n.dependents.all() {
 		d := g.nodes[depUID]
@@ -49,8 +49,8 @@ func (g *Graph) Item(uid types.UID) (Item, bool) {
 			continue
 		}
 		it.Dependents = append(it.Dependents, Dependent{
-			UID:                depUID,
-			Blocking:           blocks(d.refs, uid),
+			UID:                g.uidOf(depUID),
+			Blocking:           blocks(d.refs, n.uid),
 			Deleting:           d.deleting,
 			DeletingDependents: d.deletingDependents(),
 		})
@@ -62,12 +62,12 @@ func (g *Graph) Item(uid types.UID) (Item, bool) {
 func (g *Graph) Owner(uid types.UID) (OwnerView, bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	n := g.nodes[uid]
+	n := g.node(uid)
 	if n == nil {
 		return OwnerView{}, false
 	}
 	return OwnerView{
-		Identity:           n.identity(),
+		Identity:           g.identity(n),
 		Virtual:            n.virtual,
 		Absent:             n.absent,
 		Deleting:           n.deleting,
@@ -80,7 +80,7 @@ func (g *Graph) Owner(uid types.UID) (OwnerView, bool) {
 func (g *Graph) BlockingDependents(uid types.UID) int {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	if n := g.nodes[uid]; n != nil {
+	if n := g.node(uid); n != nil {
 		return int(n.blocking)
 	}
 	return 0
@@ -108,7 +108,7 @@ type NodeView struct {
 func (g *Graph) Snapshot(uids ...types.UID) []NodeView {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	var selected map[types.UID]*node
+	var selected map[key]*node
 	if len(uids) == 0 {
 		selected = g.nodes
 	} else {
@@ -116,7 +116,7 @@ func (g *Graph) Snapshot(uids ...types.UID) []NodeView {
 	}
 	out := make([]NodeView, 0, len(selected))
 	for _, n := range selected {
-		out = append(out, nodeView(n))
+		out = append(out, g.nodeView(n))
 	}
 	slices.SortFunc(out, func(a, b NodeView) int {
 		if a.Identity.UID < b.Identity.UID {
@@ -131,20 +131,25 @@ func (g *Graph) Snapshot(uids ...types.UID) []NodeView {
 }
 
 // component returns the connected components containing uids. Caller holds mu.
-func (g *Graph) component(uids []types.UID) map[types.UID]*node {
-	seen := make(map[types.UID]*node)
-	stack := slices.Clone(uids)
+func (g *Graph) component(uids []types.UID) map[key]*node {
+	seen := make(map[key]*node)
+	var stack []key
+	for _, uid := range uids {
+		if k, ok := g.lookup(uid); ok {
+			stack = append(stack, k)
+		}
+	}
 	for len(stack) > 0 {
-		uid := stack[len(stack)-1]
+		k := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if _, ok := seen[uid]; ok {
+		if _, ok := seen[k]; ok {
 			continue
 		}
-		n := g.nodes[uid]
+		n := g.nodes[k]
 		if n == nil {
 			continue
 		}
-		seen[uid] = n
+		seen[k] = n
 		for i := range n.refs {
 			stack = append(stack, n.refs[i].uid)
 		}
@@ -162,28 +167,31 @@ func (g *Graph) CheckInvariants() error {
 	defer g.mu.RUnlock()
 	for uid, n := range g.nodes {
 		if n.uid != uid {
-			return fmt.Errorf("node keyed %s has identity uid %s", uid, n.uid)
+			return fmt.Errorf("node keyed %v has key %v", uid, n.uid)
 		}
 		if n.kind == nil {
-			return fmt.Errorf("node %s has no kind", uid)
+			return fmt.Errorf("node %s has no kind", g.uidOf(uid))
+		}
+		if _, ok := g.oddUIDs[uid]; uid.hi == 0 && !ok {
+			return fmt.Errorf("node with synthetic key %v has no UID", uid)
 		}
 		if n.virtual {
 			if n.dependents.len() == 0 {
-				return fmt.Errorf("virtual node %s has no dependents", n.identity())
+				return fmt.Errorf("virtual node %s has no dependents", g.identity(n))
 			}
 			if len(n.refs) != 0 || n.finalizers != nil || n.deleting {
-				return fmt.Errorf("virtual node %s has owners", n.identity())
+				return fmt.Errorf("virtual node %s has owners", g.identity(n))
 			}
 		} else if n.absent {
-			return fmt.Errorf("observed node %s is marked absent", n.identity())
+			return fmt.Errorf("observed node %s is marked absent", g.identity(n))
 		}
 		for i := range n.refs {
 			o := g.nodes[n.refs[i].uid]
 			if o == nil {
-				return fmt.Errorf("owner %s of %s is not in the graph", n.refs[i].uid, n.identity())
+				return fmt.Errorf("owner %s of %s is not in the graph", g.uidOf(n.refs[i].uid), g.identity(n))
 			}
 			if !o.dependents.has(uid) {
-				return fmt.Errorf("owner %s does not list dependent %s", o.identity(), n.identity())
+				return fmt.Errorf("owner %s does not list dependent %s", g.identity(o), g.identity(n))
 			}
 		}
 		blocking := 0
@@ -193,19 +201,27 @@ func (g *Graph) CheckInvariants() error {
 			}
 		}
 		if int32(blocking) != n.blocking {
-			return fmt.Errorf("node %s counts %d blocking dependents, has %d", n.identity(), n.blocking, blocking)
+			return fmt.Errorf("node %s counts %d blocking dependents, has %d", g.identity(n), n.blocking, blocking)
 		}
 		for dep := range n.dependents.all() {
 			d := g.nodes[dep]
 			if d == nil {
-				return fmt.Errorf("dependent %s of %s is not in the graph", dep, n.identity())
+				return fmt.Errorf("dependent %s of %s is not in the graph", g.uidOf(dep), g.identity(n))
 			}
 			if d.virtual {
-				return fmt.Errorf("dependent %s of %s is virtual", d.identity(), n.identity())
+				return fmt.Errorf("dependent %s of %s is virtual", g.identity(d), g.identity(n))
 			}
 			if !hasRef(d.refs, uid) {
-				return fmt.Errorf("dependent %s does not reference owner %s", d.identity(), n.identity())
+				return fmt.Errorf("dependent %s does not reference owner %s", g.identity(d), g.identity(n))
 			}
+		}
+	}
+	if len(g.odd) != len(g.oddUIDs) {
+		return fmt.Errorf("%d synthetic keys, %d UIDs for them", len(g.odd), len(g.oddUIDs))
+	}
+	for uid, k := range g.odd {
+		if g.oddUIDs[k] != uid || g.nodes[k] == nil {
+			return fmt.Errorf("synthetic key of %s is stale", uid)
 		}
 	}
 	return nil
@@ -216,11 +232,11 @@ func (g *Graph) CheckInvariants() error {
 func (g *Graph) Object(uid types.UID) (obj Object, ok bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	n := g.nodes[uid]
+	n := g.node(uid)
 	if n == nil || n.virtual {
 		return Object{}, false
 	}
-	return n.object(), true
+	return g.object(n), true
 }
 
 // Counts is the graph's size by node state; a node may count in several.
@@ -252,14 +268,14 @@ func (g *Graph) Counts() Counts {
 	return c
 }
 
-// nodeView copies what a NodeView shows of n.
-func nodeView(n *node) NodeView {
+// nodeView copies what a NodeView shows of n. Caller holds mu.
+func (g *Graph) nodeView(n *node) NodeView {
 	return NodeView{
-		Identity:           n.identity(),
+		Identity:           g.identity(n),
 		Virtual:            n.virtual,
 		Absent:             n.absent,
 		Deleting:           n.deleting,
 		DeletingDependents: n.deletingDependents(),
-		Owners:             expandRefs(n.refs),
+		Owners:             g.expandRefs(n.refs),
 	}
 }

@@ -26,10 +26,10 @@ func (g *Graph) Pending() Pending {
 			continue
 		}
 		if n.orphaning() {
-			p.AttemptToOrphan = append(p.AttemptToOrphan, uid)
+			p.AttemptToOrphan = append(p.AttemptToOrphan, g.uidOf(uid))
 		}
 		if n.deletingDependents() || g.needsAttention(n) {
-			p.AttemptToDelete = append(p.AttemptToDelete, uid)
+			p.AttemptToDelete = append(p.AttemptToDelete, g.uidOf(uid))
 		}
 	}
 	return p

@@ -44,16 +44,17 @@ func now() time.Time {
 	return time.Time{}
 }
 
-func viewOf(n *node) ViewNode {
+// viewOf copies n for display. Caller holds mu.
+func (g *Graph) viewOf(n *node) ViewNode {
 	v := ViewNode{
-		NodeView:   nodeView(n),
+		NodeView:   g.nodeView(n),
 		Orphaning:  n.orphaning(),
 		Finalizers: slices.Clone(n.finalizerList()),
 	}
 	if n.dependents.len() > 0 {
 		v.Dependents = make([]types.UID, 0, n.dependents.len())
 		for dep := range n.dependents.all() {
-			v.Dependents = append(v.Dependents, dep)
+			v.Dependents = append(v.Dependents, g.uidOf(dep))
 		}
 		slices.Sort(v.Dependents)
 	}
@@ -91,8 +92,10 @@ func (g *Graph) ScanViews(keep func(*Identity) bool) (out []ViewNode, total int)
 	// made in the loop body (entries removed before being reached are skipped,
 	// entries added may or may not be produced).
 	for _, nd := range g.nodes {
-		if keep == nil || keep(new(nd.identity())) {
-			out = append(out, viewOf(nd))
+		if keep == nil {
+			out = append(out, g.viewOf(nd))
+		} else if v := g.viewOf(nd); keep(&v.Identity) {
+			out = append(out, v)
 		}
 		n++
 		if n%batch == 0 {
@@ -124,8 +127,8 @@ func (g *Graph) Views(uids []types.UID) []ViewNode {
 		g.mu.RLock()
 		t0 := now()
 		for _, uid := range uids[start:end] {
-			if nd := g.nodes[uid]; nd != nil {
-				out = append(out, viewOf(nd))
+			if nd := g.node(uid); nd != nil {
+				out = append(out, g.viewOf(nd))
 			}
 		}
 		held(t0)

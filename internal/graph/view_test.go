@@ -153,7 +153,7 @@ func TestScanViewsReleasesLockBetweenBatches(t *testing.T) {
 		seen[v.Identity.UID] = true
 	}
 	for _, v := range before {
-		if !seen[v.Identity.UID] && !removed[v.Identity.UID] && g.nodes[v.Identity.UID] != nil {
+		if !seen[v.Identity.UID] && !removed[v.Identity.UID] && g.node(v.Identity.UID) != nil {
 			t.Errorf("%s was in the graph throughout but is not in the view", v.Identity.UID)
 		}
 	}
