@@ -280,6 +280,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	c.events.WaitIdle()
 	c.synced.Store(true)
+	c.recheck(ctx)
 	logger.Info("Monitors synced; starting workers", "workers", c.cfg.Workers, "nodes", c.graph.Len())
 
 	for range c.cfg.Workers {
@@ -354,11 +355,21 @@ func (c *Collector) runGraphBuilder(ctx context.Context) {
 				c.rediscover.observe(graph.Event{Type: graph.Delete, Object: graph.Object{Identity: id}})
 			}
 		}
-		for _, uid := range eff.AttemptToDelete {
-			c.attemptToDelete.Add(uid)
-		}
-		for _, uid := range eff.AttemptToOrphan {
-			c.attemptToOrphan.Add(uid)
+		// Until the workers start, queueing is pointless: the initial
+		// lists would queue every dependent listed before its owner (a
+		// LIST returns them in name order), 75k items for 100k objects,
+		// each to find its owner in the graph once workers run. Run
+		// instead re-checks the whole graph once when it starts them
+		// (recheck), which finds exactly what is still unfinished then:
+		// an event applied before the builder saw synced is in the graph
+		// before that re-check reads it (synced is set before it).
+		if c.synced.Load() {
+			for _, uid := range eff.AttemptToDelete {
+				c.attemptToDelete.Add(uid)
+			}
+			for _, uid := range eff.AttemptToOrphan {
+				c.attemptToOrphan.Add(uid)
+			}
 		}
 		now := time.Now()
 		for _, uid := range eff.CascadeStarted {
