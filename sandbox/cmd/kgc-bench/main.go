@@ -74,8 +74,9 @@ type options struct {
 	populated          int
 	limit              int
 
-	markdown string
-	verbose  bool
+	markdown   string
+	verbose    bool
+	cpuProfile string // directory for the collectors' CPU profiles
 }
 
 var allScenarios = []string{"background", "foreground", "chain", "orphan", "sweep", "populated", "limit"}
@@ -102,6 +103,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	)
 	fs.StringVar(&cf.Collector, "collector", "", "internal: collector of the collector role")
 	fs.StringVar(&cf.Server, "server", "", "internal: apiserver URL of the collector role")
+	fs.StringVar(&cf.CPUProfile, "child-cpuprofile", "", "internal: CPU profile file of the collector role")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write each collector's CPU profile (its whole life) to this directory as <scenario>-<collector>-<budget>-<run>.pprof")
 	fs.IntVar(&o.runs, "runs", 3, "runs per cell (collectors alternate)")
 	fs.IntVar(&o.workers, "workers", 20, "collector workers (kube-controller-manager's --concurrent-gc-syncs)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "limit on every wait of a cell")
@@ -172,6 +175,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	for _, b := range o.budgetList {
 		if _, ok := o.budgets[b]; !ok {
 			fmt.Fprintf(stderr, "unknown budget %q\n", b)
+			return 2
+		}
+	}
+	if o.cpuProfile != "" {
+		if err := os.MkdirAll(o.cpuProfile, 0o755); err != nil {
+			fmt.Fprintln(stderr, "--cpuprofile:", err)
 			return 2
 		}
 	}

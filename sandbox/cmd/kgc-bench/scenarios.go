@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,7 +47,11 @@ type cellSpec struct {
 
 func (s cellSpec) flags(e *env) collectorFlags {
 	b := e.opts.budgets[s.budget]
-	return collectorFlags{Collector: s.collector, Server: e.proxy.URL, QPS: b.qps, Burst: b.burst, Workers: e.opts.workers}
+	f := collectorFlags{Collector: s.collector, Server: e.proxy.URL, QPS: b.qps, Burst: b.burst, Workers: e.opts.workers}
+	if e.opts.cpuProfile != "" {
+		f.CPUProfile = filepath.Join(e.opts.cpuProfile, sanitize(fmt.Sprintf("%s-%s-%s-%d", s.scenario, s.collector, s.budget, s.run))+".pprof")
+	}
+	return f
 }
 
 // watcher mirrors the ConfigMaps of one namespace (metadata only), direct
