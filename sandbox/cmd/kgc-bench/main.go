@@ -308,7 +308,7 @@ func scenarioRun(ctx context.Context, o *options, sc string, run int, logDir str
 	limit := func() ([]result, error) {
 		rs, err := runLimit(ctx, e, run)
 		for _, r := range rs {
-			fmt.Fprintf(out, "# %-10s %-9s %-11s run %d: %6d objects in %8s = %8.1f objects/s\n", r.Scenario, r.Collector, r.Budget, r.Run, r.Objects, r.Elapsed.Round(time.Millisecond), r.objectsPerSecond())
+			fmt.Fprintf(out, "# %-10s %-9s %-11s run %d: %6d objects in %8s = %8.1f objects/s%s\n", r.Scenario, r.Collector, r.Budget, r.Run, r.Objects, r.Elapsed.Round(time.Millisecond), r.objectsPerSecond(), callWindow(r))
 		}
 		return rs, err
 	}
@@ -361,10 +361,20 @@ func printCell(out io.Writer, r result) {
 	if r.Tracked > 0 {
 		fmt.Fprintf(out, ", synced %.2fs, useful %.2fs, %.2f KB/object peak, %.2f KB/object live", r.Ready.Seconds(), r.Useful.Seconds(), r.rssGrowthPerObject(), r.liveRSSGrowthPerObject())
 	}
+	fmt.Fprint(out, callWindow(r))
 	if r.Note != "" {
 		fmt.Fprintf(out, " (%s)", r.Note)
 	}
 	fmt.Fprintf(out, "\n#   %s\n", r.Calls.resourceSummary())
+}
+
+// callWindow describes when the phase's per-object requests reached the
+// proxy, when the phase recorded it.
+func callWindow(r result) string {
+	if r.LastCall == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", calls %s–%s", r.FirstCall.Round(time.Millisecond), r.LastCall.Round(time.Millisecond))
 }
 
 func cpuModel() string {

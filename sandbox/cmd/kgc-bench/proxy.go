@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -216,6 +217,9 @@ type countingProxy struct {
 	byResource map[string]int64
 	conns      atomic.Int64
 	last       atomic.Int64 // unix nanos of the last non-watch request
+	// Since mark: unix nanos of the first and the last per-object request
+	// (perObjectVerbs), for the reaction time and the tail of a phase.
+	markFirst, markLast atomic.Int64
 }
 
 func startProxy(cfg *rest.Config) (*countingProxy, error) {
@@ -267,10 +271,33 @@ func (p *countingProxy) count(r *http.Request) {
 	if verb != verbWatch {
 		p.last.Store(time.Now().UnixNano())
 	}
+	if slices.Contains(perObjectVerbs, verb) {
+		now := time.Now().UnixNano()
+		p.markFirst.CompareAndSwap(0, now)
+		p.markLast.Store(now)
+	}
 	p.mu.Lock()
 	p.byVerb[verb]++
 	p.byResource[verb+" "+res]++
 	p.mu.Unlock()
+}
+
+// mark starts a phase for firstLast.
+func (p *countingProxy) mark() {
+	p.markFirst.Store(0)
+	p.markLast.Store(0)
+}
+
+// firstLast returns how long after start the first and the last
+// per-object request since mark arrived (zero when none did).
+func (p *countingProxy) firstLast(start time.Time) (first, last time.Duration) {
+	if f := p.markFirst.Load(); f != 0 {
+		first = time.Unix(0, f).Sub(start)
+	}
+	if l := p.markLast.Load(); l != 0 {
+		last = time.Unix(0, l).Sub(start)
+	}
+	return first, last
 }
 
 // snapshot returns the counts so far.

@@ -365,6 +365,7 @@ func runLive(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, res
 	_ = e.proxy.waitQuiet(time.Second, time.Minute)
 
 	before := e.proxy.snapshot()
+	e.proxy.mark()
 	start := time.Now()
 	if err := deleteAll(ctx, e.client, ns, owners, &policy); err != nil {
 		return err
@@ -373,6 +374,7 @@ func runLive(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, res
 		return err
 	}
 	res.Elapsed = time.Since(start)
+	res.FirstCall, res.LastCall = e.proxy.firstLast(start)
 	res.Calls = e.proxy.snapshot().sub(before)
 	stopped = true
 	res.Usage, err = c.stop()
@@ -549,6 +551,7 @@ func runLimit(ctx context.Context, e *env, run int) ([]result, error) {
 				return result{}, err
 			}
 			before := e.proxy.snapshot()
+			e.proxy.mark()
 			start := time.Now()
 			if err := deleteAll(ctx, client, ns, names, nil); err != nil {
 				return result{}, err
@@ -557,6 +560,7 @@ func runLimit(ctx context.Context, e *env, run int) ([]result, error) {
 				return result{}, err
 			}
 			r := result{Scenario: "limit", Collector: "client32", Budget: via, Run: run, Objects: len(names), Elapsed: time.Since(start)}
+			r.FirstCall, r.LastCall = e.proxy.firstLast(start)
 			r.Calls = e.proxy.snapshot().sub(before)
 			return r, nil
 		}()

@@ -27,6 +27,11 @@ type result struct {
 	BaselineRSS     int64         // KB, peak RSS of the same collector on the empty cluster
 	BaselineLiveRSS int64         // KB, its live RSS (see usage.LiveRSSKB)
 
+	// FirstCall and LastCall: how long after the start of the measured
+	// phase the first and the last per-object request reached the proxy
+	// (the collector's reaction time, and with Elapsed the phase's tail).
+	FirstCall, LastCall time.Duration
+
 	Usage usage
 	Note  string
 }
