@@ -17,7 +17,8 @@
 //
 // Scenarios (objects are ConfigMaps; "objects" is what the collector acted on):
 //
-//	background  K owners × M dependents; owners deleted Background; until every dependent is gone (K·M objects)
+//	background  K owners × M dependents (M × --unthrottled-scale in the unthrottled budget); owners deleted
+//	            Background; until every dependent is gone (K·M objects)
 //	foreground  the same with blockOwnerDeletion, owners deleted Foreground; until the owners are gone (K·M + K)
 //	chain       a chain of D objects each blocking its owner; the root deleted Foreground; until it is gone (D)
 //	orphan      one owner × N dependents deleted Orphan; until the owner is gone and no dependent refers to it (N + 1)
@@ -68,6 +69,7 @@ type options struct {
 	timeout    time.Duration
 
 	fanOwners, fanDeps int
+	unthrottledScale   int // the fan-outs' dependents are this many times more in the unthrottled budget
 	chain              int
 	orphan             int
 	sweepUnique        int
@@ -112,6 +114,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "limit on every wait of a cell")
 	fs.IntVar(&o.fanOwners, "fan-owners", 10, "owners of the fan-out scenarios")
 	fs.IntVar(&o.fanDeps, "fan-dependents", 100, "dependents per owner of the fan-out scenarios")
+	fs.IntVar(&o.unthrottledScale, "unthrottled-scale", 5, "the fan-out scenarios have this many times more dependents per owner in the unthrottled budget, so that their measured phase lasts seconds, not a fraction of one")
 	fs.IntVar(&o.chain, "chain", 200, "length of the foreground chain")
 	fs.IntVar(&o.orphan, "orphan", 2000, "dependents of the orphan scenario (the issue's memory figure is for 10000)")
 	fs.IntVar(&o.sweepUnique, "sweep-unique", 500, "startup sweep: dependents each with its own never-existing owner")
@@ -162,7 +165,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		// fan-out collects, so that the fixed costs of a measured phase
 		// (its first requests, its last watch event) weigh the same in
 		// both numbers that the "% of the limit" compares.
-		o.limit = o.fanOwners * o.fanDeps
+		o.limit = o.fanOwners * o.fanDeps * max(o.unthrottledScale, 1)
 	}
 	o.scenarios = splitList(*scen)
 	o.collectors = splitList(*colls)
