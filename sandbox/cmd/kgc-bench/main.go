@@ -377,7 +377,7 @@ func callWindow(r result) string {
 	if r.LastCall == 0 {
 		return ""
 	}
-	return fmt.Sprintf(", calls %s–%s", r.FirstCall.Round(time.Millisecond), r.LastCall.Round(time.Millisecond))
+	return fmt.Sprintf(", calls %s–%s, %.1f in flight", r.FirstCall.Round(time.Millisecond), r.LastCall.Round(time.Millisecond), r.InFlight)
 }
 
 func cpuModel() string {

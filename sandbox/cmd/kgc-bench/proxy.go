@@ -220,6 +220,40 @@ type countingProxy struct {
 	// Since mark: unix nanos of the first and the last per-object request
 	// (perObjectVerbs), for the reaction time and the tail of a phase.
 	markFirst, markLast atomic.Int64
+	// Per-object requests in flight, and since mark their integral over
+	// time (request-nanoseconds), for the mean concurrency of a phase.
+	flightMu    sync.Mutex
+	inFlight    int64
+	flightSince time.Time
+	flightInteg float64
+}
+
+// flight adds d (+1 when a per-object request starts, -1 when it ends) to
+// the requests in flight.
+func (p *countingProxy) flight(d int64) {
+	p.flightMu.Lock()
+	now := time.Now()
+	if !p.flightSince.IsZero() {
+		p.flightInteg += float64(p.inFlight) * float64(now.Sub(p.flightSince))
+	}
+	p.flightSince = now
+	p.inFlight += d
+	p.flightMu.Unlock()
+}
+
+// meanInFlight is the mean number of per-object requests in flight between
+// mark and end.
+func (p *countingProxy) meanInFlight(start, end time.Time) float64 {
+	p.flightMu.Lock()
+	defer p.flightMu.Unlock()
+	integ := p.flightInteg
+	if !p.flightSince.IsZero() && end.After(p.flightSince) {
+		integ += float64(p.inFlight) * float64(end.Sub(p.flightSince))
+	}
+	if d := end.Sub(start); d > 0 {
+		return integ / float64(d)
+	}
+	return 0
 }
 
 func startProxy(cfg *rest.Config) (*countingProxy, error) {
@@ -252,7 +286,10 @@ func startProxy(cfg *rest.Config) (*countingProxy, error) {
 	}
 	p.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p.count(r)
+			if perObject := p.count(r); perObject {
+				p.flight(1)
+				defer p.flight(-1)
+			}
 			rp.ServeHTTP(w, r)
 		}),
 		ConnState: func(_ net.Conn, s http.ConnState) {
@@ -266,12 +303,14 @@ func startProxy(cfg *rest.Config) (*countingProxy, error) {
 	return p, nil
 }
 
-func (p *countingProxy) count(r *http.Request) {
+// count counts r and reports whether it is a per-object request.
+func (p *countingProxy) count(r *http.Request) (perObject bool) {
 	verb, res := classify(r.Method, r.URL)
 	if verb != verbWatch {
 		p.last.Store(time.Now().UnixNano())
 	}
-	if slices.Contains(perObjectVerbs, verb) {
+	perObject = slices.Contains(perObjectVerbs, verb)
+	if perObject {
 		now := time.Now().UnixNano()
 		p.markFirst.CompareAndSwap(0, now)
 		p.markLast.Store(now)
@@ -280,12 +319,16 @@ func (p *countingProxy) count(r *http.Request) {
 	p.byVerb[verb]++
 	p.byResource[verb+" "+res]++
 	p.mu.Unlock()
+	return perObject
 }
 
 // mark starts a phase for firstLast.
 func (p *countingProxy) mark() {
 	p.markFirst.Store(0)
 	p.markLast.Store(0)
+	p.flightMu.Lock()
+	p.flightInteg, p.flightSince = 0, time.Now()
+	p.flightMu.Unlock()
 }
 
 // firstLast returns how long after start the first and the last

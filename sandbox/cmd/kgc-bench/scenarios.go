@@ -383,6 +383,7 @@ func runLive(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, res
 	}
 	res.Elapsed = time.Since(start)
 	res.FirstCall, res.LastCall = e.proxy.firstLast(start)
+	res.InFlight = e.proxy.meanInFlight(start, start.Add(res.Elapsed))
 	res.Calls = e.proxy.snapshot().sub(before)
 	stopped = true
 	res.Usage, err = c.stop()
@@ -569,6 +570,7 @@ func runLimit(ctx context.Context, e *env, run int) ([]result, error) {
 			}
 			r := result{Scenario: "limit", Collector: "client32", Budget: via, Run: run, Objects: len(names), Elapsed: time.Since(start)}
 			r.FirstCall, r.LastCall = e.proxy.firstLast(start)
+			r.InFlight = e.proxy.meanInFlight(start, start.Add(r.Elapsed))
 			r.Calls = e.proxy.snapshot().sub(before)
 			return r, nil
 		}()

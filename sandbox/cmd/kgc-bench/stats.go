@@ -31,6 +31,9 @@ type result struct {
 	// phase the first and the last per-object request reached the proxy
 	// (the collector's reaction time, and with Elapsed the phase's tail).
 	FirstCall, LastCall time.Duration
+	// InFlight is the mean number of per-object requests in flight at the
+	// proxy over the measured phase.
+	InFlight float64
 
 	Usage usage
 	Note  string
