@@ -121,7 +121,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.sweepShared, "sweep-shared", 500, "startup sweep: dependents sharing never-existing owners")
 	fs.IntVar(&o.sweepSharedOwners, "sweep-shared-owners", 10, "startup sweep: the shared never-existing owners")
 	fs.IntVar(&o.populated, "populated", 4000, "objects of the populated-cluster scenario (one owner per three dependents)")
-	fs.IntVar(&o.limit, "limit", 0, "objects deleted by the physical-limit client (default: as many as the Background fan-out collects, fan-owners × fan-dependents)")
+	fs.IntVar(&o.limit, "limit", 0, "objects deleted by the physical-limit client (default: as many as the unthrottled Background fan-out collects, fan-owners × fan-dependents × unthrottled-scale)")
 	fs.StringVar(&o.markdown, "markdown", "", "also write the Markdown tables to this file")
 	fs.BoolVar(&o.verbose, "v", false, "log the control plane's progress")
 	// The collector role reads --qps/--burst/--workers as its own budget.
