@@ -93,16 +93,22 @@ func (c *Collector) execute(ctx context.Context, it *graph.Item, a Action) error
 	}
 	switch a.Type {
 	case RemoveReferences:
-		logger.V(2).Info("Removing dangling and waiting owner references", "object", it.Identity.String())
+		if l := logger.V(2); l.Enabled() {
+			l.Info("Removing dangling and waiting owner references", "object", it.Identity.String())
+		}
 		_, err = c.ops.SetOwnerReferences(ctx, t, a.Refs)
 		c.record(metrics.OpRemoveRefs, err)
 	case RemoveForegroundFinalizer:
-		logger.V(2).Info("Dependents gone; removing foregroundDeletion finalizer", "object", it.Identity.String())
+		if l := logger.V(2); l.Enabled() {
+			l.Info("Dependents gone; removing foregroundDeletion finalizer", "object", it.Identity.String())
+		}
 		_, err = c.ops.SetFinalizers(ctx, t, a.Finalizers)
 		c.record(metrics.OpRemoveFinalizer, err)
 	case DeleteItem:
 		if a.Unblock {
-			logger.V(2).Info("Clearing blockOwnerDeletion to break a cycle", "object", it.Identity.String())
+			if l := logger.V(2); l.Enabled() {
+				l.Info("Clearing blockOwnerDeletion to break a cycle", "object", it.Identity.String())
+			}
 			obj, perr := c.ops.SetOwnerReferences(ctx, t, a.Refs)
 			c.record(metrics.OpUnblockRefs, perr)
 			if perr != nil {
@@ -111,7 +117,11 @@ func (c *Collector) execute(ctx context.Context, it *graph.Item, a Action) error
 			}
 			t.ResourceVersion = obj.ResourceVersion
 		}
-		logger.V(2).Info("Deleting garbage", "object", it.Identity.String(), "policy", string(a.Policy))
+		// Guarded: the arguments (a formatted identity) would otherwise be
+		// built for every collected object even with the line disabled.
+		if l := logger.V(2); l.Enabled() {
+			l.Info("Deleting garbage", "object", it.Identity.String(), "policy", string(a.Policy))
+		}
 		err = c.ops.Delete(ctx, t, a.Policy)
 		c.record(metrics.OpDelete, err)
 	default:

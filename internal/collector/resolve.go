@@ -19,14 +19,44 @@ import (
 // absentCache remembers owners known not to exist, keyed by full
 // coordinates. An entry is never wrong: UIDs are never reused, so an object
 // once absent at given coordinates stays absent.
-type absentCache struct{ c *lru.Cache }
+//
+// The graph builder adds every object a cascade deletes, so Add is on the
+// hot path of every collected object. The cache is therefore two
+// generations of plain maps rather than a linked LRU: Add is one map
+// insert without allocations of its own (the LRU boxed the key and
+// allocated a list entry each time), and Has is two lookups. When the
+// current generation reaches half the size it becomes the old one and the
+// previous old one is dropped, so the cache holds the last size/2 to size
+// entries added. Forgetting an entry costs at most one lookup, never a
+// wrong answer.
+type absentCache struct {
+	mu       sync.RWMutex
+	half     int
+	cur, old map[graph.Coordinates]struct{}
+}
 
-func newAbsentCache(size int) *absentCache { return &absentCache{c: lru.New(size)} }
+func newAbsentCache(size int) *absentCache {
+	return &absentCache{half: max(size/2, 1), cur: make(map[graph.Coordinates]struct{})}
+}
 
-func (a *absentCache) Add(c graph.Coordinates) { a.c.Add(c, struct{}{}) }
+func (a *absentCache) Add(c graph.Coordinates) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.cur[c] = struct{}{}
+	if len(a.cur) >= a.half {
+		// A full generation was allocated already; sizing the next one
+		// alike spares it the growth copies.
+		a.old, a.cur = a.cur, make(map[graph.Coordinates]struct{}, a.half)
+	}
+}
 
 func (a *absentCache) Has(c graph.Coordinates) bool {
-	_, ok := a.c.Get(c)
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if _, ok := a.cur[c]; ok {
+		return true
+	}
+	_, ok := a.old[c]
 	return ok
 }
 

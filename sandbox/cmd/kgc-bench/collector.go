@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,6 +48,9 @@ type collectorFlags struct {
 	QPS       float64
 	Burst     int
 	Workers   int
+	// CPUProfile, when set, is where the child writes a CPU profile of
+	// its whole life (--cpuprofile of the benchmark).
+	CPUProfile string
 }
 
 func (f collectorFlags) args() []string {
@@ -57,6 +61,7 @@ func (f collectorFlags) args() []string {
 		"--qps=" + strconv.FormatFloat(f.QPS, 'f', -1, 64),
 		"--burst=" + strconv.Itoa(f.Burst),
 		"--workers=" + strconv.Itoa(f.Workers),
+		"--child-cpuprofile=" + f.CPUProfile,
 	}
 }
 
@@ -64,6 +69,17 @@ func (f collectorFlags) args() []string {
 func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if f.CPUProfile != "" {
+		pf, err := os.Create(f.CPUProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); _ = pf.Close() }()
+	}
 	go func() {
 		_, _ = io.Copy(io.Discard, stdin)
 		// The memory the collector holds with everything tracked: return

@@ -17,7 +17,8 @@
 //
 // Scenarios (objects are ConfigMaps; "objects" is what the collector acted on):
 //
-//	background  K owners × M dependents; owners deleted Background; until every dependent is gone (K·M objects)
+//	background  K owners × M dependents (M × --unthrottled-scale in the unthrottled budget); owners deleted
+//	            Background; until every dependent is gone (K·M objects)
 //	foreground  the same with blockOwnerDeletion, owners deleted Foreground; until the owners are gone (K·M + K)
 //	chain       a chain of D objects each blocking its owner; the root deleted Foreground; until it is gone (D)
 //	orphan      one owner × N dependents deleted Orphan; until the owner is gone and no dependent refers to it (N + 1)
@@ -25,8 +26,10 @@
 //	            collector starts; from its start until all are gone
 //	populated   N objects with live owners; time to sync, time until a probe cascade completes, GETs, and
 //	            peak RSS growth per object over the same collector on the empty cluster
-//	limit       raw DELETE rate of an unthrottled 32-way client, directly and through the proxy (measured
-//	            on each background run's control plane after its cells when both are selected)
+//	limit       raw DELETE rate of an unthrottled 32-way client, through the proxy and directly, as many
+//	            objects as the Background fan-out, timed like a cell (until the watcher sees them gone);
+//	            measured on each background run's control plane right after its cells when both are
+//	            selected, and compared with the fan-out run by run
 package main
 
 import (
@@ -66,6 +69,7 @@ type options struct {
 	timeout    time.Duration
 
 	fanOwners, fanDeps int
+	unthrottledScale   int // the fan-outs' dependents are this many times more in the unthrottled budget
 	chain              int
 	orphan             int
 	sweepUnique        int
@@ -74,8 +78,9 @@ type options struct {
 	populated          int
 	limit              int
 
-	markdown string
-	verbose  bool
+	markdown   string
+	verbose    bool
+	cpuProfile string // directory for the collectors' CPU profiles
 }
 
 var allScenarios = []string{"background", "foreground", "chain", "orphan", "sweep", "populated", "limit"}
@@ -102,18 +107,21 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	)
 	fs.StringVar(&cf.Collector, "collector", "", "internal: collector of the collector role")
 	fs.StringVar(&cf.Server, "server", "", "internal: apiserver URL of the collector role")
+	fs.StringVar(&cf.CPUProfile, "child-cpuprofile", "", "internal: CPU profile file of the collector role")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write each collector's CPU profile (its whole life) to this directory as <scenario>-<collector>-<budget>-<run>.pprof")
 	fs.IntVar(&o.runs, "runs", 3, "runs per cell (collectors alternate)")
 	fs.IntVar(&o.workers, "workers", 20, "collector workers (kube-controller-manager's --concurrent-gc-syncs)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "limit on every wait of a cell")
 	fs.IntVar(&o.fanOwners, "fan-owners", 10, "owners of the fan-out scenarios")
 	fs.IntVar(&o.fanDeps, "fan-dependents", 100, "dependents per owner of the fan-out scenarios")
+	fs.IntVar(&o.unthrottledScale, "unthrottled-scale", 5, "the fan-out scenarios have this many times more dependents per owner in the unthrottled budget, so that their measured phase lasts seconds, not a fraction of one")
 	fs.IntVar(&o.chain, "chain", 200, "length of the foreground chain")
 	fs.IntVar(&o.orphan, "orphan", 2000, "dependents of the orphan scenario (the issue's memory figure is for 10000)")
 	fs.IntVar(&o.sweepUnique, "sweep-unique", 500, "startup sweep: dependents each with its own never-existing owner")
 	fs.IntVar(&o.sweepShared, "sweep-shared", 500, "startup sweep: dependents sharing never-existing owners")
 	fs.IntVar(&o.sweepSharedOwners, "sweep-shared-owners", 10, "startup sweep: the shared never-existing owners")
 	fs.IntVar(&o.populated, "populated", 4000, "objects of the populated-cluster scenario (one owner per three dependents)")
-	fs.IntVar(&o.limit, "limit", 2000, "objects deleted by the physical-limit client")
+	fs.IntVar(&o.limit, "limit", 0, "objects deleted by the physical-limit client (default: as many as the unthrottled Background fan-out collects, fan-owners × fan-dependents × unthrottled-scale)")
 	fs.StringVar(&o.markdown, "markdown", "", "also write the Markdown tables to this file")
 	fs.BoolVar(&o.verbose, "v", false, "log the control plane's progress")
 	// The collector role reads --qps/--burst/--workers as its own budget.
@@ -134,9 +142,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "unknown role %q\n", *role)
 		return 2
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *quick {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		def := func(name string, p *int, v int) {
 			if !set[name] {
 				*p = v
@@ -151,7 +159,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		def("sweep-shared", &o.sweepShared, 100)
 		def("sweep-shared-owners", &o.sweepSharedOwners, 5)
 		def("populated", &o.populated, 1000)
-		def("limit", &o.limit, 500)
+	}
+	if !set["limit"] {
+		// The limit deletes as many objects as the unthrottled Background
+		// fan-out collects, so that the fixed costs of a measured phase
+		// (its first requests, its last watch event) weigh the same in
+		// both numbers that the "% of the limit" compares.
+		o.limit = o.fanOwners * o.fanDeps * max(o.unthrottledScale, 1)
 	}
 	o.scenarios = splitList(*scen)
 	o.collectors = splitList(*colls)
@@ -172,6 +186,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	for _, b := range o.budgetList {
 		if _, ok := o.budgets[b]; !ok {
 			fmt.Fprintf(stderr, "unknown budget %q\n", b)
+			return 2
+		}
+	}
+	if o.cpuProfile != "" {
+		if err := os.MkdirAll(o.cpuProfile, 0o755); err != nil {
+			fmt.Fprintln(stderr, "--cpuprofile:", err)
 			return 2
 		}
 	}
@@ -291,7 +311,7 @@ func scenarioRun(ctx context.Context, o *options, sc string, run int, logDir str
 	limit := func() ([]result, error) {
 		rs, err := runLimit(ctx, e, run)
 		for _, r := range rs {
-			fmt.Fprintf(out, "# %-10s %-9s %-11s run %d: %6d objects in %8s = %8.1f objects/s\n", r.Scenario, r.Collector, r.Budget, r.Run, r.Objects, r.Elapsed.Round(time.Millisecond), r.objectsPerSecond())
+			fmt.Fprintf(out, "# %-10s %-9s %-11s run %d: %6d objects in %8s = %8.1f objects/s%s\n", r.Scenario, r.Collector, r.Budget, r.Run, r.Objects, r.Elapsed.Round(time.Millisecond), r.objectsPerSecond(), callWindow(r))
 		}
 		return rs, err
 	}
@@ -344,10 +364,20 @@ func printCell(out io.Writer, r result) {
 	if r.Tracked > 0 {
 		fmt.Fprintf(out, ", synced %.2fs, useful %.2fs, %.2f KB/object peak, %.2f KB/object live", r.Ready.Seconds(), r.Useful.Seconds(), r.rssGrowthPerObject(), r.liveRSSGrowthPerObject())
 	}
+	fmt.Fprint(out, callWindow(r))
 	if r.Note != "" {
 		fmt.Fprintf(out, " (%s)", r.Note)
 	}
 	fmt.Fprintf(out, "\n#   %s\n", r.Calls.resourceSummary())
+}
+
+// callWindow describes when the phase's per-object requests reached the
+// proxy, when the phase recorded it.
+func callWindow(r result) string {
+	if r.LastCall == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", calls %s–%s, %.1f in flight", r.FirstCall.Round(time.Millisecond), r.LastCall.Round(time.Millisecond), r.InFlight)
 }
 
 func cpuModel() string {

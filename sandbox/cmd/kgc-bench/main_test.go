@@ -227,3 +227,30 @@ func verbRow(out, scenario, budget, collector string) []string {
 	}
 	return nil
 }
+
+func TestLimitRatioRunByRun(t *testing.T) {
+	mk := func(sc, coll, budget string, run int, secs float64) result {
+		return result{Scenario: sc, Collector: coll, Budget: budget, Run: run, Objects: 1000, Elapsed: time.Duration(secs * float64(time.Second))}
+	}
+	// The limit swings from run to run; kgc keeps 90% of it in every run.
+	rs := []result{
+		mk("background", "kgc", "unthrottled", 0, 1/0.9), mk("limit", "client32", "proxy", 0, 1), mk("limit", "client32", "direct", 0, 0.5),
+		mk("background", "kgc", "unthrottled", 1, 2/0.9), mk("limit", "client32", "proxy", 1, 2), mk("limit", "client32", "direct", 1, 1),
+		mk("background", "kgc", "unthrottled", 2, 0.5/0.9), mk("limit", "client32", "proxy", 2, 0.5), mk("limit", "client32", "direct", 2, 0.25),
+		mk("background", "kgc", "unthrottled", 3, 1.2), // no limit in this run: not in the run-by-run ratios
+	}
+	per := perRunLimitRatios(group(rs), collectorKGC)
+	if len(per) != 3 {
+		t.Fatalf("per-run ratios = %v, want 3", per)
+	}
+	for _, x := range per {
+		if math.Abs(x-0.9) > 1e-9 {
+			t.Errorf("per-run ratio %v, want 0.9", x)
+		}
+	}
+	var b bytes.Buffer
+	writeTable(&b, rs, []string{"unthrottled"}, "test machine")
+	if !strings.Contains(b.String(), "(run by run: median 90%, 90%–90%)") {
+		t.Errorf("table:\n%s", b.String())
+	}
+}

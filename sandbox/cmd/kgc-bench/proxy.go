@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -216,6 +217,43 @@ type countingProxy struct {
 	byResource map[string]int64
 	conns      atomic.Int64
 	last       atomic.Int64 // unix nanos of the last non-watch request
+	// Since mark: unix nanos of the first and the last per-object request
+	// (perObjectVerbs), for the reaction time and the tail of a phase.
+	markFirst, markLast atomic.Int64
+	// Per-object requests in flight, and since mark their integral over
+	// time (request-nanoseconds), for the mean concurrency of a phase.
+	flightMu    sync.Mutex
+	inFlight    int64
+	flightSince time.Time
+	flightInteg float64
+}
+
+// flight adds d (+1 when a per-object request starts, -1 when it ends) to
+// the requests in flight.
+func (p *countingProxy) flight(d int64) {
+	p.flightMu.Lock()
+	now := time.Now()
+	if !p.flightSince.IsZero() {
+		p.flightInteg += float64(p.inFlight) * float64(now.Sub(p.flightSince))
+	}
+	p.flightSince = now
+	p.inFlight += d
+	p.flightMu.Unlock()
+}
+
+// meanInFlight is the mean number of per-object requests in flight between
+// mark and end.
+func (p *countingProxy) meanInFlight(start, end time.Time) float64 {
+	p.flightMu.Lock()
+	defer p.flightMu.Unlock()
+	integ := p.flightInteg
+	if !p.flightSince.IsZero() && end.After(p.flightSince) {
+		integ += float64(p.inFlight) * float64(end.Sub(p.flightSince))
+	}
+	if d := end.Sub(start); d > 0 {
+		return integ / float64(d)
+	}
+	return 0
 }
 
 func startProxy(cfg *rest.Config) (*countingProxy, error) {
@@ -248,7 +286,10 @@ func startProxy(cfg *rest.Config) (*countingProxy, error) {
 	}
 	p.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p.count(r)
+			if perObject := p.count(r); perObject {
+				p.flight(1)
+				defer p.flight(-1)
+			}
 			rp.ServeHTTP(w, r)
 		}),
 		ConnState: func(_ net.Conn, s http.ConnState) {
@@ -262,15 +303,44 @@ func startProxy(cfg *rest.Config) (*countingProxy, error) {
 	return p, nil
 }
 
-func (p *countingProxy) count(r *http.Request) {
+// count counts r and reports whether it is a per-object request.
+func (p *countingProxy) count(r *http.Request) (perObject bool) {
 	verb, res := classify(r.Method, r.URL)
 	if verb != verbWatch {
 		p.last.Store(time.Now().UnixNano())
+	}
+	perObject = slices.Contains(perObjectVerbs, verb)
+	if perObject {
+		now := time.Now().UnixNano()
+		p.markFirst.CompareAndSwap(0, now)
+		p.markLast.Store(now)
 	}
 	p.mu.Lock()
 	p.byVerb[verb]++
 	p.byResource[verb+" "+res]++
 	p.mu.Unlock()
+	return perObject
+}
+
+// mark starts a phase for firstLast.
+func (p *countingProxy) mark() {
+	p.markFirst.Store(0)
+	p.markLast.Store(0)
+	p.flightMu.Lock()
+	p.flightInteg, p.flightSince = 0, time.Now()
+	p.flightMu.Unlock()
+}
+
+// firstLast returns how long after start the first and the last
+// per-object request since mark arrived (zero when none did).
+func (p *countingProxy) firstLast(start time.Time) (first, last time.Duration) {
+	if f := p.markFirst.Load(); f != 0 {
+		first = time.Unix(0, f).Sub(start)
+	}
+	if l := p.markLast.Load(); l != 0 {
+		last = time.Unix(0, l).Sub(start)
+	}
+	return first, last
 }
 
 // snapshot returns the counts so far.

@@ -27,6 +27,14 @@ type result struct {
 	BaselineRSS     int64         // KB, peak RSS of the same collector on the empty cluster
 	BaselineLiveRSS int64         // KB, its live RSS (see usage.LiveRSSKB)
 
+	// FirstCall and LastCall: how long after the start of the measured
+	// phase the first and the last per-object request reached the proxy
+	// (the collector's reaction time, and with Elapsed the phase's tail).
+	FirstCall, LastCall time.Duration
+	// InFlight is the mean number of per-object requests in flight at the
+	// proxy over the measured phase.
+	InFlight float64
+
 	Usage usage
 	Note  string
 }
@@ -263,12 +271,40 @@ func writeTable(w io.Writer, results []result, budgets []string, machine string)
 			fnum(direct, 0), fnum(proxied, 0))
 		for _, coll := range []string{collectorUpstream, collectorKGC} {
 			bg := cellMed(g, cellKey{"background", coll, "unthrottled"}, func(r result) float64 { return r.objectsPerSecond() })
-			if !math.IsNaN(bg) && !math.IsNaN(proxied) {
-				fmt.Fprintf(w, " %s, unthrottled Background fan-out: %s objects/s = %s%% of the proxied limit.", coll, fnum(bg, 0), fnum(100*bg/proxied, 0))
+			if math.IsNaN(bg) || math.IsNaN(proxied) {
+				continue
 			}
+			fmt.Fprintf(w, " %s, unthrottled Background fan-out: %s objects/s = %s%% of the proxied limit", coll, fnum(bg, 0), fnum(100*bg/proxied, 0))
+			if per := perRunLimitRatios(g, coll); len(per) > 0 {
+				fmt.Fprintf(w, " (run by run: median %s%%, %s%%–%s%%)", fnum(100*median(per), 0), fnum(100*slices.Min(per), 0), fnum(100*slices.Max(per), 0))
+			}
+			fmt.Fprint(w, ".")
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// perRunLimitRatios returns, for every run that measured both, coll's
+// unthrottled Background fan-out objects/s over the proxied limit measured
+// on the same control plane right after it. The limit swings with the load
+// of the machine from one run to the next; a ratio taken within one run
+// cancels most of that swing, a ratio of medians over runs does not.
+func perRunLimitRatios(g map[cellKey]*cell, coll string) []float64 {
+	bg, lim := g[cellKey{"background", coll, "unthrottled"}], g[cellKey{"limit", "client32", "proxy"}]
+	if bg == nil || lim == nil {
+		return nil
+	}
+	var out []float64
+	for _, b := range bg.runs {
+		for _, l := range lim.runs {
+			if l.Run == b.Run {
+				if x := ratio(b.objectsPerSecond(), l.objectsPerSecond()); !math.IsNaN(x) {
+					out = append(out, x)
+				}
+			}
+		}
+	}
+	return out
 }
 
 func hasScenario(g map[cellKey]*cell, name string) bool {
