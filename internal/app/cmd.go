@@ -58,6 +58,7 @@ func NewRunCommand(run RunFunc) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.LeaderElection.Complete(cmd.Flags(), o.Kubeconfig)
 			o.Observability.Verbosity = verbosity(cmd.Flags())
+			o.gcPercentChanged = cmd.Flags().Changed("gc-percent")
 			if err := o.Complete(); err != nil {
 				return err
 			}
@@ -93,6 +94,9 @@ func (o *RunOptions) RestConfig() (*rest.Config, error) {
 func Run(ctx context.Context, o *RunOptions) error {
 	ctx = o.Observability.setupLogging(ctx, os.Stderr)
 	logger := klog.FromContext(ctx)
+	if p := o.Observability.ApplyGCPercent(o.gcPercentChanged, os.Getenv); p != -2 {
+		logger.V(1).Info("Set the GC target percentage", "gcPercent", p)
+	}
 	cfg, err := o.RestConfig()
 	if err != nil {
 		return err

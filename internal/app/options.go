@@ -29,6 +29,8 @@ type RunOptions struct {
 
 	// Completed fields.
 	Ignored []schema.GroupResource
+	// gcPercentChanged: --gc-percent was given (it then wins over GOGC).
+	gcPercentChanged bool
 }
 
 // NewRunOptions returns the defaults.

@@ -6,12 +6,16 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
+
+	"github.com/kgc-dev/kgc/pkg/kgc"
 )
 
 // parse runs `kgc run args…` with a run func that only captures the options.
@@ -327,5 +331,46 @@ func TestJSONLogging(t *testing.T) {
 	}
 	if rec["msg"] != "Deleting garbage" || rec["object"] != "ConfigMap.v1 ns/x" {
 		t.Errorf("log record = %v", rec)
+	}
+}
+
+// --gc-percent when given, else GOGC from the environment, else kgc's
+// default.
+func TestApplyGCPercent(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "GOGC" {
+				return v
+			}
+			return ""
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		percent int
+		changed bool
+		gogc    string
+		want    int // what the runtime ends up with
+	}{
+		{"default", kgc.RecommendedGCPercent, false, "", kgc.RecommendedGCPercent},
+		{"GOGC wins over the default", kgc.RecommendedGCPercent, false, "80", 100},
+		{"the flag wins over GOGC", 30, true, "80", 30},
+		{"the flag alone", 70, true, "", 70},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			debug.SetGCPercent(100)
+			o := NewObservabilityOptions()
+			o.GCPercent = tc.percent
+			o.ApplyGCPercent(tc.changed, env(tc.gogc))
+			if got := debug.SetGCPercent(100); got != tc.want {
+				t.Errorf("GC percent = %d, want %d", got, tc.want)
+			}
+		})
+	}
+	cmd := NewRunCommand(func(context.Context, *RunOptions) error { return nil })
+	if f := cmd.Flags().Lookup("gc-percent"); f == nil || f.DefValue != strconv.Itoa(kgc.RecommendedGCPercent) {
+		t.Errorf("--gc-percent flag = %+v", f)
 	}
 }

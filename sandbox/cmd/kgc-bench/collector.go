@@ -96,6 +96,12 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 	var done <-chan struct{}
 	switch f.Collector {
 	case collectorKGC:
+		// As `kgc run` does (its --gc-percent default); upstream runs with
+		// Go's default, as kube-controller-manager does. GOGC in the
+		// environment wins for both.
+		if os.Getenv("GOGC") == "" {
+			debug.SetGCPercent(kgc.RecommendedGCPercent)
+		}
 		c, err := kgc.New(cfg, kgc.Options{QPS: float32(f.QPS), Burst: f.Burst, Workers: f.Workers})
 		if err != nil {
 			return err
