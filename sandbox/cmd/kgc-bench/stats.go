@@ -210,7 +210,7 @@ func writeTable(w io.Writer, results []result, budgets []string, machine string)
 	}
 
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "API calls per collected object by verb (median; namespaced LIST pages are owner lookups and count per object; cluster-wide LIST, WATCH and discovery are the informers' and are per run, not per object):")
+	fmt.Fprintln(w, "API calls per collected object by verb (median; namespaced LIST pages are owner lookups and count per object; cluster-wide LIST, WATCH and discovery are the collectors' watching (upstream's informers, kgc's monitors), per run, not per object):")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| scenario | budget | collector | GET | namespaced LIST | DELETE | PATCH | UPDATE | CREATE (events) | LIST | WATCH | discovery | client conns |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
