@@ -82,6 +82,22 @@ func roundAll(ds []time.Duration) []time.Duration {
 // runs leaves kgc with the goroutines, monitors and informer handlers it
 // had before: a deleted CRD's monitor is stopped and its handler removed.
 func TestCRDChurnLeavesNothing(t *testing.T) {
+	// Earlier tests' cleanups delete their CRDs without waiting: a
+	// collector started while one is still terminating monitors it for a
+	// moment, and the monitor count at start would not be this test's
+	// baseline.
+	poll(t, "earlier tests' CRDs to be gone", func() bool {
+		l, err := dynamicClient.Resource(crdGVR).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, crd := range l.Items {
+			if crd.GetDeletionTimestamp() != nil {
+				return false
+			}
+		}
+		return true
+	})
 	c, label := startCollector(t, 5*time.Minute)
 	ns := newNamespace(t)
 	s := newCRDSpec("churn.kgc.test", "v1")
