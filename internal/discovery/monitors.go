@@ -40,9 +40,9 @@ type Monitors struct {
 	// started holds every resource a monitor was ever started for: the
 	// first list of a resource never seen before has nothing to sweep.
 	started map[schema.GroupVersionResource]bool
-	// handlers counts monitor loops started and not yet stopped (a test
-	// hook for leaks: it must equal the number of monitors).
-	handlers int
+	// loops counts monitor goroutines that have not returned (a test hook
+	// for leaks: it must equal the number of monitors).
+	loops atomic.Int64
 }
 
 type monitor struct {
@@ -163,7 +163,6 @@ func (m *Monitors) Sync(ctx context.Context, want map[schema.GroupVersionResourc
 			continue
 		}
 		m.running[gvr] = mon
-		m.handlers++
 		added++
 		logger.V(2).Info("Started monitor", "resource", gvr.String())
 	}
@@ -182,8 +181,10 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		done:       make(chan struct{}),
 	}
 	m.started[r.GVR] = true
+	m.loops.Add(1)
 	go func() {
 		defer close(mon.done)
+		defer m.loops.Add(-1)
 		mon.run(mctx)
 	}()
 	return mon, nil
@@ -387,7 +388,6 @@ func mustRelist(err error) bool {
 // that a resource that comes and goes (a CRD deleted and recreated) leaves
 // nothing behind.
 func (m *Monitors) stopLocked(gvr schema.GroupVersionResource, mon *monitor) {
-	m.handlers--
 	mon.cancel()
 	<-mon.done
 	delete(m.running, gvr)
@@ -415,7 +415,6 @@ func (m *Monitors) RestartFailing(ctx context.Context, match func(schema.GroupVe
 			continue
 		}
 		m.running[gvr] = fresh
-		m.handlers++
 		n++
 		klog.FromContext(ctx).V(2).Info("Restarted failing monitor", "resource", gvr.String())
 	}
@@ -443,12 +442,10 @@ func (m *Monitors) Status() map[schema.GroupVersionResource]Status {
 	return out
 }
 
-// Handlers returns the number of monitor loops started and not stopped; it
-// equals Len unless one leaked.
+// Handlers returns the number of monitor goroutines still running; once
+// Sync or Stop returns it equals Len unless one leaked.
 func (m *Monitors) Handlers() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.handlers
+	return int(m.loops.Load())
 }
 
 // Settled reports whether every running monitor either delivered its
