@@ -103,6 +103,7 @@ func Run(ctx context.Context, o *RunOptions) error {
 	}
 	c, err := kgc.New(cfg, kgc.Options{
 		Workers:               o.ConcurrentGCSyncs,
+		MaxWritesInFlight:     o.MaxWritesInFlight,
 		IgnoredResources:      o.Ignored,
 		DiscoveryResyncPeriod: o.DiscoveryResyncPeriod,
 		QPS:                   o.KubeAPIQPS,

@@ -21,6 +21,7 @@ type RunOptions struct {
 	KubeAPIQPS            float32
 	KubeAPIBurst          int
 	ConcurrentGCSyncs     int
+	MaxWritesInFlight     int
 	DiscoveryResyncPeriod time.Duration
 	IgnoredResources      []string
 	HTTPAddress           string
@@ -57,6 +58,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "QPS to use while talking with the API server.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst to use while talking with the API server.")
 	fs.IntVar(&o.ConcurrentGCSyncs, "concurrent-gc-syncs", o.ConcurrentGCSyncs, "The number of garbage collector workers that are allowed to sync concurrently.")
+	fs.IntVar(&o.MaxWritesInFlight, "max-writes-inflight", o.MaxWritesInFlight, "The most API writes (DELETEs and patches) in flight at once; 0 means twice --concurrent-gc-syncs. Workers hand decided writes to these slots and go on deciding.")
 	fs.DurationVar(&o.DiscoveryResyncPeriod, "discovery-resync-period", o.DiscoveryResyncPeriod, "How often to rediscover deletable resources and start or stop their monitors.")
 	fs.StringSliceVar(&o.IgnoredResources, "ignored-resources", o.IgnoredResources, "Resources never monitored, as resource.group (core: resource). Pass an empty value to monitor everything.")
 	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address for /healthz, /readyz and the debug graph. Empty disables the server.")
@@ -88,6 +90,9 @@ func (o *RunOptions) Validate() []error {
 	}
 	if o.ConcurrentGCSyncs <= 0 {
 		errs = append(errs, fmt.Errorf("--concurrent-gc-syncs must be positive, got %d", o.ConcurrentGCSyncs))
+	}
+	if o.MaxWritesInFlight < 0 {
+		errs = append(errs, fmt.Errorf("--max-writes-inflight must not be negative (0 means twice --concurrent-gc-syncs), got %d", o.MaxWritesInFlight))
 	}
 	if o.DiscoveryResyncPeriod < time.Second {
 		errs = append(errs, fmt.Errorf("--discovery-resync-period must be at least 1s, got %s", o.DiscoveryResyncPeriod))

@@ -43,6 +43,11 @@ type Config struct {
 	Recorder Recorder
 	// Workers per queue; default 20.
 	Workers int
+	// MaxWritesInFlight bounds the API writes (DELETEs and patches) kgc
+	// has in flight at once, across both queues; default twice Workers.
+	// A worker hands a decided write to this pool and goes on to decide
+	// its next item (see runWorker).
+	MaxWritesInFlight int
 	// Ignored resources are never monitored.
 	Ignored []schema.GroupResource
 	// ResyncPeriod between rediscoveries; default 30s.
@@ -74,6 +79,11 @@ type Collector struct {
 	writes     writeLog // kgc's writes the graph has not observed yet (writes.go)
 	rechecks   dependentsRecheck
 
+	// slots holds a token per API write in flight (MaxWritesInFlight).
+	slots chan struct{}
+	// pending counts the writes workers handed off that have not finished.
+	pending sync.WaitGroup
+
 	attemptToDelete workqueue.TypedRateLimitingInterface[types.UID]
 	attemptToOrphan workqueue.TypedRateLimitingInterface[types.UID]
 
@@ -104,6 +114,9 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.Workers < 0 {
 		errs = append(errs, fmt.Errorf("workers must not be negative, got %d", cfg.Workers))
 	}
+	if cfg.MaxWritesInFlight < 0 {
+		errs = append(errs, fmt.Errorf("max writes in flight must not be negative, got %d", cfg.MaxWritesInFlight))
+	}
 	if cfg.ResyncPeriod < 0 {
 		errs = append(errs, fmt.Errorf("discovery resync period must not be negative, got %s", cfg.ResyncPeriod))
 	}
@@ -112,6 +125,9 @@ func New(cfg Config) (*Collector, error) {
 	}
 	if cfg.Workers == 0 {
 		cfg.Workers = 20
+	}
+	if cfg.MaxWritesInFlight == 0 {
+		cfg.MaxWritesInFlight = 2 * cfg.Workers
 	}
 	if cfg.ResyncPeriod == 0 {
 		cfg.ResyncPeriod = 30 * time.Second
@@ -129,6 +145,7 @@ func New(cfg Config) (*Collector, error) {
 		events:  newFIFO[graph.Event](),
 		ops:     &apiops.Ops{Client: cfg.Metadata},
 		warned:  newOnceSet(4096),
+		slots:   make(chan struct{}, cfg.MaxWritesInFlight),
 
 		cascadeStart: make(map[types.UID]time.Time),
 	}
@@ -167,6 +184,10 @@ func (c *Collector) Graph() *graph.Graph { return c.graph }
 
 // Synced reports whether the initial monitor sync finished and workers run.
 func (c *Collector) Synced() bool { return c.synced.Load() }
+
+// WritesInFlight reports the API writes in flight and their limit
+// (MaxWritesInFlight).
+func (c *Collector) WritesInFlight() (n, limit int) { return len(c.slots), cap(c.slots) }
 
 // MonitorStatus reports each monitored resource's state.
 func (c *Collector) MonitorStatus() map[schema.GroupVersionResource]discovery.Status {
@@ -207,6 +228,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		c.monitors.Stop()
 		c.events.Close()
 		wg.Wait()
+		c.pending.Wait()
 		drain.Stop()
 		cancelWork()
 	}()
@@ -281,17 +303,17 @@ func (c *Collector) Run(ctx context.Context) error {
 	c.events.WaitIdle()
 	c.synced.Store(true)
 	c.recheck(ctx)
-	logger.Info("Monitors synced; starting workers", "workers", c.cfg.Workers, "nodes", c.graph.Len())
+	logger.Info("Monitors synced; starting workers", "workers", c.cfg.Workers, "maxWritesInFlight", c.cfg.MaxWritesInFlight, "nodes", c.graph.Len())
 
 	for range c.cfg.Workers {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			c.runWorker(ctx, workCtx, c.attemptToDelete, c.attemptToDeleteItem)
+			c.runWorker(ctx, workCtx, c.attemptToDelete, c.planDeleteItem)
 		}()
 		go func() {
 			defer wg.Done()
-			c.runWorker(ctx, workCtx, c.attemptToOrphan, c.attemptToOrphanItem)
+			c.runWorker(ctx, workCtx, c.attemptToOrphan, c.planOrphanItem)
 		}()
 	}
 
@@ -390,11 +412,24 @@ func (c *Collector) runGraphBuilder(ctx context.Context) {
 	}
 }
 
-// runWorker processes one queue until it shuts down: nil from process
-// forgets the item, an error retries it with per-item exponential backoff.
-// Once ctx is done it starts no new item (the queue hands out what it still
-// holds; those are dropped); the item in flight finishes on workCtx.
-func (c *Collector) runWorker(ctx, workCtx context.Context, q workqueue.TypedRateLimitingInterface[types.UID], process func(context.Context, types.UID) error) {
+// runWorker processes one queue until it shuts down. plan decides an item
+// and returns the API write that carries the decision out, if any.
+//
+// A decided write runs on its own goroutine once a slot is free (at most
+// MaxWritesInFlight across the collector), and the worker goes on to decide
+// its next item. A write takes milliseconds and a decision microseconds, so
+// a worker that waited for its write would leave the apiserver idle for
+// most of each item's turn: with one write per collected object, the
+// workers' count, not the apiserver, would bound the deletion rate. The
+// item is marked done only when its write finished, so the queue never
+// hands out an item whose write is in flight (an item added meanwhile is
+// decided again afterwards, from the graph as it is then).
+//
+// nil from the item (plan, or its write) forgets it; an error retries it
+// with per-item exponential backoff. Once ctx is done the worker starts no
+// new item and no new write (the queue hands out what it still holds;
+// those are dropped); a write already started finishes on workCtx.
+func (c *Collector) runWorker(ctx, workCtx context.Context, q workqueue.TypedRateLimitingInterface[types.UID], plan func(context.Context, types.UID) (write, error)) {
 	for {
 		uid, shutdown := q.Get()
 		if shutdown {
@@ -405,21 +440,58 @@ func (c *Collector) runWorker(ctx, workCtx context.Context, q workqueue.TypedRat
 			q.Done(uid)
 			continue
 		}
-		err := process(workCtx, uid)
-		switch {
-		case err == nil:
-			q.Forget(uid)
-		case ctx.Err() != nil:
-			q.Forget(uid)
-		default:
-			if !errors.Is(err, errRetry) {
-				klog.FromContext(ctx).V(2).Info("Will retry", "uid", uid, "err", err.Error(), "retries", q.NumRequeues(uid))
-			}
-			q.AddRateLimited(uid)
+		w, err := plan(workCtx, uid)
+		if err != nil || w == nil {
+			c.finish(ctx, q, uid, err)
+			continue
 		}
-		q.Done(uid)
+		if !c.acquireSlot(ctx) {
+			q.Forget(uid)
+			q.Done(uid)
+			continue
+		}
+		c.pending.Add(1)
+		go func() {
+			defer c.pending.Done()
+			err := w(workCtx)
+			c.releaseSlot()
+			c.finish(ctx, q, uid, err)
+		}()
 	}
 }
+
+// finish ends an item's turn with its outcome.
+func (c *Collector) finish(ctx context.Context, q workqueue.TypedRateLimitingInterface[types.UID], uid types.UID, err error) {
+	switch {
+	case err == nil:
+		q.Forget(uid)
+	case ctx.Err() != nil:
+		q.Forget(uid)
+	default:
+		if !errors.Is(err, errRetry) {
+			klog.FromContext(ctx).V(2).Info("Will retry", "uid", uid, "err", err.Error(), "retries", q.NumRequeues(uid))
+		}
+		q.AddRateLimited(uid)
+	}
+	q.Done(uid)
+}
+
+// acquireSlot waits until a write may start; false if ctx ended first.
+func (c *Collector) acquireSlot(ctx context.Context) bool {
+	select {
+	case c.slots <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case c.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (c *Collector) releaseSlot() { <-c.slots }
 
 // target returns where to write to an observed item.
 func (c *Collector) target(it *graph.Item) (apiops.Target, error) {

@@ -26,14 +26,14 @@ func TestWorkerDrainsInFlightItemOnly(t *testing.T) {
 	var mu sync.Mutex
 	var processed []types.UID
 	var inFlightErr error
-	process := func(ctx context.Context, uid types.UID) error {
+	process := func(ctx context.Context, uid types.UID) (write, error) {
 		started <- uid
 		<-release
 		mu.Lock()
 		defer mu.Unlock()
 		processed = append(processed, uid)
 		inFlightErr = ctx.Err()
-		return nil
+		return nil, nil
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); c.runWorker(ctx, workCtx, q, process) }()

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kgc-dev/kgc/internal/apiops"
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/metrics"
 )
@@ -19,27 +20,32 @@ import (
 // errRetry asks for a rate-limited re-check without reporting a failure.
 var errRetry = errors.New("re-check later")
 
-// attemptToDeleteItem checks one item: a foreground owner waiting for its
-// dependents, or a live dependent that may be garbage.
-func (c *Collector) attemptToDeleteItem(ctx context.Context, uid types.UID) error {
+// write is an API write that carries out a decision: it makes the call,
+// records it, and returns the item's outcome (see conflictOrNil).
+type write func(context.Context) error
+
+// planDeleteItem checks one item: a foreground owner waiting for its
+// dependents, or a live dependent that may be garbage. It returns the write
+// its decision needs, if any; nothing has been written when it returns.
+func (c *Collector) planDeleteItem(ctx context.Context, uid types.UID) (write, error) {
 	// A foreground owner that is still blocked has nothing to do but, now
 	// and then, re-check its dependents: decide that from the graph's
 	// blocking count instead of copying every dependent (see
 	// dependentsRecheck). An unblocked owner always takes the full path.
 	if o, ok := c.graph.Owner(uid); ok && !o.Virtual && o.DeletingDependents &&
 		c.graph.BlockingDependents(uid) > 0 && !c.rechecks.due(uid) {
-		return nil
+		return nil, nil
 	}
 	it, ok := c.graph.Item(uid)
 	if !ok || it.Virtual {
-		return nil
+		return nil, nil
 	}
 	// Already written to at this version: wait for the informer (see writeLog).
 	if skip, stale := c.writes.check(uid, it.ResourceVersion); skip {
 		if stale {
-			return errRetry
+			return nil, errRetry
 		}
-		return nil
+		return nil, nil
 	}
 	var a Action
 	switch {
@@ -47,7 +53,7 @@ func (c *Collector) attemptToDeleteItem(ctx context.Context, uid types.UID) erro
 		a = decideForegroundOwner(&it)
 	case it.Deleting || len(it.OwnerReferences) == 0:
 		// Being deleted by someone else, or not a dependent at all.
-		return nil
+		return nil, nil
 	default:
 		states := make([]OwnerState, len(it.OwnerReferences))
 		var errs []error
@@ -64,71 +70,82 @@ func (c *Collector) attemptToDeleteItem(ctx context.Context, uid types.UID) erro
 			}
 		}
 		if err := errors.Join(errs...); err != nil {
-			return err
+			return nil, err
 		}
 		a = decideDependent(&it, states)
 	}
-	return c.execute(ctx, &it, a)
+	return c.plan(ctx, &it, a)
 }
 
-// execute carries out a decision. It is the only caller of apiops for the
+// plan turns a decision into the write that carries it out (nil when the
+// decision needs none). It is the only caller of apiops for the
 // attempt-to-delete path.
-func (c *Collector) execute(ctx context.Context, it *graph.Item, a Action) error {
-	logger := klog.FromContext(ctx)
+func (c *Collector) plan(ctx context.Context, it *graph.Item, a Action) (write, error) {
 	switch a.Type {
 	case Keep:
 		if a.Retry {
-			return errRetry
+			return nil, errRetry
 		}
-		return nil
+		return nil, nil
 	case CheckDependents:
 		for _, uid := range a.Dependents {
 			c.attemptToDelete.Add(uid)
 		}
-		return nil
+		return nil, nil
+	case RemoveReferences, RemoveForegroundFinalizer, DeleteItem:
+	default:
+		return nil, fmt.Errorf("unknown action %d", a.Type)
 	}
 	t, err := c.target(it)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	uid, rv := it.Identity.UID, it.ResourceVersion
+	return func(ctx context.Context) error {
+		err := c.execute(ctx, it, t, a)
+		c.writes.record(uid, rv, err)
+		return conflictOrNil(err)
+	}, nil
+}
+
+// execute makes the calls of a write decided for it, at t.
+func (c *Collector) execute(ctx context.Context, it *graph.Item, t apiops.Target, a Action) error {
+	logger := klog.FromContext(ctx)
 	switch a.Type {
 	case RemoveReferences:
 		if l := logger.V(2); l.Enabled() {
 			l.Info("Removing dangling and waiting owner references", "object", it.Identity.String())
 		}
-		_, err = c.ops.SetOwnerReferences(ctx, t, a.Refs)
+		_, err := c.ops.SetOwnerReferences(ctx, t, a.Refs)
 		c.record(metrics.OpRemoveRefs, err)
+		return err
 	case RemoveForegroundFinalizer:
 		if l := logger.V(2); l.Enabled() {
 			l.Info("Dependents gone; removing foregroundDeletion finalizer", "object", it.Identity.String())
 		}
-		_, err = c.ops.SetFinalizers(ctx, t, a.Finalizers)
+		_, err := c.ops.SetFinalizers(ctx, t, a.Finalizers)
 		c.record(metrics.OpRemoveFinalizer, err)
-	case DeleteItem:
-		if a.Unblock {
-			if l := logger.V(2); l.Enabled() {
-				l.Info("Clearing blockOwnerDeletion to break a cycle", "object", it.Identity.String())
-			}
-			obj, perr := c.ops.SetOwnerReferences(ctx, t, a.Refs)
-			c.record(metrics.OpUnblockRefs, perr)
-			if perr != nil {
-				c.writes.record(it.Identity.UID, it.ResourceVersion, perr)
-				return conflictOrNil(perr)
-			}
-			t.ResourceVersion = obj.ResourceVersion
-		}
-		// Guarded: the arguments (a formatted identity) would otherwise be
-		// built for every collected object even with the line disabled.
-		if l := logger.V(2); l.Enabled() {
-			l.Info("Deleting garbage", "object", it.Identity.String(), "policy", string(a.Policy))
-		}
-		err = c.ops.Delete(ctx, t, a.Policy)
-		c.record(metrics.OpDelete, err)
-	default:
-		return fmt.Errorf("unknown action %d", a.Type)
+		return err
 	}
-	c.writes.record(it.Identity.UID, it.ResourceVersion, err)
-	return conflictOrNil(err)
+	if a.Unblock {
+		if l := logger.V(2); l.Enabled() {
+			l.Info("Clearing blockOwnerDeletion to break a cycle", "object", it.Identity.String())
+		}
+		obj, err := c.ops.SetOwnerReferences(ctx, t, a.Refs)
+		c.record(metrics.OpUnblockRefs, err)
+		if err != nil {
+			return err
+		}
+		t.ResourceVersion = obj.ResourceVersion
+	}
+	// Guarded: the arguments (a formatted identity) would otherwise be
+	// built for every collected object even with the line disabled.
+	if l := logger.V(2); l.Enabled() {
+		l.Info("Deleting garbage", "object", it.Identity.String(), "policy", string(a.Policy))
+	}
+	err := c.ops.Delete(ctx, t, a.Policy)
+	c.record(metrics.OpDelete, err)
+	return err
 }
 
 // conflictOrNil maps a write's error to the item's outcome: 404 means the
@@ -148,24 +165,26 @@ func conflictOrNil(err error) error {
 
 // orphanConcurrency bounds the ownerReference patches one orphaning owner
 // has in flight: as many as there are workers (the parallelism a background
-// cascade gets), so one owner keeps the client's budget busy without one
-// goroutine (and connection) per dependent.
+// cascade's decisions get), so one owner keeps the client's budget busy
+// without one goroutine (and connection) per dependent, and without taking
+// every write slot from the other cascades.
 func (c *Collector) orphanConcurrency() int { return max(c.cfg.Workers, 1) }
 
-// attemptToOrphanItem removes an orphaning owner's references from its
-// dependents, then its orphan finalizer. Each patch is decided from the
-// graph and carries the dependent's uid and resourceVersion, so a dependent
-// that changed since is rejected (409) and the owner is re-checked.
-func (c *Collector) attemptToOrphanItem(ctx context.Context, uid types.UID) error {
+// planOrphanItem removes an orphaning owner's references from its
+// dependents and returns the write that then removes its orphan finalizer.
+// Each patch is decided from the graph and carries the dependent's uid and
+// resourceVersion, so a dependent that changed since is rejected (409) and
+// the owner is re-checked. Each patch takes a write slot while it runs.
+func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, error) {
 	owner, ok := c.graph.Item(uid)
 	if !ok || owner.Virtual || !owner.Orphaning() {
-		return nil
+		return nil, nil
 	}
 	if skip, stale := c.writes.check(uid, owner.ResourceVersion); skip {
 		if stale {
-			return errRetry
+			return nil, errRetry
 		}
-		return nil
+		return nil, nil
 	}
 	var (
 		mu    sync.Mutex
@@ -199,11 +218,19 @@ func (c *Collector) attemptToOrphanItem(ctx context.Context, uid types.UID) erro
 			continue
 		}
 		sem <- struct{}{}
+		if !c.acquireSlot(ctx) {
+			<-sem
+			mu.Lock()
+			errs = append(errs, ctx.Err())
+			mu.Unlock()
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
 			_, err := c.ops.SetOwnerReferences(ctx, t, refs)
+			c.releaseSlot()
 			c.record(metrics.OpOrphan, err)
 			c.writes.record(dep.Identity.UID, dep.ResourceVersion, err)
 			if err = conflictOrNil(err); err != nil {
@@ -219,20 +246,22 @@ func (c *Collector) attemptToOrphanItem(ctx context.Context, uid types.UID) erro
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return nil, err
 	}
 	if retry {
-		return errRetry
+		return nil, errRetry
 	}
 	t, err := c.target(&owner)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	klog.FromContext(ctx).V(2).Info("Dependents orphaned; removing orphan finalizer", "object", owner.Identity.String(), "dependents", len(owner.Dependents))
-	_, err = c.ops.SetFinalizers(ctx, t, withoutFinalizer(owner.Finalizers, graph.FinalizerOrphan))
-	c.record(metrics.OpRemoveFinalizer, err)
-	c.writes.record(uid, owner.ResourceVersion, err)
-	return conflictOrNil(err)
+	return func(ctx context.Context) error {
+		klog.FromContext(ctx).V(2).Info("Dependents orphaned; removing orphan finalizer", "object", owner.Identity.String(), "dependents", len(owner.Dependents))
+		_, err := c.ops.SetFinalizers(ctx, t, withoutFinalizer(owner.Finalizers, graph.FinalizerOrphan))
+		c.record(metrics.OpRemoveFinalizer, err)
+		c.writes.record(uid, owner.ResourceVersion, err)
+		return conflictOrNil(err)
+	}, nil
 }
 
 // record counts one write and its outcome.

@@ -77,6 +77,7 @@ func TestDocsMatchCode(t *testing.T) {
 		Graph:             func() GraphCounts { return GraphCounts{Observed: 1} },
 		Monitors:          func() []MonitorState { return []MonitorState{{Resource: "v1/configmaps", Synced: true}} },
 		DiscoveryFailures: func() []string { return []string{"broken.example.com/v1beta1"} },
+		Writes:            func() (int, int) { return 3, 40 },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +163,7 @@ func TestVerb(t *testing.T) {
 // the server's status codes) is exported before anything happened.
 func TestDocumentedMetricsExistFromTheStart(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	if _, err := New(reg, Sources{Graph: func() GraphCounts { return GraphCounts{} }, Monitors: func() []MonitorState { return nil }, DiscoveryFailures: func() []string { return nil }}); err != nil {
+	if _, err := New(reg, Sources{Graph: func() GraphCounts { return GraphCounts{} }, Monitors: func() []MonitorState { return nil }, DiscoveryFailures: func() []string { return nil }, Writes: func() (int, int) { return 0, 40 }}); err != nil {
 		t.Fatal(err)
 	}
 	families, err := reg.Gather()

@@ -79,6 +79,8 @@ type Sources struct {
 	// DiscoveryFailures lists the group versions ("group/version") discovery
 	// could not read. Optional.
 	DiscoveryFailures func() []string
+	// Writes reports the API writes in flight and their limit. Optional.
+	Writes func() (inFlight, limit int)
 }
 
 // New creates kgc's metrics and registers them on reg. With a nil reg it
@@ -124,7 +126,7 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 		}, []string{"name"}),
 		queueWork: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: "workqueue", Name: "work_duration_seconds",
-			Help:    "Time a worker spends on one item.",
+			Help:    "Time one item is in progress: its decision and its write, if any.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 10, 10),
 		}, []string{"name"}),
 		queueUnfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -133,7 +135,7 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 		}, []string{"name"}),
 		queueLongest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "workqueue", Name: "longest_running_processor_seconds",
-			Help: "Seconds the longest-running worker of a queue has been on its item.",
+			Help: "Seconds the longest-running item in progress of a queue (its decision or its write) has been in progress.",
 		}, []string{"name"}),
 		queueRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "workqueue", Name: "retries_total",
@@ -258,6 +260,12 @@ var (
 	monitorStateDesc = prometheus.NewDesc(namespace+"_monitor_state",
 		"1 for the state a resource's monitor is in (synced, syncing, failing), 0 for the others.",
 		[]string{"resource", "state"}, nil)
+	writesInFlightDesc = prometheus.NewDesc(namespace+"_writes_in_flight",
+		"API writes (DELETEs and patches) kgc has in flight.",
+		nil, nil)
+	writesLimitDesc = prometheus.NewDesc(namespace+"_writes_in_flight_limit",
+		"The most API writes kgc has in flight at once (--max-writes-inflight).",
+		nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -266,6 +274,8 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- monitorSyncedDesc
 	ch <- monitorStateDesc
 	ch <- discoveryFailuresDesc
+	ch <- writesInFlightDesc
+	ch <- writesLimitDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -311,6 +321,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.src.DiscoveryFailures != nil {
 		ch <- prometheus.MustNewConstMetric(discoveryFailuresDesc, prometheus.GaugeValue, float64(len(c.src.DiscoveryFailures())))
+	}
+	if c.src.Writes != nil {
+		n, limit := c.src.Writes()
+		ch <- prometheus.MustNewConstMetric(writesInFlightDesc, prometheus.GaugeValue, float64(n))
+		ch <- prometheus.MustNewConstMetric(writesLimitDesc, prometheus.GaugeValue, float64(limit))
 	}
 }
 

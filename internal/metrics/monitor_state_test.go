@@ -55,3 +55,32 @@ func TestMonitorStatePerResource(t *testing.T) {
 		}
 	}
 }
+
+// The write gauges report what the source says at scrape time.
+func TestWritesInFlightGauges(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	n := 7
+	if _, err := New(reg, Sources{Writes: func() (int, int) { return n, 40 }}); err != nil {
+		t.Fatal(err)
+	}
+	read := func() map[string]float64 {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				got[f.GetName()] = m.GetGauge().GetValue()
+			}
+		}
+		return got
+	}
+	if got := read(); got["kgc_writes_in_flight"] != 7 || got["kgc_writes_in_flight_limit"] != 40 {
+		t.Errorf("gauges %v, want in flight 7, limit 40", got)
+	}
+	n = 0
+	if got := read(); got["kgc_writes_in_flight"] != 0 {
+		t.Errorf("in flight after the writes finished = %v, want 0", got["kgc_writes_in_flight"])
+	}
+}

@@ -69,6 +69,12 @@ type Options struct {
 	// Workers is the number of attempt-to-delete and attempt-to-orphan
 	// workers each (kube-controller-manager's --concurrent-gc-syncs). Default 20.
 	Workers int
+	// MaxWritesInFlight bounds the API writes (DELETEs and patches) in
+	// flight at once. Default twice Workers. Workers decide; a decided
+	// write runs in one of these slots while its worker decides the next
+	// item, so the workers' count does not bound the deletion rate. The
+	// client budget (QPS, Burst) applies to every write as well.
+	MaxWritesInFlight int
 	// IgnoredResources are never monitored. nil means DefaultIgnoredResources();
 	// an empty non-nil slice ignores nothing.
 	IgnoredResources []schema.GroupResource
@@ -145,6 +151,7 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 			}
 			return out
 		},
+		Writes: func() (int, int) { return inner.WritesInFlight() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kgc: registering metrics: %w", err)
@@ -183,14 +190,15 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 		done:       make(chan struct{}),
 	}
 	out.c, err = collector.New(collector.Config{
-		Metadata:     md,
-		Discovery:    dc,
-		Mapper:       restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
-		Recorder:     out.recorder,
-		Workers:      opts.Workers,
-		Ignored:      ignored,
-		ResyncPeriod: opts.DiscoveryResyncPeriod,
-		Metrics:      m,
+		Metadata:          md,
+		Discovery:         dc,
+		Mapper:            restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
+		Recorder:          out.recorder,
+		Workers:           opts.Workers,
+		MaxWritesInFlight: opts.MaxWritesInFlight,
+		Ignored:           ignored,
+		ResyncPeriod:      opts.DiscoveryResyncPeriod,
+		Metrics:           m,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kgc: %w", err)

@@ -30,6 +30,9 @@ func TestNewValidates(t *testing.T) {
 	if _, err := kgc.New(cfg, kgc.Options{Workers: -1}); err == nil || !strings.Contains(err.Error(), "workers") {
 		t.Errorf("negative Workers: %v", err)
 	}
+	if _, err := kgc.New(cfg, kgc.Options{MaxWritesInFlight: -1}); err == nil || !strings.Contains(err.Error(), "writes in flight") {
+		t.Errorf("negative MaxWritesInFlight: %v", err)
+	}
 }
 
 func TestNewDoesNotTouchItsInputs(t *testing.T) {

@@ -40,6 +40,7 @@ import (
 const (
 	collectorUpstream = "upstream"
 	collectorKGC      = "kgc"
+	collectorClient32 = "client32" // the physical limit's deleter
 )
 
 type collectorFlags struct {
@@ -48,6 +49,10 @@ type collectorFlags struct {
 	QPS       float64
 	Burst     int
 	Workers   int
+	// MaxWrites is kgc's MaxWritesInFlight (0: kgc's default, twice
+	// Workers); upstream has no such bound (each of its workers makes its
+	// calls one at a time).
+	MaxWrites int
 	// CPUProfile, when set, is where the child writes a CPU profile of
 	// its whole life (--cpuprofile of the benchmark).
 	CPUProfile string
@@ -61,12 +66,57 @@ func (f collectorFlags) args() []string {
 		"--qps=" + strconv.FormatFloat(f.QPS, 'f', -1, 64),
 		"--burst=" + strconv.Itoa(f.Burst),
 		"--workers=" + strconv.Itoa(f.Workers),
+		"--kgc-max-writes=" + strconv.Itoa(f.MaxWrites),
 		"--child-cpuprofile=" + f.CPUProfile,
 	}
 }
 
+// runDeleterRole is the main of the physical limit's child (collector
+// client32): it prints "synced" at once, then reads one line "<namespace>
+// <n>" and deletes ConfigMaps obj-00000… of that namespace with 32
+// concurrent unthrottled requests, then waits for its stdin to close.
+// It is a process of its own, as the collectors are, so that the limit and
+// the collectors reach the proxy the same way.
+func runDeleterRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error {
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: f.Server, QPS: -1})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "synced")
+	in := bufio.NewReader(stdin)
+	line, err := in.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("reading the deleter's order: %w", err)
+	}
+	var ns string
+	var n int
+	if _, err := fmt.Sscanf(line, "%s %d", &ns, &n); err != nil {
+		return fmt.Errorf("deleter order %q: %w", line, err)
+	}
+	if err := deleteAll(context.Background(), client, ns, limitNames(n), nil); err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, in)
+	if kb, err := readStatusKB("/proc/self/status", "VmHWM"); err == nil {
+		fmt.Fprintf(stdout, "vmhwm %d\n", kb)
+	}
+	return nil
+}
+
+// limitNames are the names of the physical limit's ConfigMaps.
+func limitNames(n int) []string {
+	names := make([]string, n)
+	for i := range n {
+		names[i] = fmt.Sprintf("obj-%05d", i)
+	}
+	return names
+}
+
 // runCollectorRole is the child's main.
 func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error {
+	if f.Collector == collectorClient32 {
+		return runDeleterRole(f, stdin, stdout)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if f.CPUProfile != "" {
@@ -102,7 +152,7 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 		if os.Getenv("GOGC") == "" {
 			debug.SetGCPercent(kgc.RecommendedGCPercent)
 		}
-		c, err := kgc.New(cfg, kgc.Options{QPS: float32(f.QPS), Burst: f.Burst, Workers: f.Workers})
+		c, err := kgc.New(cfg, kgc.Options{QPS: float32(f.QPS), Burst: f.Burst, Workers: f.Workers, MaxWritesInFlight: f.MaxWrites})
 		if err != nil {
 			return err
 		}

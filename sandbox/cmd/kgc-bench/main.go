@@ -26,7 +26,8 @@
 //	            collector starts; from its start until all are gone
 //	populated   N objects with live owners; time to sync, time until a probe cascade completes, GETs, and
 //	            peak RSS growth per object over the same collector on the empty cluster
-//	limit       raw DELETE rate of an unthrottled 32-way client, through the proxy and directly, as many
+//	limit       raw DELETE rate of an unthrottled 32-way client, through the proxy (from a process of its own,
+//	            as the collectors are, and from this one) and directly, as many
 //	            objects as the Background fan-out, timed like a cell (until the watcher sees them gone);
 //	            measured on each background run's control plane right after its cells when both are
 //	            selected, and compared with the fan-out run by run
@@ -66,7 +67,9 @@ type options struct {
 	budgetList []string
 	budgets    map[string]budget
 	workers    int
-	timeout    time.Duration
+	// kgcMaxWrites is kgc's MaxWritesInFlight; 0 is its default.
+	kgcMaxWrites int
+	timeout      time.Duration
 
 	fanOwners, fanDeps int
 	unthrottledScale   int // the fan-outs' dependents are this many times more in the unthrottled budget
@@ -111,6 +114,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write each collector's CPU profile (its whole life) to this directory as <scenario>-<collector>-<budget>-<run>.pprof")
 	fs.IntVar(&o.runs, "runs", 3, "runs per cell (collectors alternate)")
 	fs.IntVar(&o.workers, "workers", 20, "collector workers (kube-controller-manager's --concurrent-gc-syncs)")
+	fs.IntVar(&o.kgcMaxWrites, "kgc-max-writes", 0, "kgc's --max-writes-inflight (0: its default, twice --workers)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "limit on every wait of a cell")
 	fs.IntVar(&o.fanOwners, "fan-owners", 10, "owners of the fan-out scenarios")
 	fs.IntVar(&o.fanDeps, "fan-dependents", 100, "dependents per owner of the fan-out scenarios")
@@ -129,7 +133,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *role == "collector" {
-		cf.QPS, cf.Burst, cf.Workers = *kcmQPS, *kcmB, o.workers
+		cf.QPS, cf.Burst, cf.Workers, cf.MaxWrites = *kcmQPS, *kcmB, o.workers, o.kgcMaxWrites
 		klog.SetOutput(stderr)
 		klog.LogToStderr(false)
 		if err := runCollectorRole(cf, stdin, stdout); err != nil {

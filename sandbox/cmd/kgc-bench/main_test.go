@@ -187,8 +187,8 @@ func TestSmoke(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	md := t.TempDir() + "/table.md"
-	code := run([]string{"--scenarios", "background", "--budgets", "unthrottled", "--runs", "1",
-		"--fan-owners", "2", "--fan-dependents", "10", "--timeout", "2m", "--markdown", md}, nil, &out, &errb)
+	code := run([]string{"--scenarios", "background,limit", "--budgets", "unthrottled", "--runs", "1",
+		"--fan-owners", "2", "--fan-dependents", "10", "--limit", "50", "--timeout", "2m", "--markdown", md}, nil, &out, &errb)
 	t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
 	if code != 0 {
 		t.Fatalf("exit code %d", code)
@@ -196,6 +196,10 @@ func TestSmoke(t *testing.T) {
 	for _, want := range []string{
 		"BenchmarkSideBySide/background/upstream/unthrottled \t1\t",
 		"BenchmarkSideBySide/background/kgc/unthrottled \t1\t",
+		"BenchmarkSideBySide/limit/client32/process \t1\t",
+		"BenchmarkSideBySide/limit/client32/proxy \t1\t",
+		"BenchmarkSideBySide/limit/client32/direct \t1\t",
+		"from a process of its own",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
@@ -238,8 +242,10 @@ func TestLimitRatioRunByRun(t *testing.T) {
 		mk("background", "kgc", "unthrottled", 1, 2/0.9), mk("limit", "client32", "proxy", 1, 2), mk("limit", "client32", "direct", 1, 1),
 		mk("background", "kgc", "unthrottled", 2, 0.5/0.9), mk("limit", "client32", "proxy", 2, 0.5), mk("limit", "client32", "direct", 2, 0.25),
 		mk("background", "kgc", "unthrottled", 3, 1.2), // no limit in this run: not in the run-by-run ratios
+		// The own-process client is slower; kgc keeps 80% of it.
+		mk("limit", "client32", "process", 0, 1/0.9*0.8), mk("limit", "client32", "process", 1, 2/0.9*0.8),
 	}
-	per := perRunLimitRatios(group(rs), collectorKGC)
+	per := perRunLimitRatios(group(rs), collectorKGC, "proxy")
 	if len(per) != 3 {
 		t.Fatalf("per-run ratios = %v, want 3", per)
 	}
@@ -250,7 +256,15 @@ func TestLimitRatioRunByRun(t *testing.T) {
 	}
 	var b bytes.Buffer
 	writeTable(&b, rs, []string{"unthrottled"}, "test machine")
-	if !strings.Contains(b.String(), "(run by run: median 90%, 90%–90%)") {
-		t.Errorf("table:\n%s", b.String())
+	for _, want := range []string{
+		"of the proxied limit (run by run: median 90%, 90%–90%)",
+		"of the own-process one (run by run: median 80%, 80%–80%)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if per := perRunLimitRatios(group(rs), collectorKGC, "process"); len(per) != 2 {
+		t.Errorf("per-run ratios against the own-process limit = %v, want 2 (runs 0 and 1)", per)
 	}
 }

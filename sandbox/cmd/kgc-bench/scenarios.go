@@ -47,7 +47,7 @@ type cellSpec struct {
 
 func (s cellSpec) flags(e *env) collectorFlags {
 	b := e.opts.budgets[s.budget]
-	f := collectorFlags{Collector: s.collector, Server: e.proxy.URL, QPS: b.qps, Burst: b.burst, Workers: e.opts.workers}
+	f := collectorFlags{Collector: s.collector, Server: e.proxy.URL, QPS: b.qps, Burst: b.burst, Workers: e.opts.workers, MaxWrites: e.opts.kgcMaxWrites}
 	if e.opts.cpuProfile != "" {
 		f.CPUProfile = filepath.Join(e.opts.cpuProfile, sanitize(fmt.Sprintf("%s-%s-%s-%d", s.scenario, s.collector, s.budget, s.run))+".pprof")
 	}
@@ -517,7 +517,9 @@ func runPopulated(ctx context.Context, e *env, s cellSpec, ns string, w *watcher
 }
 
 // runLimit measures the apiserver's raw DELETE rate: n ConfigMaps deleted
-// by an unthrottled 32-way client, through the proxy and directly.
+// by an unthrottled 32-way client, three ways: through the proxy from a
+// process of its own (as the collectors are: a child of this binary), through
+// the proxy from this process (which hosts the apiserver), and directly.
 //
 // It is measured exactly as a collector's cell is, so that "unthrottled
 // Background fan-out vs the limit" compares like with like: the namespace
@@ -528,27 +530,18 @@ func runPopulated(ctx context.Context, e *env, s cellSpec, ns string, w *watcher
 // after the collectors' cells of the run.
 func runLimit(ctx context.Context, e *env, run int) ([]result, error) {
 	var out []result
-	for _, via := range []string{"proxy", "direct"} {
+	for _, via := range []string{"process", "proxy", "direct"} {
 		ns := sanitize(fmt.Sprintf("limit-%s-%d", via, run))
 		if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			return nil, err
 		}
-		var specs []cmSpec
-		var names []string
-		for i := range e.opts.limit {
-			specs = append(specs, cmSpec{name: fmt.Sprintf("obj-%05d", i)})
-			names = append(names, fmt.Sprintf("obj-%05d", i))
+		names := limitNames(e.opts.limit)
+		specs := make([]cmSpec, len(names))
+		for i, n := range names {
+			specs[i] = cmSpec{name: n}
 		}
 		if _, err := createAll(ctx, e.client, ns, specs); err != nil {
 			return nil, err
-		}
-		client := e.client
-		if via == "proxy" {
-			pc, err := kubernetes.NewForConfig(&rest.Config{Host: e.proxy.URL, QPS: -1})
-			if err != nil {
-				return nil, err
-			}
-			client = pc
 		}
 		r, err := func() (result, error) {
 			w, err := newWatcher(e.md, ns)
@@ -559,19 +552,61 @@ func runLimit(ctx context.Context, e *env, run int) ([]result, error) {
 			if err := w.waitFor(ctx, e.opts.timeout, "the watcher to see every object", func(objs []*metav1.PartialObjectMetadata) bool { return len(objs) >= len(names) }); err != nil {
 				return result{}, err
 			}
+			var deleteAllNow func() error
+			var c *child
+			stopped := false
+			switch via {
+			case "process":
+				// A process of its own that talks to the proxy, as the
+				// collectors are: the same path to the apiserver, and a
+				// runtime and scheduler of its own competing for the
+				// machine, not a share of the apiserver's.
+				c, err = startChild(collectorFlags{Collector: collectorClient32, Server: e.proxy.URL}, e.logDir)
+				if err != nil {
+					return result{}, err
+				}
+				defer func() {
+					if !stopped {
+						_, _ = c.stop()
+					}
+				}()
+				if _, err := c.waitSynced(ctx, e.opts.timeout); err != nil {
+					return result{}, err
+				}
+				deleteAllNow = func() error {
+					_, err := fmt.Fprintf(c.stdin, "%s %d\n", ns, len(names))
+					return err
+				}
+			case "proxy":
+				pc, err := kubernetes.NewForConfig(&rest.Config{Host: e.proxy.URL, QPS: -1})
+				if err != nil {
+					return result{}, err
+				}
+				deleteAllNow = func() error { return deleteAll(ctx, pc, ns, names, nil) }
+			default:
+				deleteAllNow = func() error { return deleteAll(ctx, e.client, ns, names, nil) }
+			}
 			before := e.proxy.snapshot()
 			e.proxy.mark()
 			start := time.Now()
-			if err := deleteAll(ctx, client, ns, names, nil); err != nil {
+			if err := deleteAllNow(); err != nil {
 				return result{}, err
 			}
 			if err := w.waitFor(ctx, e.opts.timeout, "the limit's deletions", func(objs []*metav1.PartialObjectMetadata) bool { return len(objs) == 0 }); err != nil {
 				return result{}, err
 			}
-			r := result{Scenario: "limit", Collector: "client32", Budget: via, Run: run, Objects: len(names), Elapsed: time.Since(start)}
+			r := result{Scenario: "limit", Collector: collectorClient32, Budget: via, Run: run, Objects: len(names), Elapsed: time.Since(start)}
 			r.FirstCall, r.LastCall = e.proxy.firstLast(start)
 			r.InFlight = e.proxy.meanInFlight(start, start.Add(r.Elapsed))
 			r.Calls = e.proxy.snapshot().sub(before)
+			if c != nil {
+				stopped = true
+				u, err := c.stop()
+				if err != nil {
+					return result{}, err
+				}
+				r.Usage = u
+			}
 			return r, nil
 		}()
 		if err != nil {

@@ -13,7 +13,7 @@ import (
 type result struct {
 	Scenario  string
 	Collector string // upstream, kgc, or client32 for the physical limit
-	Budget    string // kcm, unthrottled; direct, proxy for the physical limit
+	Budget    string // kcm, unthrottled; direct, proxy, process for the physical limit
 	Run       int
 
 	Objects int           // objects the collector acted on (see scenario docs)
@@ -265,18 +265,31 @@ func writeTable(w io.Writer, results []result, budgets []string, machine string)
 
 	if hasScenario(g, "limit") {
 		fmt.Fprintln(w)
-		direct := cellMed(g, cellKey{"limit", "client32", "direct"}, func(r result) float64 { return r.objectsPerSecond() })
-		proxied := cellMed(g, cellKey{"limit", "client32", "proxy"}, func(r result) float64 { return r.objectsPerSecond() })
-		fmt.Fprintf(w, "Physical limit: the apiserver deletes %s objects/s from an unthrottled 32-way client directly, %s objects/s through the counting proxy.",
+		ops := func(r result) float64 { return r.objectsPerSecond() }
+		direct := cellMed(g, cellKey{"limit", collectorClient32, "direct"}, ops)
+		proxied := cellMed(g, cellKey{"limit", collectorClient32, "proxy"}, ops)
+		process := cellMed(g, cellKey{"limit", collectorClient32, "process"}, ops)
+		fmt.Fprintf(w, "Physical limit: the apiserver deletes %s objects/s from an unthrottled 32-way client directly, %s objects/s through the counting proxy",
 			fnum(direct, 0), fnum(proxied, 0))
+		if !math.IsNaN(process) {
+			fmt.Fprintf(w, ", %s objects/s through the proxy from a process of its own (as the collectors are; it used %s CPU s)",
+				fnum(process, 0), f1(cellMed(g, cellKey{"limit", collectorClient32, "process"}, func(r result) float64 { return r.Usage.CPU.Seconds() })))
+		}
+		fmt.Fprint(w, ".")
 		for _, coll := range []string{collectorUpstream, collectorKGC} {
-			bg := cellMed(g, cellKey{"background", coll, "unthrottled"}, func(r result) float64 { return r.objectsPerSecond() })
+			bg := cellMed(g, cellKey{"background", coll, "unthrottled"}, ops)
 			if math.IsNaN(bg) || math.IsNaN(proxied) {
 				continue
 			}
 			fmt.Fprintf(w, " %s, unthrottled Background fan-out: %s objects/s = %s%% of the proxied limit", coll, fnum(bg, 0), fnum(100*bg/proxied, 0))
-			if per := perRunLimitRatios(g, coll); len(per) > 0 {
+			if per := perRunLimitRatios(g, coll, "proxy"); len(per) > 0 {
 				fmt.Fprintf(w, " (run by run: median %s%%, %s%%–%s%%)", fnum(100*median(per), 0), fnum(100*slices.Min(per), 0), fnum(100*slices.Max(per), 0))
+			}
+			if !math.IsNaN(process) {
+				fmt.Fprintf(w, ", %s%% of the own-process one", fnum(100*bg/process, 0))
+				if per := perRunLimitRatios(g, coll, "process"); len(per) > 0 {
+					fmt.Fprintf(w, " (run by run: median %s%%, %s%%–%s%%)", fnum(100*median(per), 0), fnum(100*slices.Min(per), 0), fnum(100*slices.Max(per), 0))
+				}
 			}
 			fmt.Fprint(w, ".")
 		}
@@ -285,12 +298,12 @@ func writeTable(w io.Writer, results []result, budgets []string, machine string)
 }
 
 // perRunLimitRatios returns, for every run that measured both, coll's
-// unthrottled Background fan-out objects/s over the proxied limit measured
-// on the same control plane right after it. The limit swings with the load
+// unthrottled Background fan-out objects/s over the limit measured via via
+// (proxy, process) on the same control plane right after it. The limit swings with the load
 // of the machine from one run to the next; a ratio taken within one run
 // cancels most of that swing, a ratio of medians over runs does not.
-func perRunLimitRatios(g map[cellKey]*cell, coll string) []float64 {
-	bg, lim := g[cellKey{"background", coll, "unthrottled"}], g[cellKey{"limit", "client32", "proxy"}]
+func perRunLimitRatios(g map[cellKey]*cell, coll, via string) []float64 {
+	bg, lim := g[cellKey{"background", coll, "unthrottled"}], g[cellKey{"limit", collectorClient32, via}]
 	if bg == nil || lim == nil {
 		return nil
 	}
