@@ -103,6 +103,21 @@ func noUID(t *testing.T, ch <-chan types.UID, what string) {
 	}
 }
 
+// run starts one worker of c on q that plans with p; the test's cleanup
+// stops it and waits for its writes.
+func (p *pipelineProbe) run(t *testing.T, c *Collector, q workqueue.TypedRateLimitingInterface[types.UID]) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.runWorker(ctx, context.Background(), q, p.plan) }()
+	t.Cleanup(func() {
+		cancel()
+		q.ShutDown()
+		p.stop()
+		<-done
+		c.pending.Wait()
+	})
+}
+
 // releaseAll lets every write that starts finish with nil until nothing
 // happens for a while and the queue is empty.
 func (p *pipelineProbe) releaseAll(t *testing.T, q workqueue.TypedRateLimitingInterface[types.UID]) {
@@ -132,16 +147,7 @@ func TestWorkerPipelinesWritesUpToTheSlots(t *testing.T) {
 	for i := range 5 {
 		q.Add(types.UID(fmt.Sprintf("item-%d", i)))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); c.runWorker(ctx, context.Background(), q, p.plan) }()
-	defer func() {
-		cancel()
-		q.ShutDown()
-		p.stop()
-		<-done
-		c.pending.Wait()
-	}()
+	p.run(t, c, q)
 
 	busy := recvUID(t, p.started, "the first write")
 	others := []types.UID{recvUID(t, p.started, "the second write"), recvUID(t, p.started, "the third write")}
@@ -182,16 +188,7 @@ func TestFailedWriteRetriesItem(t *testing.T) {
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](time.Millisecond, time.Millisecond))
 	p := newPipelineProbe()
 	q.Add("a")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); c.runWorker(ctx, context.Background(), q, p.plan) }()
-	defer func() {
-		cancel()
-		q.ShutDown()
-		p.stop()
-		<-done
-		c.pending.Wait()
-	}()
+	p.run(t, c, q)
 	recvUID(t, p.started, "the first write")
 	p.gate("a") <- errors.New("apiserver unavailable")
 	recvUID(t, p.started, "the retried write")

@@ -21,20 +21,7 @@ func TestMonitorStatePerResource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			key := f.GetName()
-			for _, l := range m.GetLabel() {
-				key += "," + l.GetName() + "=" + l.GetValue()
-			}
-			got[key] = m.GetGauge().GetValue()
-		}
-	}
+	got := gauges(t, reg)
 	for key, v := range map[string]float64{
 		"kgc_monitor_state,resource=apps/v1/deployments,state=failing":               0,
 		"kgc_monitor_state,resource=apps/v1/deployments,state=synced":                0,
@@ -63,24 +50,32 @@ func TestWritesInFlightGauges(t *testing.T) {
 	if _, err := New(reg, Sources{Writes: func() (int, int) { return n, 40 }}); err != nil {
 		t.Fatal(err)
 	}
-	read := func() map[string]float64 {
-		families, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]float64{}
-		for _, f := range families {
-			for _, m := range f.GetMetric() {
-				got[f.GetName()] = m.GetGauge().GetValue()
-			}
-		}
-		return got
-	}
-	if got := read(); got["kgc_writes_in_flight"] != 7 || got["kgc_writes_in_flight_limit"] != 40 {
+	if got := gauges(t, reg); got["kgc_writes_in_flight"] != 7 || got["kgc_writes_in_flight_limit"] != 40 {
 		t.Errorf("gauges %v, want in flight 7, limit 40", got)
 	}
 	n = 0
-	if got := read(); got["kgc_writes_in_flight"] != 0 {
+	if got := gauges(t, reg); got["kgc_writes_in_flight"] != 0 {
 		t.Errorf("in flight after the writes finished = %v, want 0", got["kgc_writes_in_flight"])
 	}
+}
+
+// gauges gathers reg's gauges by name, followed by ",label=value" for each
+// label.
+func gauges(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			key := f.GetName()
+			for _, l := range m.GetLabel() {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			got[key] = m.GetGauge().GetValue()
+		}
+	}
+	return got
 }
