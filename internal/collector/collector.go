@@ -476,12 +476,11 @@ func (c *Collector) finish(ctx context.Context, q workqueue.TypedRateLimitingInt
 	q.Done(uid)
 }
 
-// acquireSlot waits until a write may start; false if ctx ended first.
+// acquireSlot waits until a write may start; false if ctx ended first (or
+// had ended already: no write starts after shutdown began).
 func (c *Collector) acquireSlot(ctx context.Context) bool {
-	select {
-	case c.slots <- struct{}{}:
-		return true
-	default:
+	if ctx.Err() != nil {
+		return false
 	}
 	select {
 	case c.slots <- struct{}{}:

@@ -100,10 +100,9 @@ func (c *Collector) plan(ctx context.Context, it *graph.Item, a Action) (write, 
 	if err != nil {
 		return nil, err
 	}
-	uid, rv := it.Identity.UID, it.ResourceVersion
 	return func(ctx context.Context) error {
 		err := c.execute(ctx, it, t, a)
-		c.writes.record(uid, rv, err)
+		c.writes.record(it.Identity.UID, it.ResourceVersion, err)
 		return conflictOrNil(err)
 	}, nil
 }
