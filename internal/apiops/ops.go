@@ -3,8 +3,11 @@ package apiops
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sync"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,6 +30,11 @@ func (t Target) String() string {
 // Ops performs kgc's API operations through the metadata client.
 type Ops struct {
 	Client metadata.Interface
+
+	// noSMP remembers resources that answered a strategic merge patch with
+	// 415 (custom resources do not take them), so that each pays for the
+	// refusal once.
+	noSMP sync.Map // schema.GroupVersionResource -> struct{}
 }
 
 func (o *Ops) resource(gvr schema.GroupVersionResource, ns string) metadata.ResourceInterface {
@@ -61,43 +69,140 @@ func (o *Ops) Delete(ctx context.Context, t Target, policy metav1.DeletionPropag
 	})
 }
 
-// metadataPatch is a JSON merge patch of metadata fields. uid and
-// resourceVersion in a patch act as preconditions: the apiserver rejects the
-// patch with a Conflict if they differ from the stored object.
+// Patches.
+//
+// A patch that removes ownerReferences or finalizers rests on the list it
+// read: kgc decided from the graph's copy of that list, and the patch must
+// not apply to any other. kgc therefore sends a JSON patch (RFC 6902) that
+// tests metadata.uid and the whole list before replacing it: the apiserver
+// applies it only if the object is the one decided about and the list is
+// exactly what kgc read, and answers 422 otherwise (IsStale). Unlike a
+// resourceVersion precondition, such a patch still applies when another
+// client changed something else meanwhile (an annotation updated every few
+// milliseconds would otherwise starve every write with 409s), and unlike a
+// merge patch without a resourceVersion it never replaces a list kgc did
+// not read. A resource that does not accept JSON patches (415) gets a merge
+// patch guarded by metadata.uid and metadata.resourceVersion instead, and
+// only when the decision has a resourceVersion to guard it with.
+
+// jsonPatchOp is one RFC 6902 operation.
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// metadataPatch is the merge-patch fallback.
 type metadataPatch struct {
 	Metadata patchedMeta `json:"metadata"`
 }
 
 type patchedMeta struct {
 	UID             types.UID                `json:"uid"`
-	ResourceVersion string                   `json:"resourceVersion,omitempty"`
+	ResourceVersion string                   `json:"resourceVersion"`
 	OwnerReferences *[]metav1.OwnerReference `json:"ownerReferences,omitempty"`
 	Finalizers      *[]string                `json:"finalizers,omitempty"`
 }
 
-func (o *Ops) patch(ctx context.Context, t Target, m patchedMeta) (*metav1.PartialObjectMetadata, error) {
-	m.UID, m.ResourceVersion = t.UID, t.ResourceVersion
-	data, err := json.Marshal(metadataPatch{Metadata: m})
+// ErrNoPrecondition is returned for a write kgc refuses to send because
+// nothing would guard it: a merge patch (the fallback for resources without
+// JSON patch) replaces a list whole, and without a resourceVersion it would
+// replace whatever list the object has now.
+var ErrNoPrecondition = errors.New("no resourceVersion to guard a merge patch with")
+
+// IsStale reports whether a write was rejected because the object is not
+// in the state the decision read: a failed precondition (409) or a failed
+// JSON-patch test (422).
+func IsStale(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.ReasonForError(err) == metav1.StatusReasonInvalid
+}
+
+// replaceList replaces the list at metadata.<field> of t, which must be
+// exactly from, with to.
+func (o *Ops) replaceList(ctx context.Context, t Target, field string, from, to any, merge patchedMeta) (*metav1.PartialObjectMetadata, error) {
+	ops := []jsonPatchOp{
+		{Op: "test", Path: "/metadata/uid", Value: t.UID},
+		{Op: "test", Path: "/metadata/" + field, Value: from},
+		{Op: "replace", Path: "/metadata/" + field, Value: to},
+	}
+	data, err := json.Marshal(ops)
 	if err != nil {
 		return nil, fmt.Errorf("encoding patch for %s: %w", t, err)
 	}
-	return o.resource(t.Resource, t.Namespace).Patch(ctx, t.Name, types.MergePatchType, data, metav1.PatchOptions{})
+	res := o.resource(t.Resource, t.Namespace)
+	obj, err := res.Patch(ctx, t.Name, types.JSONPatchType, data, metav1.PatchOptions{})
+	if !apierrors.IsUnsupportedMediaType(err) {
+		return obj, err
+	}
+	if t.ResourceVersion == "" {
+		return nil, fmt.Errorf("patching %s: %w", t, ErrNoPrecondition)
+	}
+	merge.UID, merge.ResourceVersion = t.UID, t.ResourceVersion
+	if data, err = json.Marshal(metadataPatch{Metadata: merge}); err != nil {
+		return nil, fmt.Errorf("encoding patch for %s: %w", t, err)
+	}
+	return res.Patch(ctx, t.Name, types.MergePatchType, data, metav1.PatchOptions{})
 }
 
-// SetOwnerReferences replaces t's ownerReferences with refs (a merge patch
-// replaces lists whole, which is why it must be conditional on t's
-// resourceVersion). It returns the patched object's metadata.
-func (o *Ops) SetOwnerReferences(ctx context.Context, t Target, refs []metav1.OwnerReference) (*metav1.PartialObjectMetadata, error) {
-	if refs == nil {
-		refs = []metav1.OwnerReference{}
-	}
-	return o.patch(ctx, t, patchedMeta{OwnerReferences: &refs})
+// ReplaceOwnerReferences replaces t's ownerReferences, which must be exactly
+// from (what the decision read), with to. It returns the patched object's
+// metadata.
+func (o *Ops) ReplaceOwnerReferences(ctx context.Context, t Target, from, to []metav1.OwnerReference) (*metav1.PartialObjectMetadata, error) {
+	from, to = nonNil(from), nonNil(to)
+	return o.replaceList(ctx, t, "ownerReferences", from, to, patchedMeta{OwnerReferences: &to})
 }
 
-// SetFinalizers replaces t's finalizers with finalizers.
-func (o *Ops) SetFinalizers(ctx context.Context, t Target, finalizers []string) (*metav1.PartialObjectMetadata, error) {
-	if finalizers == nil {
-		finalizers = []string{}
+// ReplaceFinalizers replaces t's finalizers, which must be exactly from,
+// with to.
+func (o *Ops) ReplaceFinalizers(ctx context.Context, t Target, from, to []string) (*metav1.PartialObjectMetadata, error) {
+	from, to = nonNil(from), nonNil(to)
+	return o.replaceList(ctx, t, "finalizers", from, to, patchedMeta{Finalizers: &to})
+}
+
+// RemoveOwnerReference removes the ownerReference to owner from t, wherever
+// it sits in the list and whatever else the object has: orphaning rests on
+// nothing but the reference itself, so the write is keyed by the owner's
+// UID, not by the object's resourceVersion or list (two owners orphaning a
+// shared dependent at once must not make each other's patches fail). index
+// is where the decision saw the reference; it is only used by the fallback
+// for resources that take no strategic merge patch (custom resources),
+// which tests that the entry at index is owner's before removing it.
+//
+// The strategic merge patch carries metadata.uid, which the apiserver
+// checks against the object's (409 on a mismatch). It is a no-op for an
+// object that no longer has the reference.
+func (o *Ops) RemoveOwnerReference(ctx context.Context, t Target, owner types.UID, index int) (*metav1.PartialObjectMetadata, error) {
+	res := o.resource(t.Resource, t.Namespace)
+	if _, no := o.noSMP.Load(t.Resource); !no {
+		data, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"uid":             t.UID,
+			"ownerReferences": []map[string]any{{"$patch": "delete", "uid": owner}},
+		}})
+		if err != nil {
+			return nil, fmt.Errorf("encoding patch for %s: %w", t, err)
+		}
+		obj, err := res.Patch(ctx, t.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
+		if !apierrors.IsUnsupportedMediaType(err) {
+			return obj, err
+		}
+		o.noSMP.Store(t.Resource, struct{}{})
 	}
-	return o.patch(ctx, t, patchedMeta{Finalizers: &finalizers})
+	path := fmt.Sprintf("/metadata/ownerReferences/%d", index)
+	data, err := json.Marshal([]jsonPatchOp{
+		{Op: "test", Path: "/metadata/uid", Value: t.UID},
+		{Op: "test", Path: path + "/uid", Value: owner},
+		{Op: "remove", Path: path},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encoding patch for %s: %w", t, err)
+	}
+	return res.Patch(ctx, t.Name, types.JSONPatchType, data, metav1.PatchOptions{})
+}
+
+// nonNil makes an empty list encode as [] rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }

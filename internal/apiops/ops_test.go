@@ -3,10 +3,13 @@ package apiops
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	metadatafake "k8s.io/client-go/metadata/fake"
@@ -95,88 +98,127 @@ func TestDeleteNotFound(t *testing.T) {
 	}
 }
 
-// patchBody decodes a merge patch into generic JSON.
-func patchBody(t *testing.T, c *metadatafake.FakeMetadataClient) map[string]map[string]any {
+// lastPatch returns the last call, which must be a PATCH of type pt.
+func lastPatch(t *testing.T, c *metadatafake.FakeMetadataClient, pt types.PatchType) []byte {
 	t.Helper()
 	p, ok := lastAction(t, c).(clienttesting.PatchActionImpl)
 	if !ok {
 		t.Fatalf("last call is %T, want a PATCH", lastAction(t, c))
 	}
-	if p.GetPatchType() != types.MergePatchType {
-		t.Errorf("patch type %s, want merge", p.GetPatchType())
+	if p.GetPatchType() != pt {
+		t.Fatalf("patch type %s, want %s", p.GetPatchType(), pt)
 	}
-	var body map[string]map[string]any
-	if err := json.Unmarshal(p.GetPatch(), &body); err != nil {
-		t.Fatalf("patch %s: %v", p.GetPatch(), err)
-	}
-	if len(body) != 1 || body["metadata"] == nil {
-		t.Fatalf("patch %s touches more than metadata", p.GetPatch())
-	}
-	return body
+	return p.GetPatch()
 }
 
-func TestSetOwnerReferences(t *testing.T) {
+// jsonPatch decodes a JSON patch into its operations.
+func jsonPatch(t *testing.T, data []byte) []map[string]any {
+	t.Helper()
+	var ops []map[string]any
+	if err := json.Unmarshal(data, &ops); err != nil {
+		t.Fatalf("patch %s: %v", data, err)
+	}
+	return ops
+}
+
+func TestReplaceOwnerReferences(t *testing.T) {
+	from := cm("x").OwnerReferences
 	keep := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "d", UID: "d", BlockOwnerDeletion: new(bool)}
-	tests := []struct {
-		name     string
-		refs     []metav1.OwnerReference
-		rv       string
-		wantRefs int
-	}{
-		{"some refs", []metav1.OwnerReference{keep}, "5", 1},
-		{"nil removes every ref", nil, "5", 0},
-		{"empty removes every ref", []metav1.OwnerReference{}, "", 0},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ops, c := newOps(t, cm("x"))
-			target := Target{Resource: configMaps, Namespace: "a", Name: "x", UID: "x-uid", ResourceVersion: tc.rv}
-			got, err := ops.SetOwnerReferences(context.Background(), target, tc.refs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			md := patchBody(t, c)["metadata"]
-			if md["uid"] != "x-uid" {
-				t.Errorf("patch uid = %v, want the uid precondition", md["uid"])
-			}
-			if rv, ok := md["resourceVersion"]; (tc.rv != "") != ok || (ok && rv != tc.rv) {
-				t.Errorf("patch resourceVersion = %v (present %v), want %q", rv, ok, tc.rv)
-			}
-			refs, ok := md["ownerReferences"].([]any)
-			if !ok || len(refs) != tc.wantRefs {
-				t.Errorf("patch ownerReferences = %#v, want a list of %d (an absent field would patch nothing)", md["ownerReferences"], tc.wantRefs)
-			}
-			if _, ok := md["finalizers"]; ok {
-				t.Error("ownerReferences patch touches finalizers")
-			}
-			if len(got.OwnerReferences) != tc.wantRefs || len(got.Finalizers) != 1 {
-				t.Errorf("patched object = %+v", got.ObjectMeta)
-			}
-		})
-	}
-}
-
-func TestSetFinalizers(t *testing.T) {
-	for _, fins := range [][]string{nil, {}, {"example.com/keep"}} {
+	for _, to := range [][]metav1.OwnerReference{nil, {}, {keep}} {
 		ops, c := newOps(t, cm("x"))
-		target := Target{Resource: configMaps, Namespace: "a", Name: "x", UID: "x-uid", ResourceVersion: "5"}
-		got, err := ops.SetFinalizers(context.Background(), target, fins)
+		// No resourceVersion: the JSON patch's tests are the preconditions.
+		target := Target{Resource: configMaps, Namespace: "a", Name: "x", UID: "x-uid"}
+		got, err := ops.ReplaceOwnerReferences(context.Background(), target, from, to)
 		if err != nil {
 			t.Fatal(err)
 		}
-		md := patchBody(t, c)["metadata"]
-		list, ok := md["finalizers"].([]any)
-		if !ok || len(list) != len(fins) {
-			t.Errorf("SetFinalizers(%q): patch finalizers = %#v", fins, md["finalizers"])
+		p := jsonPatch(t, lastPatch(t, c, types.JSONPatchType))
+		if len(p) != 3 || p[0]["op"] != "test" || p[0]["path"] != "/metadata/uid" || p[0]["value"] != "x-uid" {
+			t.Fatalf("patch %v does not test the uid first", p)
 		}
+		if p[1]["op"] != "test" || p[1]["path"] != "/metadata/ownerReferences" || len(p[1]["value"].([]any)) != len(from) {
+			t.Errorf("patch %v does not test the list it replaces", p)
+		}
+		if list, ok := p[2]["value"].([]any); p[2]["op"] != "replace" || !ok || len(list) != len(to) {
+			t.Errorf("patch %v does not replace the list with %d entries (null would not be a list)", p, len(to))
+		}
+		if len(got.OwnerReferences) != len(to) || len(got.Finalizers) != 1 {
+			t.Errorf("patched object = %+v", got.ObjectMeta)
+		}
+	}
+}
+
+func TestReplaceFinalizers(t *testing.T) {
+	for _, to := range [][]string{nil, {}, {"example.com/keep"}} {
+		ops, c := newOps(t, cm("x"))
+		target := Target{Resource: configMaps, Namespace: "a", Name: "x", UID: "x-uid", ResourceVersion: "5"}
+		got, err := ops.ReplaceFinalizers(context.Background(), target, []string{"example.com/f"}, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := jsonPatch(t, lastPatch(t, c, types.JSONPatchType))
+		if len(p) != 3 || p[1]["path"] != "/metadata/finalizers" || p[2]["path"] != "/metadata/finalizers" {
+			t.Errorf("patch %v", p)
+		}
+		if len(got.Finalizers) != len(to) || len(got.OwnerReferences) != 1 {
+			t.Errorf("patched object = %+v", got.ObjectMeta)
+		}
+	}
+}
+
+// A resource that does not take JSON patches gets a merge patch guarded
+// by uid and resourceVersion, and none at all without a resourceVersion.
+func TestMergePatchFallback(t *testing.T) {
+	for _, rv := range []string{"5", ""} {
+		ops, c := newOps(t, cm("x"))
+		c.PrependReactor("patch", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			if a.(clienttesting.PatchActionImpl).GetPatchType() == types.JSONPatchType {
+				return true, nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "patch", schema.GroupResource{}, "x", "json patch not supported", 0, false)
+			}
+			return false, nil, nil
+		})
+		target := Target{Resource: configMaps, Namespace: "a", Name: "x", UID: "x-uid", ResourceVersion: rv}
+		_, err := ops.ReplaceFinalizers(context.Background(), target, []string{"example.com/f"}, nil)
+		if rv == "" {
+			if !errors.Is(err, ErrNoPrecondition) {
+				t.Errorf("merge patch without a resourceVersion: err = %v, want ErrNoPrecondition", err)
+			}
+			if n := len(c.Actions()); n != 1 {
+				t.Errorf("%d calls, want only the refused JSON patch", n)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]map[string]any
+		if err := json.Unmarshal(lastPatch(t, c, types.MergePatchType), &body); err != nil {
+			t.Fatal(err)
+		}
+		md := body["metadata"]
 		if md["uid"] != "x-uid" || md["resourceVersion"] != "5" {
-			t.Errorf("SetFinalizers(%q): preconditions uid=%v rv=%v", fins, md["uid"], md["resourceVersion"])
+			t.Errorf("merge patch preconditions uid=%v rv=%v", md["uid"], md["resourceVersion"])
 		}
 		if _, ok := md["ownerReferences"]; ok {
 			t.Error("finalizers patch touches ownerReferences")
 		}
-		if len(got.Finalizers) != len(fins) || len(got.OwnerReferences) != 1 {
-			t.Errorf("patched object = %+v", got.ObjectMeta)
+	}
+}
+
+func TestIsStale(t *testing.T) {
+	gr := schema.GroupResource{Resource: "configmaps"}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{apierrors.NewConflict(gr, "x", errors.New("rv")), true},
+		{apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", schema.GroupResource{}, "", "testing value /metadata/uid failed", 0, false), true},
+		{apierrors.NewNotFound(gr, "x"), false},
+		{apierrors.NewInternalError(errors.New("boom")), false},
+		{nil, false},
+	} {
+		if got := IsStale(tc.err); got != tc.want {
+			t.Errorf("IsStale(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }
@@ -203,5 +245,55 @@ func TestTargetString(t *testing.T) {
 	tg := Target{Resource: configMaps, Namespace: "a", Name: "x", UID: "u", ResourceVersion: "5"}
 	if got, want := tg.String(), "/v1, Resource=configmaps a/x (uid u, rv 5)"; got != want {
 		t.Errorf("String = %q, want %q", got, want)
+	}
+}
+
+func TestRemoveOwnerReference(t *testing.T) {
+	two := cm("x")
+	two.OwnerReferences = append(two.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "p", UID: "p"})
+	target := Target{Resource: configMaps, Namespace: "a", Name: "x", UID: "x-uid"}
+
+	ops, c := newOps(t, two.DeepCopy())
+	got, err := ops.RemoveOwnerReference(context.Background(), target, "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]map[string]any
+	if err := json.Unmarshal(lastPatch(t, c, types.StrategicMergePatchType), &body); err != nil {
+		t.Fatal(err)
+	}
+	if body["metadata"]["uid"] != "x-uid" {
+		t.Errorf("patch %v lacks the uid precondition", body)
+	}
+	if len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != "o" {
+		t.Errorf("refs after removing p: %+v", got.OwnerReferences)
+	}
+
+	// A custom resource refuses strategic merge patches once; from then on
+	// the JSON patch tests the entry's uid at the index it removes.
+	ops, c = newOps(t, two.DeepCopy())
+	smp := 0
+	c.PrependReactor("patch", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.(clienttesting.PatchActionImpl).GetPatchType() == types.StrategicMergePatchType {
+			smp++
+			return true, nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "patch", schema.GroupResource{}, "x", "no strategic merge patch", 0, false)
+		}
+		return false, nil, nil
+	})
+	if _, err = ops.RemoveOwnerReference(context.Background(), target, "p", 1); err != nil {
+		t.Fatal(err)
+	}
+	p := jsonPatch(t, lastPatch(t, c, types.JSONPatchType))
+	if len(p) != 3 || p[1]["path"] != "/metadata/ownerReferences/1/uid" || p[1]["value"] != "p" || p[2]["op"] != "remove" {
+		t.Errorf("fallback patch %v", p)
+	}
+	if got, err = ops.RemoveOwnerReference(context.Background(), target, "o", 0); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.OwnerReferences) != 0 {
+		t.Errorf("refs after removing both: %+v", got.OwnerReferences)
+	}
+	if smp != 1 {
+		t.Errorf("%d strategic merge patches, want 1 (the refusal is remembered)", smp)
 	}
 }

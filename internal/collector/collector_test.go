@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,11 +14,14 @@ import (
 	"testing"
 	"time"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/wait"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -160,11 +164,18 @@ func (s *fakeServer) delete(gvr schema.GroupVersionResource, ns, name string, op
 	return s.store(gvr, o)
 }
 
-// patch applies the JSON merge patches kgc sends: metadata.ownerReferences
-// and/or metadata.finalizers, with metadata.uid and metadata.resourceVersion
-// as preconditions. Anything else in a patch is an error.
+// patch applies the patches kgc sends, as the apiserver would: JSON
+// patches (a failed test answers 422), strategic merge patches of
+// metadata.ownerReferences keyed by uid, and JSON merge patches of
+// metadata.ownerReferences and/or metadata.finalizers with metadata.uid and
+// metadata.resourceVersion as preconditions. A patch touching anything but
+// those metadata fields is an error.
 func (s *fakeServer) patch(gvr schema.GroupVersionResource, ns, name string, pt types.PatchType, data []byte) (*metav1.PartialObjectMetadata, error) {
-	if pt != types.MergePatchType {
+	switch pt {
+	case types.MergePatchType:
+	case types.JSONPatchType, types.StrategicMergePatchType:
+		return s.patchJSON(gvr, ns, name, pt, data)
+	default:
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("unexpected patch type %s", pt))
 	}
 	var raw map[string]map[string]json.RawMessage
@@ -210,6 +221,55 @@ func (s *fakeServer) patch(gvr schema.GroupVersionResource, ns, name string, pt 
 	if p.Metadata.Finalizers != nil {
 		o.Finalizers = *p.Metadata.Finalizers
 	}
+	if err := s.store(gvr, o); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// patchJSON applies a JSON patch or a strategic merge patch to the object's
+// JSON; only ownerReferences and finalizers may change.
+func (s *fakeServer) patchJSON(gvr schema.GroupVersionResource, ns, name string, pt types.PatchType, data []byte) (*metav1.PartialObjectMetadata, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, err := s.get(gvr, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	orig, err := json.Marshal(o)
+	if err != nil {
+		return nil, err
+	}
+	var patched []byte
+	if pt == types.JSONPatchType {
+		p, err := jsonpatch.DecodePatch(data)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+		if patched, err = p.Apply(orig); err != nil {
+			return nil, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", schema.GroupResource{}, "", err.Error(), 0, false)
+		}
+	} else if patched, err = strategicpatch.StrategicMergePatch(orig, data, &metav1.PartialObjectMetadata{}); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	var n metav1.PartialObjectMetadata
+	if err := json.Unmarshal(patched, &n); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	if n.UID != o.UID {
+		return nil, conflict(gvr, name, "uid")
+	}
+	// Compared after the same JSON round trip (timestamps lose their
+	// sub-second part in it).
+	want := &metav1.PartialObjectMetadata{}
+	if err := json.Unmarshal(orig, want); err != nil {
+		return nil, err
+	}
+	want.OwnerReferences, want.Finalizers = n.OwnerReferences, n.Finalizers
+	if !apiequality.Semantic.DeepEqual(want, &n) {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("patch %s touches more than ownerReferences and finalizers", data))
+	}
+	o.OwnerReferences, o.Finalizers = n.OwnerReferences, n.Finalizers
 	if err := s.store(gvr, o); err != nil {
 		return nil, err
 	}
@@ -445,7 +505,7 @@ func TestCollectorDependentOfNeverSeenOwner(t *testing.T) {
 	// Both exist before the collector starts; the owner was never created.
 	dep := srv.create(t, gvConfigMaps, object("a", "orphaned", "dep-uid", deploymentRef("ghost", "ghost-uid")))
 	live := srv.create(t, gvDeployments, object("a", "web", "web-uid"))
-	kept := srv.create(t, gvConfigMaps, object("a", "kept", "kept-uid", deploymentRef("web", "web-uid"), deploymentRef("ghost", "ghost-uid")))
+	srv.create(t, gvConfigMaps, object("a", "kept", "kept-uid", deploymentRef("web", "web-uid"), deploymentRef("ghost", "ghost-uid")))
 	e := startCollector(t, srv)
 
 	e.waitFor(t, "dependent of a missing owner to be collected", func() bool { return e.gone(gvConfigMaps, "a", "orphaned") })
@@ -473,8 +533,9 @@ func TestCollectorDependentOfNeverSeenOwner(t *testing.T) {
 		t.Fatalf("PATCHes = %d, want 1", len(patches))
 	}
 	body := string(patches[0].GetPatch())
-	if !strings.Contains(body, `"uid":"kept-uid"`) || !strings.Contains(body, `"resourceVersion":"`+kept.ResourceVersion+`"`) {
-		t.Errorf("ownerReferences patch %s lacks uid/resourceVersion preconditions", body)
+	if patches[0].GetPatchType() != types.JSONPatchType || !strings.Contains(body, `{"op":"test","path":"/metadata/uid","value":"kept-uid"}`) ||
+		!strings.Contains(body, `{"op":"test","path":"/metadata/ownerReferences","value":[`) {
+		t.Errorf("ownerReferences patch %s does not test the uid and the list it replaces", body)
 	}
 }
 

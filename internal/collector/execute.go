@@ -108,6 +108,20 @@ func (c *Collector) plan(ctx context.Context, it *graph.Item, a Action) (write, 
 }
 
 // execute makes the calls of a write decided for it, at t.
+//
+// What each write rests on, and why it is fresh enough (docs/correctness.md):
+//   - RemoveReferences and the cycle-breaking unblock replace the item's
+//     ownerReferences only if they are still exactly the list the decision
+//     read (apiops.ReplaceOwnerReferences tests it); the owners' states it
+//     rests on are monotonic (dangling, waiting) or were confirmed by a
+//     quorum read (solid; see confirmSolid).
+//   - RemoveForegroundFinalizer replaces the finalizers only if they are
+//     still the list read; "no blocking dependent left" comes from a graph
+//     in which every resource that could hold one has been listed
+//     (negativeFactsReady).
+//   - DeleteItem carries the item's uid and resourceVersion; on a 409 it is
+//     retried only if a quorum read shows the same ownerReferences and
+//     finalizers (deleteItem).
 func (c *Collector) execute(ctx context.Context, it *graph.Item, t apiops.Target, a Action) error {
 	logger := klog.FromContext(ctx)
 	switch a.Type {
@@ -115,48 +129,97 @@ func (c *Collector) execute(ctx context.Context, it *graph.Item, t apiops.Target
 		if l := logger.V(2); l.Enabled() {
 			l.Info("Removing dangling and waiting owner references", "object", it.Identity.String())
 		}
-		_, err := c.ops.SetOwnerReferences(ctx, t, a.Refs)
+		_, err := c.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
 		c.record(metrics.OpRemoveRefs, err)
 		return err
 	case RemoveForegroundFinalizer:
 		if l := logger.V(2); l.Enabled() {
 			l.Info("Dependents gone; removing foregroundDeletion finalizer", "object", it.Identity.String())
 		}
-		_, err := c.ops.SetFinalizers(ctx, t, a.Finalizers)
+		_, err := c.ops.ReplaceFinalizers(ctx, t, it.Finalizers, a.Finalizers)
 		c.record(metrics.OpRemoveFinalizer, err)
 		return err
 	}
+	refs := it.OwnerReferences
 	if a.Unblock {
 		if l := logger.V(2); l.Enabled() {
 			l.Info("Clearing blockOwnerDeletion to break a cycle", "object", it.Identity.String())
 		}
-		obj, err := c.ops.SetOwnerReferences(ctx, t, a.Refs)
+		obj, err := c.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
 		c.record(metrics.OpUnblockRefs, err)
 		if err != nil {
 			return err
 		}
-		t.ResourceVersion = obj.ResourceVersion
+		t.ResourceVersion, refs = obj.ResourceVersion, a.Refs
 	}
 	// Guarded: the arguments (a formatted identity) would otherwise be
 	// built for every collected object even with the line disabled.
 	if l := logger.V(2); l.Enabled() {
 		l.Info("Deleting garbage", "object", it.Identity.String(), "policy", string(a.Policy))
 	}
-	err := c.ops.Delete(ctx, t, a.Policy)
+	return c.deleteItem(ctx, t, refs, it.Finalizers, a.Policy)
+}
+
+// deleteConflictRetries bounds how often one write re-reads an object whose
+// DELETE met a 409 and deletes it again.
+const deleteConflictRetries = 3
+
+// deleteItem deletes the object at t, decided from its ownerReferences refs
+// and finalizers. The DELETE is conditional on t's uid and resourceVersion.
+// A 409 means the object changed since the graph saw it; if a quorum read
+// shows the same ownerReferences and finalizers and no deletionTimestamp,
+// what changed is something the decision does not rest on (an annotation,
+// a status), and the DELETE is sent again conditional on the version just
+// read. An object updated every few milliseconds is thereby collected at
+// once instead of waiting behind a graph that is always a version behind
+// (upstream retries with the uid alone; the resourceVersion read keeps
+// even the window between that read and the DELETE closed).
+func (c *Collector) deleteItem(ctx context.Context, t apiops.Target, refs []metav1.OwnerReference, finalizers []string, policy metav1.DeletionPropagation) error {
+	err := c.ops.Delete(ctx, t, policy)
 	c.record(metrics.OpDelete, err)
+	for range deleteConflictRetries {
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		c.cfg.Metrics.Lookup(metrics.LookupConfirm)
+		cur, gerr := c.ops.Get(ctx, t.Resource, t.Namespace, t.Name)
+		switch {
+		case apierrors.IsNotFound(gerr):
+			return gerr
+		case gerr != nil:
+			return err // the 409 stands: re-check from the graph
+		case cur.UID != t.UID || cur.DeletionTimestamp != nil ||
+			!equalRefs(cur.OwnerReferences, refs) || !slices.Equal(cur.Finalizers, finalizers):
+			return err
+		}
+		t.ResourceVersion = cur.ResourceVersion
+		err = c.ops.Delete(ctx, t, policy)
+		c.record(metrics.OpDelete, err)
+	}
 	return err
 }
 
+// equalRefs reports whether two ownerReference lists are the same list.
+func equalRefs(a, b []metav1.OwnerReference) bool {
+	return slices.EqualFunc(a, b, func(x, y metav1.OwnerReference) bool {
+		return x.UID == y.UID && x.APIVersion == y.APIVersion && x.Kind == y.Kind && x.Name == y.Name &&
+			equalBool(x.Controller, y.Controller) && equalBool(x.BlockOwnerDeletion, y.BlockOwnerDeletion)
+	})
+}
+
+func equalBool(a, b *bool) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+
 // conflictOrNil maps a write's error to the item's outcome: 404 means the
-// object is gone (nothing left to do); a 409 means the decision was made
-// from a stale version and the item is re-checked, rate-limited, from the
-// graph once the informer delivered a newer one (writeLog holds it back
-// until then); anything else is retried as a failure.
+// object is gone (nothing left to do); a stale write (409, or a JSON patch
+// whose test failed: 422) means the decision was made from a stale version
+// and the item is re-checked, rate-limited, from the graph once the monitor
+// delivered a newer one (writeLog holds it back until then); anything else
+// is retried as a failure.
 func conflictOrNil(err error) error {
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 		return nil
-	case apierrors.IsConflict(err):
+	case apiops.IsStale(err):
 		return errRetry
 	}
 	return err
@@ -197,16 +260,20 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, e
 		if !ok {
 			continue
 		}
-		if skip, stale := c.writes.check(dep.Identity.UID, dep.ResourceVersion); skip {
-			if stale {
-				mu.Lock()
-				retry = true
-				mu.Unlock()
-			}
+		if skip, _ := c.writes.check(dep.Identity.UID, dep.ResourceVersion); skip {
+			// kgc wrote to this dependent at the version the graph still
+			// shows (this owner's patch, or another owner's): the graph
+			// cannot tell whether the reference to this owner is still on
+			// the server. The finalizer must wait until the graph shows the
+			// dependent's newer version; skipping it here lost orphans
+			// (issue 14, item 1).
+			mu.Lock()
+			retry = true
+			mu.Unlock()
 			continue
 		}
-		refs := slices.DeleteFunc(slices.Clone(dep.OwnerReferences), func(r metav1.OwnerReference) bool { return r.UID == uid })
-		if len(refs) == len(dep.OwnerReferences) {
+		index := slices.IndexFunc(dep.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == uid })
+		if index < 0 {
 			continue
 		}
 		t, err := c.target(&graph.Item{Object: dep})
@@ -228,10 +295,13 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, e
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			_, err := c.ops.SetOwnerReferences(ctx, t, refs)
+			_, err := c.ops.RemoveOwnerReference(ctx, t, uid, index)
 			c.releaseSlot()
 			c.record(metrics.OpOrphan, err)
 			c.writes.record(dep.Identity.UID, dep.ResourceVersion, err)
+			// Success (or 404) proves the dependent no longer references
+			// this owner: the patch removes the reference by the owner's
+			// UID whatever else the object holds.
 			if err = conflictOrNil(err); err != nil {
 				mu.Lock()
 				if errors.Is(err, errRetry) {
@@ -256,7 +326,7 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, e
 	}
 	return func(ctx context.Context) error {
 		klog.FromContext(ctx).V(2).Info("Dependents orphaned; removing orphan finalizer", "object", owner.Identity.String(), "dependents", len(owner.Dependents))
-		_, err := c.ops.SetFinalizers(ctx, t, withoutFinalizer(owner.Finalizers, graph.FinalizerOrphan))
+		_, err := c.ops.ReplaceFinalizers(ctx, t, owner.Finalizers, withoutFinalizer(owner.Finalizers, graph.FinalizerOrphan))
 		c.record(metrics.OpRemoveFinalizer, err)
 		c.writes.record(uid, owner.ResourceVersion, err)
 		return conflictOrNil(err)
@@ -268,7 +338,7 @@ func (c *Collector) record(op string, err error) {
 	outcome := metrics.OutcomeSuccess
 	switch {
 	case err == nil:
-	case apierrors.IsConflict(err):
+	case apiops.IsStale(err):
 		outcome = metrics.OutcomeConflict
 	case apierrors.IsNotFound(err):
 		outcome = metrics.OutcomeNotFound

@@ -6,6 +6,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kgc-dev/kgc/internal/apiops"
 )
 
 // writeLog remembers, per object, the version the graph showed when kgc last
@@ -82,7 +84,7 @@ func (w *writeLog) record(uid types.UID, rv string, err error) {
 	var e writeEntry
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
-	case apierrors.IsConflict(err):
+	case apiops.IsStale(err):
 		e.conflict = true
 	default:
 		w.forget(uid)

@@ -39,6 +39,10 @@ const (
 const (
 	LookupGet  = "get"
 	LookupList = "list"
+	// LookupConfirm: a quorum GET confirming, just before a write, a fact
+	// the graph holds but that may have changed since (a solid owner in the
+	// mixed case; an object whose DELETE hit a 409).
+	LookupConfirm = "confirm"
 )
 
 // Metrics holds kgc's metrics. A nil *Metrics is valid and records nothing.
