@@ -56,6 +56,12 @@ type Config struct {
 	// workers start anyway; default 60s. Workers normally start sooner: as
 	// soon as every monitor has synced or is failing.
 	SyncTimeout time.Duration
+	// UnlistedHold bounds how long an owner's finalizer waits for the
+	// resources that have not been listed yet (see negativeFactsReady);
+	// default 5m. Past it the finalizer is removed anyway, and the owner is
+	// remembered so that dependents found later are handled as its policy
+	// asked (orphaned, not deleted, for Orphan).
+	UnlistedHold time.Duration
 	// DrainTimeout bounds how long, once Run's context is done, in-flight
 	// items may finish their API calls; default 5s (below the default gap
 	// between a leader's renew deadline and its lease duration).
@@ -78,6 +84,12 @@ type Collector struct {
 	warned     *onceSet
 	writes     writeLog // kgc's writes the graph has not observed yet (writes.go)
 	rechecks   dependentsRecheck
+	// orphaned: owners observed being deleted with the orphan finalizer,
+	// added by the graph builder, read by the resolver (OwnerState Orphaned).
+	orphaned *recentSet[types.UID]
+	// holds: when each owner's finalizer removal was first held back for
+	// unlisted resources (negativeFactsReady).
+	holds sync.Map // types.UID -> time.Time
 
 	// slots holds a token per API write in flight (MaxWritesInFlight).
 	slots chan struct{}
@@ -135,6 +147,9 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.SyncTimeout == 0 {
 		cfg.SyncTimeout = 60 * time.Second
 	}
+	if cfg.UnlistedHold == 0 {
+		cfg.UnlistedHold = 5 * time.Minute
+	}
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 5 * time.Second
 	}
@@ -145,7 +160,11 @@ func New(cfg Config) (*Collector, error) {
 		events:  newFIFO[graph.Event](),
 		ops:     &apiops.Ops{Client: cfg.Metadata},
 		warned:  newOnceSet(4096),
-		slots:   make(chan struct{}, cfg.MaxWritesInFlight),
+		// Far more owners than are ever orphaning at once; an entry is
+		// needed only until the owner's dependents have been checked
+		// after it went.
+		orphaned: newRecentSet[types.UID](65536),
+		slots:    make(chan struct{}, cfg.MaxWritesInFlight),
 
 		cascadeStart: make(map[types.UID]time.Time),
 	}
@@ -164,6 +183,7 @@ func New(cfg Config) (*Collector, error) {
 		list:             c.ops.List,
 		metrics:          cfg.Metrics,
 		absent:           newAbsentCache(16384),
+		orphaned:         c.orphaned,
 		invalidNamespace: c.reportInvalidNamespace,
 	}
 	newQueue := func(name string) workqueue.TypedRateLimitingInterface[types.UID] {
@@ -368,6 +388,11 @@ func (c *Collector) runGraphBuilder(ctx context.Context) {
 			return
 		}
 		eff := c.graph.Apply(ev)
+		// Before any effect is queued: a dependent checked because this
+		// owner went must find it recorded.
+		for _, uid := range eff.AttemptToOrphan {
+			c.orphaned.Add(uid)
+		}
 		for _, id := range eff.Absent {
 			c.resolver.absent.Add(id.Coordinates())
 			if ev.Type == graph.Relisted {

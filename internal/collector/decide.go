@@ -27,6 +27,12 @@ const (
 	// naming a namespaced owner kind, or a malformed apiVersion. The item is
 	// never collected on its account.
 	Invalid
+	// Orphaned: the owner is gone and was deleted with the Orphan policy
+	// (kgc saw it with the orphan finalizer). Its dependents are orphaned,
+	// never collected on its account (S2): the reference is removed. A
+	// dependent kgc could not reach before the owner went (its resource
+	// was not listed yet, its watch lagged) is still orphaned this way.
+	Orphaned
 )
 
 func (s OwnerState) String() string {
@@ -41,6 +47,8 @@ func (s OwnerState) String() string {
 		return "unresolvable"
 	case Invalid:
 		return "invalid"
+	case Orphaned:
+		return "orphaned"
 	}
 	return "unknown"
 }
@@ -115,8 +123,12 @@ func decideForegroundOwner(item *graph.Item) Action {
 // clearing blockOwnerDeletion if one of its dependents is itself deleting
 // dependents, to break cycles); otherwise it is deleted with the policy its
 // own finalizers ask for.
+//
+// Orphaned references (owners deleted with the Orphan policy) never make an
+// item garbage: they are removed like dangling ones, and an item left with
+// no other reason to go is kept without them.
 func decideDependent(item *graph.Item, states []OwnerState) Action {
-	var solid, waiting, dangling, unresolvable, invalid int
+	var solid, waiting, dangling, unresolvable, invalid, orphaned int
 	for _, s := range states {
 		switch s {
 		case Solid:
@@ -129,6 +141,8 @@ func decideDependent(item *graph.Item, states []OwnerState) Action {
 			unresolvable++
 		case Invalid:
 			invalid++
+		case Orphaned:
+			orphaned++
 		}
 	}
 	switch {
@@ -136,7 +150,7 @@ func decideDependent(item *graph.Item, states []OwnerState) Action {
 		// Never collect on a reference we cannot resolve; look again later.
 		return Action{Type: Keep, Retry: true}
 	case solid > 0 || invalid > 0:
-		if waiting+dangling == 0 || solid == 0 {
+		if waiting+dangling+orphaned == 0 || solid == 0 {
 			// Only-invalid items are kept untouched: the reference is an
 			// error of the item's author, not ours to edit.
 			return Action{Type: Keep}
@@ -148,6 +162,9 @@ func decideDependent(item *graph.Item, states []OwnerState) Action {
 			}
 		}
 		return Action{Type: RemoveReferences, Refs: keep}
+	case waiting+dangling == 0:
+		// Only orphaned references: the item stays, without them.
+		return Action{Type: RemoveReferences}
 	case waiting > 0 && len(item.Dependents) > 0:
 		a := Action{Type: DeleteItem, Policy: metav1.DeletePropagationForeground}
 		if slices.ContainsFunc(item.Dependents, func(d graph.Dependent) bool { return d.DeletingDependents }) {

@@ -73,8 +73,49 @@ func (c *Collector) planDeleteItem(ctx context.Context, uid types.UID) (write, e
 			return nil, err
 		}
 		a = decideDependent(&it, states)
+		if a.Type == RemoveReferences {
+			var err error
+			if a, err = c.confirmSolid(ctx, &it, states, a); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return c.plan(ctx, &it, a)
+}
+
+// confirmSolid re-reads, with quorum GETs, the owners a RemoveReferences
+// decision counted as solid, and decides again from what they say.
+//
+// Removing the waiting and dangling references of an object that a solid
+// owner keeps is right only while that owner is solid. If it is in fact
+// gone (deleted a moment ago, its watch event not applied yet), the object
+// is garbage and must be deleted, before a waiting owner's Foreground
+// deletion may finish (S3); removing the waiting reference instead would
+// release that owner at once (issue 14, item 3). Solid from the graph is
+// good enough to keep an object, never to take this irreversible write: the
+// mixed case (solid next to waiting or dangling references) is rare, and
+// is the one place a collected-from-the-graph decision pays a GET per solid
+// owner. The window left (an owner deleted between this read and the
+// patch) is upstream's too.
+func (c *Collector) confirmSolid(ctx context.Context, it *graph.Item, states []OwnerState, a Action) (Action, error) {
+	confirmed := slices.Clone(states)
+	changed := false
+	for i, s := range states {
+		if s != Solid {
+			continue
+		}
+		cs, err := c.resolver.confirm(ctx, it.Identity, &it.OwnerReferences[i])
+		if err != nil {
+			return Action{}, err
+		}
+		if cs != s {
+			confirmed[i], changed = cs, true
+		}
+	}
+	if !changed {
+		return a, nil
+	}
+	return decideDependent(it, confirmed), nil
 }
 
 // plan turns a decision into the write that carries it out (nil when the
@@ -92,7 +133,11 @@ func (c *Collector) plan(ctx context.Context, it *graph.Item, a Action) (write, 
 			c.attemptToDelete.Add(uid)
 		}
 		return nil, nil
-	case RemoveReferences, RemoveForegroundFinalizer, DeleteItem:
+	case RemoveForegroundFinalizer:
+		if err := c.negativeFactsReady(ctx, it.Identity, graph.FinalizerForeground); err != nil {
+			return nil, err
+		}
+	case RemoveReferences, DeleteItem:
 	default:
 		return nil, fmt.Errorf("unknown action %d", a.Type)
 	}
@@ -319,6 +364,9 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, e
 	}
 	if retry {
 		return nil, errRetry
+	}
+	if err := c.negativeFactsReady(ctx, owner.Identity, graph.FinalizerOrphan); err != nil {
+		return nil, err
 	}
 	t, err := c.target(&owner)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/lru"
 
 	"github.com/kgc-dev/kgc/internal/graph"
@@ -29,36 +30,9 @@ import (
 // previous old one is dropped, so the cache holds the last size/2 to size
 // entries added. Forgetting an entry costs at most one lookup, never a
 // wrong answer.
-type absentCache struct {
-	mu       sync.RWMutex
-	half     int
-	cur, old map[graph.Coordinates]struct{}
-}
+type absentCache = recentSet[graph.Coordinates]
 
-func newAbsentCache(size int) *absentCache {
-	return &absentCache{half: max(size/2, 1), cur: make(map[graph.Coordinates]struct{})}
-}
-
-func (a *absentCache) Add(c graph.Coordinates) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.cur[c] = struct{}{}
-	if len(a.cur) >= a.half {
-		// A full generation was allocated already; sizing the next one
-		// alike spares it the growth copies.
-		a.old, a.cur = a.cur, make(map[graph.Coordinates]struct{}, a.half)
-	}
-}
-
-func (a *absentCache) Has(c graph.Coordinates) bool {
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	if _, ok := a.cur[c]; ok {
-		return true
-	}
-	_, ok := a.old[c]
-	return ok
-}
+func newAbsentCache(size int) *absentCache { return newRecentSet[graph.Coordinates](size) }
 
 // getFunc reads one object's metadata from the API server.
 type getFunc func(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (*metav1.PartialObjectMetadata, error)
@@ -83,6 +57,9 @@ type resolver struct {
 	mapper meta.RESTMapper
 	get    getFunc
 	absent *absentCache
+	// orphaned holds the UIDs of owners observed being deleted with the
+	// orphan finalizer (see OwnerState Orphaned); nil: none.
+	orphaned *recentSet[types.UID]
 	// invalidNamespace is told when a reference is dangling because its
 	// owner lives in another namespace.
 	invalidNamespace func(dependent graph.Identity, ref metav1.OwnerReference, ownerNamespace string)
@@ -125,7 +102,7 @@ func (r *resolver) resolve(ctx context.Context, dependent graph.Identity, ref *m
 	if o, ok := r.graph.Owner(ref.UID); ok && (!o.Virtual || o.Absent) && graph.Matches(o.Identity, ref, dependent.Namespace) {
 		switch {
 		case o.Absent:
-			return Dangling, nil
+			return r.dangling(ref.UID), nil
 		case o.DeletingDependents:
 			return Waiting, nil
 		default:
@@ -151,7 +128,7 @@ func (r *resolver) resolve(ctx context.Context, dependent graph.Identity, ref *m
 	c := graph.Coordinates{Group: m.GroupVersionKind.Group, Kind: ref.Kind, Namespace: ns, Name: ref.Name, UID: ref.UID}
 	if r.absent.Has(c) {
 		r.checkNamespace(dependent, ref, ns)
-		return Dangling, nil
+		return r.dangling(ref.UID), nil
 	}
 	if o, ok := r.graph.Owner(ref.UID); ok && !o.Virtual && o.Identity.Coordinates() == c {
 		if o.DeletingDependents {
@@ -162,8 +139,19 @@ func (r *resolver) resolve(ctx context.Context, dependent graph.Identity, ref *m
 	s, err := r.lookup(ctx, m.Resource, c)
 	if s == Dangling {
 		r.checkNamespace(dependent, ref, ns)
+		s = r.dangling(ref.UID)
 	}
 	return s, err
+}
+
+// dangling classifies a reference to owner, which does not exist (at the
+// referenced coordinates): Orphaned if kgc saw that owner being deleted
+// with the orphan finalizer, else Dangling.
+func (r *resolver) dangling(owner types.UID) OwnerState {
+	if r.orphaned != nil && r.orphaned.Has(owner) {
+		return Orphaned
+	}
+	return Dangling
 }
 
 // lookup asks the API server about the owner at c, once for any number of
@@ -263,7 +251,40 @@ func (f *flight) wait(ctx context.Context) (OwnerState, error) {
 
 // getOwner classifies the owner at c from a quorum GET.
 func (r *resolver) getOwner(ctx context.Context, gvr schema.GroupVersionResource, c graph.Coordinates) (OwnerState, error) {
-	r.metrics.Lookup(metrics.LookupGet)
+	return r.read(ctx, gvr, c, metrics.LookupGet)
+}
+
+// confirm classifies ref from a quorum GET sent now, whatever the graph
+// says and without sharing another lookup's answer: for a write that would
+// be wrong, and could not be undone, if an owner the graph shows as solid
+// were gone or waiting by now (see confirmSolid). A graph fed by watches
+// lags the server: an owner deleted a moment ago still looks solid there.
+func (r *resolver) confirm(ctx context.Context, dependent graph.Identity, ref *metav1.OwnerReference) (OwnerState, error) {
+	m, err := r.mapping(ref.APIVersion, ref.Kind)
+	switch {
+	case isInvalidReference(err):
+		return Invalid, nil
+	case err != nil:
+		return Unresolvable, fmt.Errorf("mapping owner kind %s %s: %w", ref.APIVersion, ref.Kind, err)
+	}
+	ns := ""
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		if dependent.Namespace == "" {
+			return Invalid, nil
+		}
+		ns = dependent.Namespace
+	}
+	c := graph.Coordinates{Group: m.GroupVersionKind.Group, Kind: ref.Kind, Namespace: ns, Name: ref.Name, UID: ref.UID}
+	s, err := r.read(ctx, m.Resource, c, metrics.LookupConfirm)
+	if s == Dangling {
+		s = r.dangling(ref.UID)
+	}
+	return s, err
+}
+
+// read classifies the owner at c from a quorum GET, counted as verb.
+func (r *resolver) read(ctx context.Context, gvr schema.GroupVersionResource, c graph.Coordinates, verb string) (OwnerState, error) {
+	r.metrics.Lookup(verb)
 	obj, err := r.get(ctx, gvr, c.Namespace, c.Name)
 	switch {
 	case apierrors.IsNotFound(err):

@@ -476,3 +476,19 @@ func (m *Monitors) Len() int {
 	defer m.mu.Unlock()
 	return len(m.running)
 }
+
+// Unlisted returns the monitored resources whose monitor has not delivered
+// a complete list yet: their objects may be missing from the graph, so no
+// negative fact ("no dependent left") may be concluded while they could
+// hold one.
+func (m *Monitors) Unlisted() []Resource {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Resource
+	for _, mon := range m.running {
+		if !mon.status().Synced {
+			out = append(out, mon.resource)
+		}
+	}
+	return out
+}

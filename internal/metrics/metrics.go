@@ -52,6 +52,7 @@ type Metrics struct {
 	cascade      prometheus.Histogram
 	unresolvable *prometheus.CounterVec
 	lookups      *prometheus.CounterVec
+	unlisted     *prometheus.CounterVec
 
 	queueDepth      *prometheus.GaugeVec
 	queueAdds       *prometheus.CounterVec
@@ -115,6 +116,10 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 			Namespace: namespace, Name: "owner_lookup_requests_total",
 			Help: "Requests kgc sent to look up owners its cache could not vouch for, by verb (get: one owner; list: one page answering many owners of one resource and namespace).",
 		}, []string{"verb"}),
+		unlisted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "finalizer_checks_unlisted_total",
+			Help: "Finalizer removals (orphan, foregroundDeletion) that found a resource not listed yet, by outcome (held: retried later; released: removed anyway, the hold bound having passed).",
+		}, []string{"finalizer", "outcome"}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "workqueue", Name: "depth",
 			Help: "Items waiting in a work queue.",
@@ -147,7 +152,7 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 		}, []string{"name"}),
 	}
 	m.collectors = []prometheus.Collector{
-		m.operations, m.apiRequests, m.cascade, m.unresolvable, m.lookups,
+		m.operations, m.apiRequests, m.cascade, m.unresolvable, m.lookups, m.unlisted,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries,
 		&stateCollector{src: src},
 	}
@@ -166,8 +171,13 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 	for _, reason := range []string{ReasonKindNotServed, ReasonInvalid} {
 		m.unresolvable.WithLabelValues(reason)
 	}
-	for _, verb := range []string{LookupGet, LookupList} {
+	for _, verb := range []string{LookupGet, LookupList, LookupConfirm} {
 		m.lookups.WithLabelValues(verb)
+	}
+	for _, f := range []string{"orphan", "foregroundDeletion"} {
+		for _, outcome := range []string{UnlistedHeld, UnlistedReleased} {
+			m.unlisted.WithLabelValues(f, outcome)
+		}
 	}
 	return m, nil
 }
@@ -194,6 +204,21 @@ func (m *Metrics) Lookup(verb string) {
 		return
 	}
 	m.lookups.WithLabelValues(verb).Inc()
+}
+
+// Outcomes of a finalizer removal that found a resource not listed yet.
+const (
+	UnlistedHeld     = "held"
+	UnlistedReleased = "released"
+)
+
+// FinalizerUnlisted counts one finalizer removal that found a resource not
+// listed yet, with its outcome (UnlistedHeld or UnlistedReleased).
+func (m *Metrics) FinalizerUnlisted(finalizer, outcome string) {
+	if m == nil {
+		return
+	}
+	m.unlisted.WithLabelValues(finalizer, outcome).Inc()
 }
 
 // Unresolvable counts one unresolvable reference.

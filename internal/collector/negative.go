@@ -1,0 +1,64 @@
+package collector
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/metrics"
+)
+
+// negativeFactsReady decides whether owner's finalizer (orphan or
+// foregroundDeletion) may be removed now on the strength of a negative fact
+// read from the graph: "no dependent references it any more" (orphan) or
+// "no dependent blocks it any more" (foregroundDeletion). It returns nil
+// when it may, errRetry when the removal must wait.
+//
+// A negative fact read from the graph is true only if the graph holds
+// every object that could be such a dependent, which it does once every
+// resource that could hold one has been listed: a LIST that fails (a
+// conversion webhook down, a 429, a timeout) leaves its objects out, and
+// removing the finalizer then releases the owner before dependents kgc has
+// never seen (issue 14, item 2: orphans deleted, Foreground owners gone
+// first). Only the resources that could hold a dependent count: a
+// namespaced owner's dependents are namespaced (a cluster-scoped object
+// naming a namespaced owner is never collected on its account).
+//
+// Waiting for every resource forever would be upstream's old stall
+// (kubernetes#101078) for owners, so the wait is bounded per owner by
+// UnlistedHold. Past it the finalizer is removed, which the rest of kgc
+// makes safe for Orphan: the owner is recorded as orphaned (the graph
+// builder records every owner seen with the orphan finalizer), and a
+// dependent found later that references it is orphaned, not deleted
+// (OwnerState Orphaned). For foregroundDeletion the dependents found later
+// are still deleted, only after their owner. Decisions resting only on
+// positive facts (an owner observed or read absent) never come here.
+func (c *Collector) negativeFactsReady(ctx context.Context, owner graph.Identity, finalizer string) error {
+	var unlisted []string
+	for _, r := range c.monitors.Unlisted() {
+		if owner.Namespace != "" && !r.Namespaced {
+			continue
+		}
+		unlisted = append(unlisted, r.GVR.String())
+	}
+	if len(unlisted) == 0 {
+		c.holds.Delete(owner.UID)
+		return nil
+	}
+	now := time.Now()
+	first, _ := c.holds.LoadOrStore(owner.UID, now)
+	logger := klog.FromContext(ctx)
+	if held := now.Sub(first.(time.Time)); held < c.cfg.UnlistedHold {
+		c.cfg.Metrics.FinalizerUnlisted(finalizer, metrics.UnlistedHeld)
+		logger.V(1).Info("Holding finalizer until every resource that could hold dependents is listed",
+			"object", owner.String(), "finalizer", finalizer, "unlisted", unlisted, "heldFor", held.Round(time.Second).String())
+		return errRetry
+	}
+	c.holds.Delete(owner.UID)
+	c.cfg.Metrics.FinalizerUnlisted(finalizer, metrics.UnlistedReleased)
+	logger.Info("Removing finalizer although some resources were never listed; dependents found there later are handled as the owner's policy asked",
+		"object", owner.String(), "finalizer", finalizer, "unlisted", unlisted, "hold", c.cfg.UnlistedHold.String())
+	return nil
+}
