@@ -90,6 +90,9 @@ type Collector struct {
 	// holds: when each owner's finalizer removal was first held back for
 	// unlisted resources (negativeFactsReady).
 	holds sync.Map // types.UID -> time.Time
+	// unlisted returns the resources not listed yet (the monitors'
+	// Unlisted; tests replace it).
+	unlisted func() []discovery.Resource
 
 	// slots holds a token per API write in flight (MaxWritesInFlight).
 	slots chan struct{}
@@ -176,6 +179,7 @@ func New(cfg Config) (*Collector, error) {
 		c.events.Push(ev)
 		c.rediscover.observe(ev)
 	})
+	c.unlisted = c.monitors.Unlisted
 	c.resolver = &resolver{
 		graph:            c.graph,
 		mapper:           cfg.Mapper,
@@ -387,52 +391,58 @@ func (c *Collector) runGraphBuilder(ctx context.Context) {
 		if !ok {
 			return
 		}
-		eff := c.graph.Apply(ev)
-		// Before any effect is queued: a dependent checked because this
-		// owner went must find it recorded.
-		for _, uid := range eff.AttemptToOrphan {
-			c.orphaned.Add(uid)
-		}
-		for _, id := range eff.Absent {
-			c.resolver.absent.Add(id.Coordinates())
-			if ev.Type == graph.Relisted {
-				// Deletions a relist found never came as events: tell the
-				// rediscoverer (CRDs and APIServices deleted while a watch
-				// was down).
-				c.rediscover.observe(graph.Event{Type: graph.Delete, Object: graph.Object{Identity: id}})
-			}
-		}
-		// Until the workers start, queueing is pointless: the initial
-		// lists would queue every dependent listed before its owner (a
-		// LIST returns them in name order), 75k items for 100k objects,
-		// each to find its owner in the graph once workers run. Run
-		// instead re-checks the whole graph once when it starts them
-		// (recheck), which finds exactly what is still unfinished then:
-		// an event applied before the builder saw synced is in the graph
-		// before that re-check reads it (synced is set before it).
-		if c.synced.Load() {
-			for _, uid := range eff.AttemptToDelete {
-				c.attemptToDelete.Add(uid)
-			}
-			for _, uid := range eff.AttemptToOrphan {
-				c.attemptToOrphan.Add(uid)
-			}
-		}
-		now := time.Now()
-		for _, uid := range eff.CascadeStarted {
-			if _, ok := c.cascadeStart[uid]; !ok {
-				c.cascadeStart[uid] = now
-			}
-		}
-		for _, uid := range eff.CascadeDone {
-			if t, ok := c.cascadeStart[uid]; ok {
-				c.cfg.Metrics.CascadeDone(now.Sub(t))
-				delete(c.cascadeStart, uid)
-			}
-		}
+		c.apply(ev)
 		c.events.Done()
 		if ctx.Err() != nil {
 			return
+		}
+	}
+}
+
+// apply applies one monitor event to the graph and acts on its effects.
+// Only the graph builder calls it (and tests, in its place).
+func (c *Collector) apply(ev graph.Event) {
+	eff := c.graph.Apply(ev)
+	// Before any effect is queued: a dependent checked because this
+	// owner went must find it recorded.
+	for _, uid := range eff.AttemptToOrphan {
+		c.orphaned.Add(uid)
+	}
+	for _, id := range eff.Absent {
+		c.resolver.absent.Add(id.Coordinates())
+		if ev.Type == graph.Relisted {
+			// Deletions a relist found never came as events: tell the
+			// rediscoverer (CRDs and APIServices deleted while a watch
+			// was down).
+			c.rediscover.observe(graph.Event{Type: graph.Delete, Object: graph.Object{Identity: id}})
+		}
+	}
+	// Until the workers start, queueing is pointless: the initial
+	// lists would queue every dependent listed before its owner (a
+	// LIST returns them in name order), 75k items for 100k objects,
+	// each to find its owner in the graph once workers run. Run
+	// instead re-checks the whole graph once when it starts them
+	// (recheck), which finds exactly what is still unfinished then:
+	// an event applied before the builder saw synced is in the graph
+	// before that re-check reads it (synced is set before it).
+	if c.synced.Load() {
+		for _, uid := range eff.AttemptToDelete {
+			c.attemptToDelete.Add(uid)
+		}
+		for _, uid := range eff.AttemptToOrphan {
+			c.attemptToOrphan.Add(uid)
+		}
+	}
+	now := time.Now()
+	for _, uid := range eff.CascadeStarted {
+		if _, ok := c.cascadeStart[uid]; !ok {
+			c.cascadeStart[uid] = now
+		}
+	}
+	for _, uid := range eff.CascadeDone {
+		if t, ok := c.cascadeStart[uid]; ok {
+			c.cfg.Metrics.CascadeDone(now.Sub(t))
+			delete(c.cascadeStart, uid)
 		}
 	}
 }

@@ -62,6 +62,19 @@ func TestDecideDependent(t *testing.T) {
 			item([]metav1.OwnerReference{a, b, a}, nil), []OwnerState{Dangling, Solid, Dangling},
 			Action{Type: RemoveReferences, Refs: []metav1.OwnerReference{b}},
 		},
+		// Owners deleted with Orphan never make an item garbage (S2).
+		{"orphaned only", item([]metav1.OwnerReference{a}, nil), []OwnerState{Orphaned}, Action{Type: RemoveReferences}},
+		{
+			"orphaned and solid strips the orphaned ref",
+			item([]metav1.OwnerReference{a, b}, nil), []OwnerState{Orphaned, Solid},
+			Action{Type: RemoveReferences, Refs: []metav1.OwnerReference{b}},
+		},
+		{
+			"orphaned and dangling: garbage on the dangling owner's account",
+			item([]metav1.OwnerReference{a, b}, nil), []OwnerState{Orphaned, Dangling},
+			Action{Type: DeleteItem, Policy: metav1.DeletePropagationBackground},
+		},
+		{"orphaned and invalid", item([]metav1.OwnerReference{a, b}, nil), []OwnerState{Orphaned, Invalid}, Action{Type: Keep}},
 		// Invalid references are never ours to fix or collect on.
 		{"invalid only", item([]metav1.OwnerReference{a}, nil), []OwnerState{Invalid}, Action{Type: Keep}},
 		{"invalid and dangling", item([]metav1.OwnerReference{a, b}, nil), []OwnerState{Invalid, Dangling}, Action{Type: Keep}},

@@ -37,7 +37,7 @@ import (
 // positive facts (an owner observed or read absent) never come here.
 func (c *Collector) negativeFactsReady(ctx context.Context, owner graph.Identity, finalizer string) error {
 	var unlisted []string
-	for _, r := range c.monitors.Unlisted() {
+	for _, r := range c.unlisted() {
 		if owner.Namespace != "" && !r.Namespaced {
 			continue
 		}

@@ -1,0 +1,414 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/kgc-dev/kgc/internal/discovery"
+	"github.com/kgc-dev/kgc/internal/graph"
+)
+
+// Scripted interleavings: each test puts the graph and the server in the
+// states a particular schedule of watch deliveries and writes produces (the
+// graph lagging the server), then drives one worker step at a time. They
+// are the unit-level regression tests of issue 14's items; the simulator
+// (package sim) finds such schedules at random.
+
+// stepper is a collector that is never Run: the test is its graph builder
+// (observe) and its workers (deleteStep, orphanStep).
+type stepper struct {
+	t   *testing.T
+	srv *fakeServer
+	c   *Collector
+	ctx context.Context
+}
+
+func newStepper(t *testing.T, srv *fakeServer) *stepper {
+	t.Helper()
+	c, err := New(Config{Metadata: srv.client, Discovery: &fakeDiscovery{lists: testResourceLists()}, Mapper: newTestMapper(), Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.attemptToDelete.ShutDown()
+		c.attemptToOrphan.ShutDown()
+	})
+	_, ctx := ktesting.NewTestContext(t)
+	return &stepper{t: t, srv: srv, c: c, ctx: ctx}
+}
+
+var kindOf = map[schema.GroupVersionResource][2]string{
+	gvConfigMaps:  {"v1", "ConfigMap"},
+	gvDeployments: {"apps/v1", "Deployment"},
+}
+
+// observe delivers the server's current state of an object to the graph,
+// or its deletion when it is gone.
+func (s *stepper) observe(gvr schema.GroupVersionResource, o *metav1.PartialObjectMetadata) {
+	s.t.Helper()
+	k := kindOf[gvr]
+	id := graph.Identity{APIVersion: k[0], Kind: k[1], Namespace: o.Namespace, Name: o.Name, UID: o.UID}
+	cur, err := s.srv.get(gvr, o.Namespace, o.Name)
+	if apierrors.IsNotFound(err) {
+		s.c.apply(graph.Event{Type: graph.Delete, Object: graph.Object{Identity: id}})
+		return
+	}
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.c.apply(graph.Event{Type: graph.Upsert, Object: graph.Object{
+		Identity: id, ResourceVersion: cur.ResourceVersion, OwnerReferences: cur.OwnerReferences,
+		Finalizers: cur.Finalizers, Deleting: cur.DeletionTimestamp != nil,
+	}})
+}
+
+// step runs one worker turn of plan on uid, and the write it decides.
+func (s *stepper) step(plan func(context.Context, types.UID) (write, error), uid types.UID) error {
+	s.t.Helper()
+	w, err := plan(s.ctx, uid)
+	if err != nil || w == nil {
+		return err
+	}
+	return w(s.ctx)
+}
+
+func (s *stepper) deleteStep(uid types.UID) error { return s.step(s.c.planDeleteItem, uid) }
+func (s *stepper) orphanStep(uid types.UID) error { return s.step(s.c.planOrphanItem, uid) }
+
+// deleteWith deletes an object as a client would, with a policy.
+func (s *stepper) deleteWith(gvr schema.GroupVersionResource, o *metav1.PartialObjectMetadata, policy metav1.DeletionPropagation) {
+	s.t.Helper()
+	if err := s.srv.delete(gvr, o.Namespace, o.Name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *stepper) mustGet(gvr schema.GroupVersionResource, o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
+	s.t.Helper()
+	cur, err := s.srv.get(gvr, o.Namespace, o.Name)
+	if err != nil {
+		s.t.Fatalf("%s/%s: %v", o.Namespace, o.Name, err)
+	}
+	return cur
+}
+
+func refUIDs(o *metav1.PartialObjectMetadata) []types.UID {
+	var out []types.UID
+	for _, r := range o.OwnerReferences {
+		out = append(out, r.UID)
+	}
+	return out
+}
+
+// Item 1: D is a dependent of O and P, both deleted with Orphan. P's worker
+// removes its reference from D; O's worker then reads D at the version the
+// graph still shows, which kgc already wrote to. Skipping D there removed
+// O's finalizer while D still referenced O on the server; D was then
+// deleted as O's dangling dependent.
+func TestOrphanWaitsForDependentKGCWroteAtGraphVersion(t *testing.T) {
+	srv := newFakeServer()
+	s := newStepper(t, srv)
+	o := srv.create(t, gvDeployments, object("a", "o", "o-uid"))
+	p := srv.create(t, gvDeployments, object("a", "p", "p-uid"))
+	d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("o", "o-uid"), deploymentRef("p", "p-uid")))
+	for _, x := range []*metav1.PartialObjectMetadata{o, p} {
+		s.observe(gvDeployments, x)
+	}
+	s.observe(gvConfigMaps, d)
+	s.deleteWith(gvDeployments, o, metav1.DeletePropagationOrphan)
+	s.deleteWith(gvDeployments, p, metav1.DeletePropagationOrphan)
+	s.observe(gvDeployments, o)
+	s.observe(gvDeployments, p)
+
+	if err := s.orphanStep("p-uid"); err != nil {
+		t.Fatalf("P's orphan step: %v", err)
+	}
+	if got := refUIDs(s.mustGet(gvConfigMaps, d)); len(got) != 1 || got[0] != "o-uid" {
+		t.Fatalf("after P's step D references %v, want [o-uid]", got)
+	}
+	// D's new version has not reached the graph.
+	if err := s.orphanStep("o-uid"); !errors.Is(err, errRetry) {
+		t.Fatalf("O's orphan step with D unobserved = %v, want a retry", err)
+	}
+	if cur := s.mustGet(gvDeployments, o); len(cur.Finalizers) == 0 {
+		t.Fatal("O's orphan finalizer was removed while D still references O")
+	}
+	// The graph catches up; O's next step orphans D, then O goes.
+	s.observe(gvConfigMaps, d)
+	s.observe(gvDeployments, p)
+	if err := s.orphanStep("o-uid"); err != nil {
+		t.Fatalf("O's orphan step: %v", err)
+	}
+	if got := refUIDs(s.mustGet(gvConfigMaps, d)); len(got) != 0 {
+		t.Fatalf("D references %v after both owners orphaned it", got)
+	}
+	s.observe(gvDeployments, o)
+	s.observe(gvConfigMaps, d)
+	if err := s.deleteStep("d-uid"); err != nil {
+		t.Fatal(err)
+	}
+	s.mustGet(gvConfigMaps, d)
+}
+
+// Item 1, second variant: O deleted with Orphan, B deleted in the
+// Background. The attempt-to-delete path removes B's reference from D (O
+// counts as solid); O's worker then reads D at the version kgc wrote to.
+func TestOrphanWaitsAfterReferenceRemoval(t *testing.T) {
+	srv := newFakeServer()
+	s := newStepper(t, srv)
+	o := srv.create(t, gvDeployments, object("a", "o", "o-uid"))
+	b := srv.create(t, gvDeployments, object("a", "b", "b-uid"))
+	d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("o", "o-uid"), deploymentRef("b", "b-uid")))
+	s.observe(gvDeployments, o)
+	s.observe(gvDeployments, b)
+	s.observe(gvConfigMaps, d)
+	s.deleteWith(gvDeployments, b, metav1.DeletePropagationBackground)
+	s.observe(gvDeployments, b) // gone
+	if err := s.deleteStep("d-uid"); err != nil {
+		t.Fatal(err)
+	}
+	if got := refUIDs(s.mustGet(gvConfigMaps, d)); len(got) != 1 || got[0] != "o-uid" {
+		t.Fatalf("D references %v, want [o-uid]", got)
+	}
+	s.deleteWith(gvDeployments, o, metav1.DeletePropagationOrphan)
+	s.observe(gvDeployments, o)
+	if err := s.orphanStep("o-uid"); !errors.Is(err, errRetry) {
+		t.Fatalf("O's orphan step with D's new version unobserved = %v, want a retry", err)
+	}
+	if cur := s.mustGet(gvDeployments, o); len(cur.Finalizers) == 0 {
+		t.Fatal("O's orphan finalizer was removed while D still references O")
+	}
+}
+
+// Item 2: O is deleted with Orphan while its dependents' resource has
+// never been listed (its first LIST failed). The finalizer waits for the
+// list, up to UnlistedHold; past it, O goes, and a dependent that appears
+// later is orphaned, not deleted.
+func TestOrphanFinalizerHeldWhileResourceUnlisted(t *testing.T) {
+	srv := newFakeServer()
+	s := newStepper(t, srv)
+	o := srv.create(t, gvDeployments, object("a", "o", "o-uid"))
+	d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("o", "o-uid")))
+	unlisted := []discovery.Resource{{GVR: gvConfigMaps, Kind: "ConfigMap", Namespaced: true}}
+	s.c.unlisted = func() []discovery.Resource { return unlisted }
+	s.deleteWith(gvDeployments, o, metav1.DeletePropagationOrphan)
+	s.observe(gvDeployments, o)
+
+	if err := s.orphanStep("o-uid"); !errors.Is(err, errRetry) {
+		t.Fatalf("orphan step with configmaps unlisted = %v, want a retry", err)
+	}
+	if cur := s.mustGet(gvDeployments, o); len(cur.Finalizers) == 0 {
+		t.Fatal("orphan finalizer removed before configmaps were ever listed")
+	}
+
+	// Past the hold, the finalizer goes; the dependent, listed only now,
+	// references an owner that is gone, and is orphaned.
+	s.c.cfg.UnlistedHold = time.Nanosecond
+	if err := s.orphanStep("o-uid"); err != nil {
+		t.Fatalf("orphan step past the hold: %v", err)
+	}
+	s.observe(gvDeployments, o)
+	if _, err := srv.get(gvDeployments, "a", "o"); !apierrors.IsNotFound(err) {
+		t.Fatalf("owner still there past the hold: %v", err)
+	}
+	unlisted = nil
+	s.observe(gvConfigMaps, d)
+	if err := s.deleteStep("d-uid"); err != nil {
+		t.Fatal(err)
+	}
+	if got := refUIDs(s.mustGet(gvConfigMaps, d)); len(got) != 0 {
+		t.Errorf("orphaned dependent still references %v", got)
+	}
+	_, deletes, _ := srv.kgcActions()
+	if len(deletes) != 0 {
+		t.Errorf("DELETEs %v: an orphaned dependent must never be deleted on its owner's account", deletes)
+	}
+}
+
+// Item 2, Foreground: the foregroundDeletion finalizer waits for the list
+// of every resource that could hold a blocking dependent; a cluster-scoped
+// resource cannot hold a namespaced owner's dependents and does not hold it.
+func TestForegroundFinalizerHeldWhileResourceUnlisted(t *testing.T) {
+	srv := newFakeServer()
+	s := newStepper(t, srv)
+	o := srv.create(t, gvDeployments, object("a", "o", "o-uid"))
+	unlisted := []discovery.Resource{{GVR: schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, Kind: "Namespace"}}
+	s.c.unlisted = func() []discovery.Resource { return unlisted }
+	s.deleteWith(gvDeployments, o, metav1.DeletePropagationForeground)
+	s.observe(gvDeployments, o)
+	unlisted = append(unlisted, discovery.Resource{GVR: gvConfigMaps, Kind: "ConfigMap", Namespaced: true})
+	if err := s.deleteStep("o-uid"); !errors.Is(err, errRetry) {
+		t.Fatalf("foreground step with configmaps unlisted = %v, want a retry", err)
+	}
+	if cur := s.mustGet(gvDeployments, o); len(cur.Finalizers) == 0 {
+		t.Fatal("foregroundDeletion finalizer removed before configmaps were ever listed")
+	}
+	unlisted = unlisted[:1] // only a cluster-scoped resource is unlisted
+	if err := s.deleteStep("o-uid"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.get(gvDeployments, "a", "o"); !apierrors.IsNotFound(err) {
+		t.Fatalf("foreground owner with no dependents still there: %v", err)
+	}
+}
+
+// Item 3: D has owners A (already deleted on the server, its deletion not
+// yet in the graph) and B (in Foreground deletion, blocking). From the
+// graph alone A is solid and kgc removed D's reference to B, which let B
+// go while D still existed. A quorum read of A first finds it gone: D is
+// garbage and is deleted, and B waits for it.
+func TestMixedCaseConfirmsSolidOwner(t *testing.T) {
+	srv := newFakeServer()
+	s := newStepper(t, srv)
+	a := srv.create(t, gvDeployments, object("a", "a", "a-uid"))
+	b := srv.create(t, gvDeployments, object("a", "b", "b-uid"))
+	d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("a", "a-uid"), deploymentRef("b", "b-uid")))
+	s.observe(gvDeployments, a)
+	s.observe(gvDeployments, b)
+	s.observe(gvConfigMaps, d)
+	s.deleteWith(gvDeployments, a, metav1.DeletePropagationBackground) // not observed
+	s.deleteWith(gvDeployments, b, metav1.DeletePropagationForeground)
+	s.observe(gvDeployments, b)
+
+	if err := s.deleteStep("d-uid"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.get(gvConfigMaps, "a", "d"); !apierrors.IsNotFound(err) {
+		cur := s.mustGet(gvConfigMaps, d)
+		t.Fatalf("D still exists with references %v: it must be deleted, not stripped of its waiting owner", refUIDs(cur))
+	}
+	gets, _, patches := srv.kgcActions()
+	if len(patches) != 0 {
+		t.Errorf("PATCHes %v, want none", patches)
+	}
+	if len(gets) != 1 || gets[0].GetName() != "a" {
+		t.Errorf("GETs %v, want one confirming A", gets)
+	}
+}
+
+// Item 3, control: when the solid owner is confirmed, the waiting
+// reference is removed, for one GET.
+func TestMixedCaseConfirmedSolidKeeps(t *testing.T) {
+	srv := newFakeServer()
+	s := newStepper(t, srv)
+	a := srv.create(t, gvDeployments, object("a", "a", "a-uid"))
+	b := srv.create(t, gvDeployments, object("a", "b", "b-uid"))
+	d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("a", "a-uid"), deploymentRef("b", "b-uid")))
+	s.observe(gvDeployments, a)
+	s.observe(gvDeployments, b)
+	s.observe(gvConfigMaps, d)
+	s.deleteWith(gvDeployments, b, metav1.DeletePropagationForeground)
+	s.observe(gvDeployments, b)
+	if err := s.deleteStep("d-uid"); err != nil {
+		t.Fatal(err)
+	}
+	if got := refUIDs(s.mustGet(gvConfigMaps, d)); len(got) != 1 || got[0] != "a-uid" {
+		t.Errorf("D references %v, want [a-uid]", got)
+	}
+	if gets, _, _ := srv.kgcActions(); len(gets) != 1 {
+		t.Errorf("%d GETs, want 1", len(gets))
+	}
+}
+
+// Item 5: a client updates D's annotations constantly, so D's DELETE,
+// decided from the graph's version, meets a 409 every time. kgc re-reads D
+// and, its ownerReferences and finalizers unchanged, deletes it at the
+// version read; if they changed, it does not.
+func TestConflictingDeleteRetriedWhenReferencesUnchanged(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		change      func(*metav1.PartialObjectMetadata)
+		wantDeleted bool
+	}{
+		{"annotation changed", func(o *metav1.PartialObjectMetadata) {
+			o.Annotations = map[string]string{"touched": time.Now().String()}
+		}, true},
+		{"new owner added", func(o *metav1.PartialObjectMetadata) {
+			o.OwnerReferences = append(o.OwnerReferences, deploymentRef("live", "live-uid"))
+		}, false},
+		{"finalizer added", func(o *metav1.PartialObjectMetadata) {
+			o.Finalizers = append(o.Finalizers, metav1.FinalizerOrphanDependents)
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newFakeServer()
+			s := newStepper(t, srv)
+			owner := srv.create(t, gvDeployments, object("a", "o", "o-uid"))
+			d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("o", "o-uid")))
+			s.observe(gvDeployments, owner)
+			s.observe(gvConfigMaps, d)
+			s.deleteWith(gvDeployments, owner, metav1.DeletePropagationBackground)
+			s.observe(gvDeployments, owner)
+			srv.mu.Lock()
+			cur, _ := srv.get(gvConfigMaps, "a", "d")
+			tc.change(cur)
+			if err := srv.store(gvConfigMaps, cur); err != nil {
+				t.Fatal(err)
+			}
+			srv.mu.Unlock()
+
+			err := s.deleteStep("d-uid")
+			_, getErr := srv.get(gvConfigMaps, "a", "d")
+			if deleted := apierrors.IsNotFound(getErr); deleted != tc.wantDeleted {
+				t.Fatalf("deleted = %v (step: %v), want %v", deleted, err, tc.wantDeleted)
+			}
+			if !tc.wantDeleted && !errors.Is(err, errRetry) {
+				t.Errorf("step = %v, want a retry once the graph has the new version", err)
+			}
+			_, deletes, _ := srv.kgcActions()
+			want := 1
+			if tc.wantDeleted {
+				want = 2
+			}
+			if len(deletes) != want {
+				t.Errorf("%d DELETEs, want %d", len(deletes), want)
+			}
+			for _, del := range deletes {
+				if p := del.DeleteOptions.Preconditions; p == nil || p.UID == nil || p.ResourceVersion == nil {
+					t.Errorf("DELETE without uid and resourceVersion preconditions: %+v", del.DeleteOptions)
+				}
+			}
+		})
+	}
+}
+
+// Item 5/6: two owners orphaning a shared dependent at once never make
+// each other's patches fail: each removes its own reference by UID.
+func TestConcurrentOrphansDoNotConflict(t *testing.T) {
+	srv := newFakeServer()
+	s := newStepper(t, srv)
+	o := srv.create(t, gvDeployments, object("a", "o", "o-uid"))
+	p := srv.create(t, gvDeployments, object("a", "p", "p-uid"))
+	d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("o", "o-uid"), deploymentRef("p", "p-uid")))
+	s.observe(gvDeployments, o)
+	s.observe(gvDeployments, p)
+	s.observe(gvConfigMaps, d)
+	s.deleteWith(gvDeployments, o, metav1.DeletePropagationOrphan)
+	s.deleteWith(gvDeployments, p, metav1.DeletePropagationOrphan)
+	s.observe(gvDeployments, o)
+	s.observe(gvDeployments, p)
+	// Both patches are decided from D's same version and sent before
+	// either lands in the graph.
+	it, _ := s.c.graph.Item("d-uid")
+	tg, err := s.c.target(&it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.ops.RemoveOwnerReference(s.ctx, tg, "p-uid", 1); err != nil {
+		t.Fatalf("P's patch: %v", err)
+	}
+	if _, err := s.c.ops.RemoveOwnerReference(s.ctx, tg, "o-uid", 0); err != nil {
+		t.Fatalf("O's patch, after P's changed D: %v", err)
+	}
+	if got := refUIDs(s.mustGet(gvConfigMaps, d)); len(got) != 0 {
+		t.Errorf("D references %v, want none", got)
+	}
+}
