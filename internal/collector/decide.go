@@ -116,18 +116,27 @@ func decideForegroundOwner(item *graph.Item) Action {
 
 // decideDependent decides for a live item with ownerReferences, given the
 // state of each reference (states[i] belongs to item.OwnerReferences[i]).
+// onCycle reports whether an owner of the item sits on a cycle of blocking
+// references through the item (see CycleCheck); nil: no cycle is known.
 //
 // Rules (kube-controller-manager's): any solid owner keeps the item, minus
 // its dangling and waiting references; an item whose owners are all waiting
-// or dangling and that has dependents of its own goes Foreground (after
-// clearing blockOwnerDeletion if one of its dependents is itself deleting
-// dependents, to break cycles); otherwise it is deleted with the policy its
-// own finalizers ask for.
+// or dangling and that has dependents of its own goes Foreground; otherwise
+// it is deleted with the policy its own finalizers ask for.
+//
+// Cycle breaking differs from upstream's. Upstream clears every
+// blockOwnerDeletion of the item as soon as one of its dependents is itself
+// deleting dependents, which also fires where there is no cycle (owner ←
+// middle ← lower ← held, lower already waiting for held): owner is then
+// released at once while middle and lower still exist (issue 14, item 7b).
+// kgc clears only the references to waiting owners that really wait for
+// the item through blocking references: an owner the item reaches again
+// by following blocking dependents. Elsewhere the item simply waits.
 //
 // Orphaned references (owners deleted with the Orphan policy) never make an
 // item garbage: they are removed like dangling ones, and an item left with
 // no other reason to go is kept without them.
-func decideDependent(item *graph.Item, states []OwnerState) Action {
+func decideDependent(item *graph.Item, states []OwnerState, onCycle func(owner types.UID) bool) Action {
 	var solid, waiting, dangling, unresolvable, invalid, orphaned int
 	for _, s := range states {
 		switch s {
@@ -167,23 +176,60 @@ func decideDependent(item *graph.Item, states []OwnerState) Action {
 		return Action{Type: RemoveReferences}
 	case waiting > 0 && len(item.Dependents) > 0:
 		a := Action{Type: DeleteItem, Policy: metav1.DeletePropagationForeground}
-		if slices.ContainsFunc(item.Dependents, func(d graph.Dependent) bool { return d.DeletingDependents }) {
-			refs := slices.Clone(item.OwnerReferences)
-			changed := false
-			for i := range refs {
-				if refs[i].BlockOwnerDeletion != nil && *refs[i].BlockOwnerDeletion {
-					f := false
-					refs[i].BlockOwnerDeletion = &f
-					changed = true
-				}
+		if onCycle == nil {
+			return a
+		}
+		var refs []metav1.OwnerReference
+		for i := range item.OwnerReferences {
+			r := &item.OwnerReferences[i]
+			if states[i] != Waiting || r.BlockOwnerDeletion == nil || !*r.BlockOwnerDeletion || !onCycle(r.UID) {
+				continue
 			}
-			if changed {
-				a.Unblock, a.Refs = true, refs
+			if refs == nil {
+				refs = slices.Clone(item.OwnerReferences)
 			}
+			f := false
+			refs[i].BlockOwnerDeletion = &f
+		}
+		if refs != nil {
+			a.Unblock, a.Refs = true, refs
 		}
 		return a
 	default:
 		return Action{Type: DeleteItem, Policy: policyFromFinalizers(item.Finalizers)}
+	}
+}
+
+// maxCycleSearch bounds the objects one cycle check visits. Past it the
+// check reports no cycle: the item waits (and is checked again) rather
+// than release an owner early on a guess.
+const maxCycleSearch = 100_000
+
+// CycleCheck returns onCycle for decideDependent: whether owner is reachable
+// from item by following blocking dependents (waitsFor returns the
+// dependents of an object whose reference to it has blockOwnerDeletion set,
+// other than itself). If the item is deleted in the Foreground, it waits
+// for those; if owner is among them, and waits for the item through its
+// reference, the wait is a cycle nobody finishes. The search runs once, on
+// the first question, so items that never ask cost nothing.
+func CycleCheck(item types.UID, waitsFor func(types.UID) []types.UID) func(types.UID) bool {
+	var reached map[types.UID]bool
+	return func(owner types.UID) bool {
+		if reached == nil {
+			reached = map[types.UID]bool{}
+			next := []types.UID{item}
+			for len(next) > 0 && len(reached) < maxCycleSearch {
+				u := next[len(next)-1]
+				next = next[:len(next)-1]
+				for _, d := range waitsFor(u) {
+					if !reached[d] {
+						reached[d] = true
+						next = append(next, d)
+					}
+				}
+			}
+		}
+		return reached[owner]
 	}
 }
 

@@ -102,21 +102,8 @@ func TestDecideDependent(t *testing.T) {
 			Action{Type: DeleteItem, Policy: metav1.DeletePropagationForeground},
 		},
 		{
-			"waiting with a dependent deleting dependents clears blockOwnerDeletion",
-			item([]metav1.OwnerReference{a, b, c, d}, nil, plainDep, cycleDep), []OwnerState{Waiting, Waiting, Dangling, Waiting},
-			Action{
-				Type: DeleteItem, Policy: metav1.DeletePropagationForeground, Unblock: true,
-				Refs: []metav1.OwnerReference{
-					a, // nil stays nil
-					oref("b", boolPtr(false)),
-					c, // already false
-					oref("d", boolPtr(false)),
-				},
-			},
-		},
-		{
-			"cycle, but no ref blocks: nothing to unblock",
-			item([]metav1.OwnerReference{a, c}, nil, cycleDep), []OwnerState{Waiting, Waiting},
+			"dependent deleting dependents is no cycle by itself (upstream unblocks here)",
+			item([]metav1.OwnerReference{a, b}, nil, plainDep, cycleDep), []OwnerState{Waiting, Waiting},
 			Action{Type: DeleteItem, Policy: metav1.DeletePropagationForeground},
 		},
 		{
@@ -145,7 +132,7 @@ func TestDecideDependent(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := deepCopyItem(tc.item)
-			got := decideDependent(tc.item, tc.states)
+			got := decideDependent(tc.item, tc.states, nil)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("decideDependent =\n  %+v\nwant\n  %+v", got, tc.want)
 			}
@@ -153,6 +140,73 @@ func TestDecideDependent(t *testing.T) {
 				t.Errorf("decideDependent changed its input:\n  %+v\nwas\n  %+v", tc.item, before)
 			}
 		})
+	}
+}
+
+// Cycle breaking clears blockOwnerDeletion only on references to waiting
+// owners that really wait for the item (issue 14, item 7b).
+func TestDecideDependentCycles(t *testing.T) {
+	a, b, c, d, e := oref("a", nil), oref("b", boolPtr(true)), oref("c", boolPtr(false)), oref("d", boolPtr(true)), oref("e", boolPtr(true))
+	dep := graph.Dependent{UID: "dep", Blocking: true}
+	on := func(uids ...types.UID) func(types.UID) bool {
+		return func(u types.UID) bool { return slices.Contains(uids, u) }
+	}
+	tests := []struct {
+		name    string
+		item    *graph.Item
+		states  []OwnerState
+		onCycle func(types.UID) bool
+		want    Action
+	}{
+		{
+			"only blocking refs to waiting owners on the cycle are cleared",
+			item([]metav1.OwnerReference{a, b, c, d, e}, nil, dep), []OwnerState{Waiting, Waiting, Waiting, Waiting, Dangling}, on("a", "b", "c", "e"),
+			Action{Type: DeleteItem, Policy: metav1.DeletePropagationForeground, Unblock: true,
+				Refs: []metav1.OwnerReference{a, oref("b", boolPtr(false)), c, d, e}},
+		},
+		{
+			"no owner on a cycle: wait, blocking refs intact",
+			item([]metav1.OwnerReference{b, d}, nil, dep), []OwnerState{Waiting, Waiting}, on(),
+			Action{Type: DeleteItem, Policy: metav1.DeletePropagationForeground},
+		},
+		{
+			"cycle, but no ref blocks: nothing to unblock",
+			item([]metav1.OwnerReference{a, c}, nil, dep), []OwnerState{Waiting, Waiting}, on("a", "c"),
+			Action{Type: DeleteItem, Policy: metav1.DeletePropagationForeground},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := deepCopyItem(tc.item)
+			if got := decideDependent(tc.item, tc.states, tc.onCycle); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("decideDependent =\n  %+v\nwant\n  %+v", got, tc.want)
+			}
+			if !reflect.DeepEqual(tc.item, before) {
+				t.Errorf("decideDependent changed its input")
+			}
+		})
+	}
+}
+
+func TestCycleCheck(t *testing.T) {
+	// owner ← middle ← lower ← held, all blocking; lower also waits for
+	// owner? No: nothing waits back, so no owner of middle is on a cycle.
+	chain := map[types.UID][]types.UID{"owner": {"middle"}, "middle": {"lower"}, "lower": {"held"}}
+	waits := func(u types.UID) []types.UID { return chain[u] }
+	if CycleCheck("middle", waits)("owner") {
+		t.Error("a chain is not a cycle")
+	}
+	chain["held"] = []types.UID{"owner"} // held's dependent is owner: a cycle
+	if !CycleCheck("middle", waits)("owner") {
+		t.Error("owner → middle → lower → held → owner is a cycle")
+	}
+	calls := 0
+	check := CycleCheck("middle", func(u types.UID) []types.UID { calls++; return chain[u] })
+	check("owner")
+	first := calls
+	check("x")
+	if calls != first || first == 0 {
+		t.Errorf("waitsFor calls: %d for the first question, %d more for the second, want one search", first, calls-first)
 	}
 }
 
@@ -303,7 +357,7 @@ func FuzzDecideDependent(f *testing.F) {
 		}
 		it := item(refs, fins, deps...)
 		before := deepCopyItem(it)
-		a := decideDependent(it, states)
+		a := decideDependent(it, states, nil)
 
 		if !reflect.DeepEqual(it, before) {
 			t.Fatalf("input changed")

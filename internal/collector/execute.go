@@ -72,7 +72,7 @@ func (c *Collector) planDeleteItem(ctx context.Context, uid types.UID) (write, e
 		if err := errors.Join(errs...); err != nil {
 			return nil, err
 		}
-		a = decideDependent(&it, states)
+		a = decideDependent(&it, states, CycleCheck(uid, c.graph.WaitsFor))
 		if a.Type == RemoveReferences {
 			var err error
 			if a, err = c.confirmSolid(ctx, &it, states, a); err != nil {
@@ -115,7 +115,7 @@ func (c *Collector) confirmSolid(ctx context.Context, it *graph.Item, states []O
 	if !changed {
 		return a, nil
 	}
-	return decideDependent(it, confirmed), nil
+	return decideDependent(it, confirmed, CycleCheck(it.Identity.UID, c.graph.WaitsFor)), nil
 }
 
 // plan turns a decision into the write that carries it out (nil when the

@@ -1,12 +1,16 @@
 package collector
 
-import "github.com/kgc-dev/kgc/internal/graph"
+import (
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kgc-dev/kgc/internal/graph"
+)
 
 // DecideDependent is decideDependent for read-only callers (the inspection
 // commands): what kgc does with a live item whose ownerReferences classify
 // as states. It has no side effects.
-func DecideDependent(item *graph.Item, states []OwnerState) Action {
-	return decideDependent(item, states)
+func DecideDependent(item *graph.Item, states []OwnerState, onCycle func(owner types.UID) bool) Action {
+	return decideDependent(item, states, onCycle)
 }
 
 // DecideForegroundOwner is decideForegroundOwner for read-only callers: what

@@ -412,3 +412,108 @@ func TestConcurrentOrphansDoNotConflict(t *testing.T) {
 		t.Errorf("D references %v, want none", got)
 	}
 }
+
+// Item 7a: an object whose reference to itself blocks, deleted in the
+// Foreground, does not wait for itself.
+func TestForegroundSelfReference(t *testing.T) {
+	srv := newFakeServer()
+	s := newStepper(t, srv)
+	x := srv.create(t, gvConfigMaps, object("a", "x", "x-uid", configMapRef("x", "x-uid")))
+	s.observe(gvConfigMaps, x)
+	s.deleteWith(gvConfigMaps, x, metav1.DeletePropagationForeground)
+	s.observe(gvConfigMaps, x)
+	if n := s.c.graph.BlockingDependents("x-uid"); n != 0 {
+		t.Errorf("x counts %d blocking dependents, want 0 (itself never blocks)", n)
+	}
+	if err := s.deleteStep("x-uid"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.get(gvConfigMaps, "a", "x"); !apierrors.IsNotFound(err) {
+		t.Fatalf("x still there: %v", err)
+	}
+}
+
+// Item 7b: owner ← middle ← lower ← held, every reference blocking. lower
+// is deleted in the Foreground first and waits for held (which carries a
+// finalizer of someone else's); then owner is deleted in the Foreground.
+// There is no cycle: middle must be deleted with its blocking reference
+// intact, and owner must wait for it. Upstream (and kgc before) cleared
+// middle's blockOwnerDeletion and released owner at once.
+func TestNoFalseCycleBreaking(t *testing.T) {
+	srv := newFakeServer()
+	s := newStepper(t, srv)
+	owner := srv.create(t, gvConfigMaps, object("a", "owner", "owner-uid"))
+	middle := srv.create(t, gvConfigMaps, object("a", "middle", "middle-uid", configMapRef("owner", "owner-uid")))
+	lower := srv.create(t, gvConfigMaps, object("a", "lower", "lower-uid", configMapRef("middle", "middle-uid")))
+	heldObj := object("a", "held", "held-uid", configMapRef("lower", "lower-uid"))
+	heldObj.Finalizers = []string{"example.com/keep"}
+	held := srv.create(t, gvConfigMaps, heldObj)
+	for _, o := range []*metav1.PartialObjectMetadata{owner, middle, lower, held} {
+		s.observe(gvConfigMaps, o)
+	}
+	s.deleteWith(gvConfigMaps, lower, metav1.DeletePropagationForeground)
+	s.observe(gvConfigMaps, lower)
+	if err := s.deleteStep("held-uid"); err != nil {
+		t.Fatal(err)
+	}
+	s.observe(gvConfigMaps, held) // deleting, held by its finalizer
+	s.deleteWith(gvConfigMaps, owner, metav1.DeletePropagationForeground)
+	s.observe(gvConfigMaps, owner)
+
+	if err := s.deleteStep("middle-uid"); err != nil {
+		t.Fatal(err)
+	}
+	cur := s.mustGet(gvConfigMaps, middle)
+	if cur.DeletionTimestamp == nil {
+		t.Fatal("middle is not being deleted")
+	}
+	if b := cur.OwnerReferences[0].BlockOwnerDeletion; b == nil || !*b {
+		t.Fatal("middle's blockOwnerDeletion was cleared: there is no cycle")
+	}
+	s.observe(gvConfigMaps, middle)
+	err := s.deleteStep("owner-uid")
+	if err != nil && !errors.Is(err, errRetry) {
+		t.Fatal(err)
+	}
+	if o := s.mustGet(gvConfigMaps, owner); len(o.Finalizers) == 0 {
+		t.Fatal("owner released while middle, which blocks it, still exists")
+	}
+}
+
+// A real cycle (x ↔ y, both blocking): x deleted in the Foreground; y has a
+// waiting owner that waits for it through x, so y's reference is unblocked
+// and both go.
+func TestRealCycleIsBroken(t *testing.T) {
+	srv := newFakeServer()
+	s := newStepper(t, srv)
+	x := srv.create(t, gvConfigMaps, object("a", "x", "x-uid", configMapRef("y", "y-uid")))
+	y := srv.create(t, gvConfigMaps, object("a", "y", "y-uid", configMapRef("x", "x-uid")))
+	s.observe(gvConfigMaps, x)
+	s.observe(gvConfigMaps, y)
+	s.deleteWith(gvConfigMaps, x, metav1.DeletePropagationForeground)
+	s.observe(gvConfigMaps, x)
+	if err := s.deleteStep("y-uid"); err != nil {
+		t.Fatal(err)
+	}
+	cur := s.mustGet(gvConfigMaps, y)
+	if b := cur.OwnerReferences[0].BlockOwnerDeletion; b == nil || *b {
+		t.Fatal("y's reference to x still blocks: the cycle is not broken")
+	}
+	s.observe(gvConfigMaps, y)
+	if err := s.deleteStep("x-uid"); err != nil {
+		t.Fatal(err)
+	}
+	s.observe(gvConfigMaps, x)
+	if err := s.deleteStep("y-uid"); err != nil {
+		t.Fatal(err)
+	}
+	s.observe(gvConfigMaps, y)
+	if err := s.deleteStep("y-uid"); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []*metav1.PartialObjectMetadata{x, y} {
+		if _, err := srv.get(gvConfigMaps, "a", o.Name); !apierrors.IsNotFound(err) {
+			t.Errorf("%s still there: %v", o.Name, err)
+		}
+	}
+}

@@ -309,7 +309,7 @@ func BenchmarkDecideDependent(b *testing.B) {
 	states := []OwnerState{Solid, Dangling}
 	b.ReportAllocs()
 	for b.Loop() {
-		if a := decideDependent(it, states); a.Type != RemoveReferences {
+		if a := decideDependent(it, states, nil); a.Type != RemoveReferences {
 			b.Fatal(a)
 		}
 	}

@@ -163,12 +163,12 @@ func (g *Graph) upsert(obj *Object, gen uint32, eff *Effects) {
 		if !firstRef(old, i) {
 			continue // a duplicate reference to an owner already handled
 		}
-		blocking := blocks(old, ownerUID)
+		blocking := blocksOwner(uid, old, ownerUID)
 		if !hasRef(cur, ownerUID) {
 			g.unlink(uid, ownerUID, blocking, eff)
 			continue
 		}
-		nowBlocking := blocks(cur, ownerUID)
+		nowBlocking := blocksOwner(uid, cur, ownerUID)
 		if blocking == nowBlocking {
 			continue
 		}
@@ -190,7 +190,7 @@ func (g *Graph) upsert(obj *Object, gen uint32, eff *Effects) {
 		if !firstRef(cur, i) || hasRef(old, cur[i].uid) {
 			continue
 		}
-		g.link(n, &cur[i], blocks(cur, cur[i].uid))
+		g.link(n, &cur[i], blocksOwner(uid, cur, cur[i].uid))
 	}
 
 	if n.orphaning() {
@@ -301,7 +301,7 @@ func (g *Graph) removeNode(n *node, eff *Effects) {
 	eff.Absent = append(eff.Absent, id)
 	for i, refs := 0, n.refs; i < len(refs); i++ {
 		if firstRef(refs, i) {
-			g.unlink(uid, refs[i].uid, blocks(refs, refs[i].uid), eff)
+			g.unlink(uid, refs[i].uid, blocksOwner(uid, refs, refs[i].uid), eff)
 		}
 	}
 	if n.dependents.len() == 0 {

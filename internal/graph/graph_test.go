@@ -968,6 +968,7 @@ func (m *model) check(g *graph.Graph, only map[types.UID]bool) error {
 		}
 		for _, d := range it.Dependents {
 			b, ok := deps[d.UID]
+			b = b && d.UID != uid // a reference to oneself never blocks
 			if !ok || b != d.Blocking {
 				return fmt.Errorf("node %s dependent %s blocking=%v, model has %v (present %v)", uid, d.UID, d.Blocking, b, ok)
 			}

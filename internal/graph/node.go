@@ -237,6 +237,14 @@ func blocks(refs []ownerRef, owner key) bool {
 	return false
 }
 
+// blocksOwner reports whether dependent's refs block owner. An object's
+// reference to itself never blocks: an object in Foreground deletion
+// cannot wait for its own deletion, which is what waits (upstream counts
+// it, and such an object stays forever; issue 14, item 7a).
+func blocksOwner(dependent key, refs []ownerRef, owner key) bool {
+	return dependent != owner && blocks(refs, owner)
+}
+
 // matches is Matches for a node and a compact reference.
 func matches(o *node, ref *ownerRef, ns string) bool {
 	if o.uid != ref.uid || o.name != ref.name || o.kind.kind != ref.kind.kind {

@@ -50,7 +50,7 @@ func (g *Graph) Item(uid types.UID) (Item, bool) {
 		}
 		it.Dependents = append(it.Dependents, Dependent{
 			UID:                g.uidOf(depUID),
-			Blocking:           blocks(d.refs, n.uid),
+			Blocking:           blocksOwner(depUID, d.refs, n.uid),
 			Deleting:           d.deleting,
 			DeletingDependents: d.deletingDependents(),
 		})
@@ -84,6 +84,25 @@ func (g *Graph) BlockingDependents(uid types.UID) int {
 		return int(n.blocking)
 	}
 	return 0
+}
+
+// WaitsFor returns the dependents of the node with uid whose reference to
+// it has blockOwnerDeletion=true (an object's reference to itself never
+// blocks): those it waits for once in Foreground deletion.
+func (g *Graph) WaitsFor(uid types.UID) []types.UID {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	n := g.node(uid)
+	if n == nil || n.blocking == 0 {
+		return nil
+	}
+	out := make([]types.UID, 0, n.blocking)
+	for dep := range n.dependents.all() {
+		if d := g.nodes[dep]; d != nil && blocksOwner(dep, d.refs, n.uid) {
+			out = append(out, g.uidOf(dep))
+		}
+	}
+	return out
 }
 
 // Len returns the number of nodes, virtual ones included.
@@ -196,7 +215,7 @@ func (g *Graph) CheckInvariants() error {
 		}
 		blocking := 0
 		for dep := range n.dependents.all() {
-			if d := g.nodes[dep]; d != nil && blocks(d.refs, uid) {
+			if d := g.nodes[dep]; d != nil && blocksOwner(dep, d.refs, uid) {
 				blocking++
 			}
 		}

@@ -118,10 +118,37 @@ func Decide(ctx context.Context, v View, o *Object) (Decision, []OwnerInfo, []*O
 			owners = append(owners, OwnerInfo{Reference: ref, State: "not-checked", Reason: "the object is being deleted; kgc does not look at its owners any more"})
 		}
 	}
-	return decide(o, deps, res), owners, deps, nil
+	return decide(o, deps, res, viewWaitsFor(ctx, v, o, deps)), owners, deps, nil
 }
 
-func decide(o *Object, deps []*Object, res []Resolution) Decision {
+// viewWaitsFor is graph.WaitsFor over a view: the dependents of an object
+// whose reference to it blocks, other than itself. Objects are found from
+// o outwards; a view that cannot answer ends the search there.
+func viewWaitsFor(ctx context.Context, v View, o *Object, deps []*Object) func(types.UID) []types.UID {
+	known := map[types.UID]*Object{o.UID: o}
+	cached := map[types.UID][]*Object{o.UID: deps}
+	return func(uid types.UID) []types.UID {
+		obj := known[uid]
+		if obj == nil {
+			return nil
+		}
+		ds, ok := cached[uid]
+		if !ok {
+			ds, _ = v.Dependents(ctx, obj)
+			cached[uid] = ds
+		}
+		var out []types.UID
+		for _, d := range ds {
+			if d.UID != uid && d.blocks(uid) {
+				known[d.UID] = d
+				out = append(out, d.UID)
+			}
+		}
+		return out
+	}
+}
+
+func decide(o *Object, deps []*Object, res []Resolution, waitsFor func(types.UID) []types.UID) Decision {
 	item := o.item(dependentsOf(o, deps))
 	custom := o.CustomFinalizers()
 	var d Decision
@@ -163,7 +190,7 @@ func decide(o *Object, deps []*Object, res []Resolution) Decision {
 		d.Verdict = VerdictKeep
 		d.Why = append(d.Why, "it has no ownerReferences: it is not anyone's dependent, so kgc never deletes it; it goes only when someone deletes it")
 	default:
-		a := collector.DecideDependent(&item, states(res))
+		a := collector.DecideDependent(&item, states(res), collector.CycleCheck(o.UID, waitsFor))
 		d.decideDependent(o, res, a, len(deps))
 	}
 	switch d.Verdict {

@@ -26,8 +26,15 @@ func TestDecideVerdicts(t *testing.T) {
 	c.add(podR, "a", "waiting-no-deps", owned(fg, true))
 	wd := c.add(rsR, "a", "waiting-with-deps", owned(fg, true))
 	c.add(podR, "a", "child", owned(wd, true))
-	cyc := c.add(rsR, "a", "waiting-cycle", owned(fg, true))
-	c.add(podR, "a", "fg-child", owned(cyc, true), deleting(), finalizers(metav1.FinalizerDeleteDependents))
+	// A dependent deleting its own dependents is no cycle (upstream
+	// unblocks here, and releases fg early)...
+	nocyc := c.add(rsR, "a", "waiting-no-cycle", owned(fg, true))
+	c.add(podR, "a", "fg-child", owned(nocyc, true), deleting(), finalizers(metav1.FinalizerDeleteDependents))
+	// ...an owner that waits for the object through blocking references
+	// is: fg2 waits for waiting-cycle, which would wait for fg2.
+	fg2 := &Object{APIVersion: "apps/v1", Kind: "Deployment", Name: "fg2", UID: "uid-fg2"}
+	cyc := c.add(rsR, "a", "waiting-cycle", owned(fg2, true))
+	c.add(deployR, "a", "fg2", deleting(), finalizers(metav1.FinalizerDeleteDependents), owned(cyc, true))
 	c.add(podR, "a", "unresolvable", ref("example.com/v1", "Widget", "w", "uid-w"), owned(gone, false))
 	c.add(podR, "a", "invalid-only", ref("a/b/c", "X", "x", "uid-x"))
 	c.add(podR, "a", "invalid-and-dangling", ref("a/b/c", "X", "x", "uid-x"), owned(gone, false))
@@ -57,6 +64,7 @@ func TestDecideVerdicts(t *testing.T) {
 		{"waiting-no-deps", "pod", VerdictDelete, "Background", "none of its owners is alive", false},
 		{"waiting-with-deps", "replicaset", VerdictDelete, "Foreground", "1 dependent(s) of its own", false},
 		{"waiting-cycle", "replicaset", VerdictDelete, "Foreground", "cycle", true},
+		{"waiting-no-cycle", "replicaset", VerdictDelete, "Foreground", "1 dependent(s) of its own", false},
 		{"unresolvable", "pod", VerdictRetry, "", "Widget.example.com/w (unresolvable)", false},
 		{"invalid-only", "pod", VerdictKeep, "", "invalid reference", false},
 		{"invalid-and-dangling", "pod", VerdictKeep, "", "invalid reference", false},

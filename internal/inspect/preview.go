@@ -259,6 +259,17 @@ func (s *simulation) graphDependents(uid types.UID) []graph.Dependent {
 	return out
 }
 
+// waitsFor is graph.WaitsFor in the simulation's current state.
+func (s *simulation) waitsFor(uid types.UID) []types.UID {
+	var out []types.UID
+	for _, d := range s.liveDependents(uid) {
+		if d.obj.UID != uid && d.obj.blocks(uid) {
+			out = append(out, d.obj.UID)
+		}
+	}
+	return out
+}
+
 // state of one reference in the simulation's current state.
 func (s *simulation) state(so *simObject, ref metav1.OwnerReference) collector.OwnerState {
 	if r, ok := so.static[ref.UID]; ok {
@@ -306,7 +317,7 @@ func (s *simulation) round(level int) bool {
 				states[i] = s.state(so, ref)
 			}
 			it := o.item(s.graphDependents(uid))
-			a := collector.DecideDependent(&it, states)
+			a := collector.DecideDependent(&it, states, collector.CycleCheck(uid, s.waitsFor))
 			if a.Type == collector.RemoveReferences || a.Type == collector.DeleteItem {
 				acts = append(acts, action{so: so, a: a})
 			}
