@@ -104,6 +104,7 @@ func Run(ctx context.Context, o *RunOptions) error {
 	c, err := kgc.New(cfg, kgc.Options{
 		Workers:               o.ConcurrentGCSyncs,
 		MaxWritesInFlight:     o.MaxWritesInFlight,
+		UnlistedHold:          o.UnlistedHold,
 		IgnoredResources:      o.Ignored,
 		DiscoveryResyncPeriod: o.DiscoveryResyncPeriod,
 		QPS:                   o.KubeAPIQPS,

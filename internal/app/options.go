@@ -23,6 +23,7 @@ type RunOptions struct {
 	ConcurrentGCSyncs     int
 	MaxWritesInFlight     int
 	DiscoveryResyncPeriod time.Duration
+	UnlistedHold          time.Duration
 	IgnoredResources      []string
 	HTTPAddress           string
 	LeaderElection        LeaderElectionOptions
@@ -41,6 +42,7 @@ func NewRunOptions() *RunOptions {
 		KubeAPIBurst:          30,
 		ConcurrentGCSyncs:     20,
 		DiscoveryResyncPeriod: 30 * time.Second,
+		UnlistedHold:          5 * time.Minute,
 		HTTPAddress:           ":10258",
 		LeaderElection:        NewLeaderElectionOptions(),
 		Observability:         NewObservabilityOptions(),
@@ -60,6 +62,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.ConcurrentGCSyncs, "concurrent-gc-syncs", o.ConcurrentGCSyncs, "The number of garbage collector workers that are allowed to sync concurrently.")
 	fs.IntVar(&o.MaxWritesInFlight, "max-writes-inflight", o.MaxWritesInFlight, "The most API writes (DELETEs and patches) in flight at once; 0 means twice --concurrent-gc-syncs. Workers hand decided writes to these slots and go on deciding.")
 	fs.DurationVar(&o.DiscoveryResyncPeriod, "discovery-resync-period", o.DiscoveryResyncPeriod, "How often to rediscover deletable resources and start or stop their monitors.")
+	fs.DurationVar(&o.UnlistedHold, "unlisted-hold", o.UnlistedHold, "How long an owner's orphan or foregroundDeletion finalizer waits for resources that could hold its dependents and have never been listed (a failing list); past it the finalizer is removed, and dependents found later are still orphaned, not deleted, for Orphan.")
 	fs.StringSliceVar(&o.IgnoredResources, "ignored-resources", o.IgnoredResources, "Resources never monitored, as resource.group (core: resource). Pass an empty value to monitor everything.")
 	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address for /healthz, /readyz and the debug graph. Empty disables the server.")
 	o.LeaderElection.AddFlags(fs)
@@ -93,6 +96,9 @@ func (o *RunOptions) Validate() []error {
 	}
 	if o.MaxWritesInFlight < 0 {
 		errs = append(errs, fmt.Errorf("--max-writes-inflight must not be negative (0 means twice --concurrent-gc-syncs), got %d", o.MaxWritesInFlight))
+	}
+	if o.UnlistedHold <= 0 {
+		errs = append(errs, fmt.Errorf("--unlisted-hold must be positive, got %s", o.UnlistedHold))
 	}
 	if o.DiscoveryResyncPeriod < time.Second {
 		errs = append(errs, fmt.Errorf("--discovery-resync-period must be at least 1s, got %s", o.DiscoveryResyncPeriod))

@@ -48,6 +48,7 @@ func defaults() RunOptions {
 		KubeAPIBurst:          30,
 		ConcurrentGCSyncs:     20,
 		DiscoveryResyncPeriod: 30 * time.Second,
+		UnlistedHold:          5 * time.Minute,
 		HTTPAddress:           ":10258",
 		LeaderElection:        NewLeaderElectionOptions(), // off: TestMain pins "not in a cluster"
 		Observability:         NewObservabilityOptions(),
@@ -69,6 +70,7 @@ func TestRunFlags(t *testing.T) {
 		{name: "burst", args: []string{"--kube-api-burst=7"}, modify: func(o *RunOptions) { o.KubeAPIBurst = 7 }},
 		{name: "workers", args: []string{"--concurrent-gc-syncs=3"}, modify: func(o *RunOptions) { o.ConcurrentGCSyncs = 3 }},
 		{name: "writes in flight", args: []string{"--max-writes-inflight=64"}, modify: func(o *RunOptions) { o.MaxWritesInFlight = 64 }},
+		{name: "unlisted hold", args: []string{"--unlisted-hold=30s"}, modify: func(o *RunOptions) { o.UnlistedHold = 30 * time.Second }},
 		{name: "resync", args: []string{"--discovery-resync-period=2m30s"}, modify: func(o *RunOptions) { o.DiscoveryResyncPeriod = 150 * time.Second }},
 		{name: "http address", args: []string{"--http-address=127.0.0.1:9000"}, modify: func(o *RunOptions) { o.HTTPAddress = "127.0.0.1:9000" }},
 		{name: "http disabled", args: []string{"--http-address="}, modify: func(o *RunOptions) { o.HTTPAddress = "" }},
@@ -158,6 +160,7 @@ func TestRunFlagErrors(t *testing.T) {
 		{name: "workers zero", args: []string{"--concurrent-gc-syncs=0"}, want: []string{"--concurrent-gc-syncs must be positive"}, validation: true},
 		{name: "workers negative", args: []string{"--concurrent-gc-syncs=-3"}, want: []string{"--concurrent-gc-syncs must be positive, got -3"}, validation: true},
 		{name: "writes in flight negative", args: []string{"--max-writes-inflight=-1"}, want: []string{"--max-writes-inflight must not be negative (0 means twice --concurrent-gc-syncs), got -1"}, validation: true},
+		{name: "unlisted hold zero", args: []string{"--unlisted-hold=0s"}, want: []string{"--unlisted-hold must be positive, got 0s"}, validation: true},
 		{name: "resync too short", args: []string{"--discovery-resync-period=500ms"}, want: []string{"--discovery-resync-period must be at least 1s"}, validation: true},
 		{name: "http address without port", args: []string{"--http-address=localhost"}, want: []string{`--http-address "localhost"`}, validation: true},
 		{name: "http address with too many colons", args: []string{"--http-address=::1:80"}, want: []string{"--http-address"}, validation: true},

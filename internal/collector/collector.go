@@ -89,7 +89,11 @@ type Collector struct {
 	orphaned *recentSet[types.UID]
 	// holds: when each owner's finalizer removal was first held back for
 	// unlisted resources (negativeFactsReady).
-	holds sync.Map // types.UID -> time.Time
+	holds sync.Map // types.UID -> HeldFinalizer
+	// released: the last finalizers removed although resources were
+	// unlisted (Held).
+	releasedMu sync.Mutex
+	released   []HeldFinalizer
 	// unlisted returns the resources not listed yet (the monitors'
 	// Unlisted; tests replace it).
 	unlisted func() []discovery.Resource
@@ -410,6 +414,7 @@ func (c *Collector) apply(ev graph.Event) {
 	}
 	for _, id := range eff.Absent {
 		c.resolver.absent.Add(id.Coordinates())
+		c.holds.Delete(id.UID) // gone, whoever removed its finalizer
 		if ev.Type == graph.Relisted {
 			// Deletions a relist found never came as events: tell the
 			// rediscoverer (CRDs and APIServices deleted while a watch

@@ -208,6 +208,9 @@ func TestOrphanFinalizerHeldWhileResourceUnlisted(t *testing.T) {
 	if cur := s.mustGet(gvDeployments, o); len(cur.Finalizers) == 0 {
 		t.Fatal("orphan finalizer removed before configmaps were ever listed")
 	}
+	if held, _ := s.c.Held(); len(held) != 1 || held[0].Owner.UID != "o-uid" || held[0].Finalizer != "orphan" || len(held[0].Unlisted) != 1 {
+		t.Errorf("Held() = %+v, want o's orphan finalizer held for configmaps", held)
+	}
 
 	// Past the hold, the finalizer goes; the dependent, listed only now,
 	// references an owner that is gone, and is orphaned.
@@ -218,6 +221,9 @@ func TestOrphanFinalizerHeldWhileResourceUnlisted(t *testing.T) {
 	s.observe(gvDeployments, o)
 	if _, err := srv.get(gvDeployments, "a", "o"); !apierrors.IsNotFound(err) {
 		t.Fatalf("owner still there past the hold: %v", err)
+	}
+	if held, released := s.c.Held(); len(held) != 0 || len(released) != 1 || released[0].Released.IsZero() {
+		t.Errorf("Held() = %+v, %+v; want nothing held, o's finalizer released", held, released)
 	}
 	unlisted = nil
 	s.observe(gvConfigMaps, d)

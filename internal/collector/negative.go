@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -48,17 +49,58 @@ func (c *Collector) negativeFactsReady(ctx context.Context, owner graph.Identity
 		return nil
 	}
 	now := time.Now()
-	first, _ := c.holds.LoadOrStore(owner.UID, now)
+	v, _ := c.holds.LoadOrStore(owner.UID, HeldFinalizer{Owner: owner, Finalizer: finalizer, Since: now})
+	h := v.(HeldFinalizer)
+	h.Unlisted = unlisted
+	c.holds.Store(owner.UID, h)
 	logger := klog.FromContext(ctx)
-	if held := now.Sub(first.(time.Time)); held < c.cfg.UnlistedHold {
+	if held := now.Sub(h.Since); held < c.cfg.UnlistedHold {
 		c.cfg.Metrics.FinalizerUnlisted(finalizer, metrics.UnlistedHeld)
 		logger.V(1).Info("Holding finalizer until every resource that could hold dependents is listed",
 			"object", owner.String(), "finalizer", finalizer, "unlisted", unlisted, "heldFor", held.Round(time.Second).String())
 		return errRetry
 	}
 	c.holds.Delete(owner.UID)
+	c.releasedMu.Lock()
+	h.Released = now
+	c.released = append(c.released, h)
+	if len(c.released) > maxReleasedRecord {
+		c.released = slices.Delete(c.released, 0, len(c.released)-maxReleasedRecord)
+	}
+	c.releasedMu.Unlock()
 	c.cfg.Metrics.FinalizerUnlisted(finalizer, metrics.UnlistedReleased)
 	logger.Info("Removing finalizer although some resources were never listed; dependents found there later are handled as the owner's policy asked",
 		"object", owner.String(), "finalizer", finalizer, "unlisted", unlisted, "hold", c.cfg.UnlistedHold.String())
 	return nil
+}
+
+// HeldFinalizer is an owner whose orphan or foregroundDeletion finalizer
+// waits (or waited) for resources that have not been listed.
+type HeldFinalizer struct {
+	Owner     graph.Identity
+	Finalizer string
+	// Unlisted are the resources, as group/version/resource, that were not
+	// listed at the last check.
+	Unlisted []string
+	// Since is when the removal was first held back; Released, when it was
+	// removed anyway (zero while held).
+	Since, Released time.Time
+}
+
+// maxReleasedRecord bounds the finalizers removed before every resource
+// was listed that Held reports.
+const maxReleasedRecord = 32
+
+// Held reports the finalizers held back now for unlisted resources, and the
+// last ones removed anyway once UnlistedHold passed (oldest first).
+func (c *Collector) Held() (held, released []HeldFinalizer) {
+	c.holds.Range(func(_, v any) bool {
+		held = append(held, v.(HeldFinalizer))
+		return true
+	})
+	slices.SortFunc(held, func(a, b HeldFinalizer) int { return a.Since.Compare(b.Since) })
+	c.releasedMu.Lock()
+	released = slices.Clone(c.released)
+	c.releasedMu.Unlock()
+	return held, released
 }

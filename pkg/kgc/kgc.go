@@ -75,6 +75,12 @@ type Options struct {
 	// item, so the workers' count does not bound the deletion rate. The
 	// client budget (QPS, Burst) applies to every write as well.
 	MaxWritesInFlight int
+	// UnlistedHold bounds how long an owner's orphan or foregroundDeletion
+	// finalizer waits for resources that could hold its dependents and have
+	// never been listed (their LIST fails). Default 5 minutes. Past it the
+	// finalizer is removed; dependents found later are still orphaned, not
+	// deleted, when the owner was deleted with Orphan.
+	UnlistedHold time.Duration
 	// IgnoredResources are never monitored. nil means DefaultIgnoredResources();
 	// an empty non-nil slice ignores nothing.
 	IgnoredResources []schema.GroupResource
@@ -196,6 +202,7 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 		Recorder:          out.recorder,
 		Workers:           opts.Workers,
 		MaxWritesInFlight: opts.MaxWritesInFlight,
+		UnlistedHold:      opts.UnlistedHold,
 		Ignored:           ignored,
 		ResyncPeriod:      opts.DiscoveryResyncPeriod,
 		Metrics:           m,
@@ -328,6 +335,17 @@ func (s source) Checks() []server.Check {
 	// shown too; like a failing monitor it only affects its own resources.
 	for gv, err := range s.c.DiscoveryFailures() {
 		out = append(out, server.Check{Name: "discovery:" + gv.String(), Err: err, Informational: true})
+	}
+	// Finalizers held back for unlisted resources, and those removed anyway
+	// once the hold passed: informational, like the monitors they wait for.
+	held, released := s.c.Held()
+	for _, h := range held {
+		out = append(out, server.Check{Name: "finalizer-held:" + h.Owner.String(), Informational: true,
+			Err: fmt.Errorf("%s finalizer waits since %s for resources never listed: %s", h.Finalizer, h.Since.UTC().Format(time.RFC3339), strings.Join(h.Unlisted, ", "))})
+	}
+	for _, h := range released {
+		out = append(out, server.Check{Name: "finalizer-released-unlisted:" + h.Owner.String(), Informational: true,
+			Err: fmt.Errorf("%s finalizer removed at %s although %s had never been listed", h.Finalizer, h.Released.UTC().Format(time.RFC3339), strings.Join(h.Unlisted, ", "))})
 	}
 	slices.SortFunc(out, func(a, b server.Check) int { return strings.Compare(a.Name, b.Name) })
 	return out
