@@ -84,8 +84,9 @@ type Collector struct {
 	warned     *onceSet
 	writes     writeLog // kgc's writes the graph has not observed yet (writes.go)
 	rechecks   dependentsRecheck
-	// orphaned: owners observed being deleted with the orphan finalizer,
-	// added by the graph builder, read by the resolver (OwnerState Orphaned).
+	// orphaned: owners whose orphan finalizer kgc removed, recorded just
+	// before the write (planOrphanItem), read by the resolver (OwnerState
+	// Orphaned).
 	orphaned *recentSet[types.UID]
 	// holds: when each owner's finalizer removal was first held back for
 	// unlisted resources (negativeFactsReady).
@@ -407,11 +408,6 @@ func (c *Collector) runGraphBuilder(ctx context.Context) {
 // Only the graph builder calls it (and tests, in its place).
 func (c *Collector) apply(ev graph.Event) {
 	eff := c.graph.Apply(ev)
-	// Before any effect is queued: a dependent checked because this
-	// owner went must find it recorded.
-	for _, uid := range eff.AttemptToOrphan {
-		c.orphaned.Add(uid)
-	}
 	for _, id := range eff.Absent {
 		c.resolver.absent.Add(id.Coordinates())
 		c.holds.Delete(id.UID) // gone, whoever removed its finalizer

@@ -28,7 +28,7 @@ const (
 	// never collected on its account.
 	Invalid
 	// Orphaned: the owner is gone and was deleted with the Orphan policy
-	// (kgc saw it with the orphan finalizer). Its dependents are orphaned,
+	// (kgc removed its orphan finalizer). Its dependents are orphaned,
 	// never collected on its account (S2): the reference is removed. A
 	// dependent kgc could not reach before the owner went (its resource
 	// was not listed yet, its watch lagged) is still orphaned this way.

@@ -374,7 +374,16 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, e
 	}
 	return func(ctx context.Context) error {
 		klog.FromContext(ctx).V(2).Info("Dependents orphaned; removing orphan finalizer", "object", owner.Identity.String(), "dependents", len(owner.Dependents))
+		// Recorded before the write: the owner's deletion may reach the
+		// graph, and a lagging dependent be checked, before this call
+		// returns. Only kgc's own removal counts: a client that deletes
+		// the owner again with another policy makes the apiserver drop
+		// the orphan finalizer, and then its dependents are garbage.
+		c.orphaned.Add(uid)
 		_, err := c.ops.ReplaceFinalizers(ctx, t, owner.Finalizers, withoutFinalizer(owner.Finalizers, graph.FinalizerOrphan))
+		if err != nil && !apierrors.IsNotFound(err) {
+			c.orphaned.Delete(uid) // still orphaning, or no longer: not ours
+		}
 		c.record(metrics.OpRemoveFinalizer, err)
 		c.writes.record(uid, owner.ResourceVersion, err)
 		return conflictOrNil(err)

@@ -523,3 +523,26 @@ func TestRealCycleIsBroken(t *testing.T) {
 		}
 	}
 }
+
+// Only kgc's own removal of an orphan finalizer makes an owner's dangling
+// references "orphaned": a client that deletes the owner again with
+// another policy makes the apiserver drop the finalizer, and then the
+// dependents are garbage as usual.
+func TestOrphanFinalizerRemovedByOthersLeavesGarbage(t *testing.T) {
+	srv := newFakeServer()
+	s := newStepper(t, srv)
+	o := srv.create(t, gvDeployments, object("a", "o", "o-uid"))
+	d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("o", "o-uid")))
+	s.observe(gvDeployments, o)
+	s.deleteWith(gvDeployments, o, metav1.DeletePropagationOrphan)
+	s.observe(gvDeployments, o) // orphaning, as kgc sees it
+	srv.setFinalizers(t, gvDeployments, "a", "o")
+	s.observe(gvDeployments, o) // gone, without kgc
+	s.observe(gvConfigMaps, d)
+	if err := s.deleteStep("d-uid"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.get(gvConfigMaps, "a", "d"); !apierrors.IsNotFound(err) {
+		t.Errorf("dependent of an owner whose orphan finalizer someone else removed: %v, want deleted", err)
+	}
+}

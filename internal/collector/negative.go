@@ -30,8 +30,8 @@ import (
 // Waiting for every resource forever would be upstream's old stall
 // (kubernetes#101078) for owners, so the wait is bounded per owner by
 // UnlistedHold. Past it the finalizer is removed, which the rest of kgc
-// makes safe for Orphan: the owner is recorded as orphaned (the graph
-// builder records every owner seen with the orphan finalizer), and a
+// makes safe for Orphan: the owner is recorded as orphaned (kgc records
+// every owner whose orphan finalizer it removes), and a
 // dependent found later that references it is orphaned, not deleted
 // (OwnerState Orphaned). For foregroundDeletion the dependents found later
 // are still deleted, only after their owner. Decisions resting only on

@@ -33,3 +33,11 @@ func (s *recentSet[K]) Has(k K) bool {
 	_, ok := s.old[k]
 	return ok
 }
+
+// Delete forgets k.
+func (s *recentSet[K]) Delete(k K) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.cur, k)
+	delete(s.old, k)
+}

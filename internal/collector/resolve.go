@@ -57,8 +57,8 @@ type resolver struct {
 	mapper meta.RESTMapper
 	get    getFunc
 	absent *absentCache
-	// orphaned holds the UIDs of owners observed being deleted with the
-	// orphan finalizer (see OwnerState Orphaned); nil: none.
+	// orphaned holds the UIDs of owners whose orphan finalizer kgc
+	// removed (see OwnerState Orphaned); nil: none.
 	orphaned *recentSet[types.UID]
 	// invalidNamespace is told when a reference is dangling because its
 	// owner lives in another namespace.
