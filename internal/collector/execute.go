@@ -73,7 +73,7 @@ func (c *Collector) planDeleteItem(ctx context.Context, uid types.UID) (write, e
 			return nil, err
 		}
 		a = decideDependent(&it, states, CycleCheck(uid, c.graph.WaitsFor))
-		if a.Type == RemoveReferences {
+		if a.Type == RemoveReferences && slices.Contains(states, Waiting) {
 			var err error
 			if a, err = c.confirmSolid(ctx, &it, states, a); err != nil {
 				return nil, err
@@ -84,19 +84,22 @@ func (c *Collector) planDeleteItem(ctx context.Context, uid types.UID) (write, e
 }
 
 // confirmSolid re-reads, with quorum GETs, the owners a RemoveReferences
-// decision counted as solid, and decides again from what they say.
+// decision that removes a waiting reference counted as solid, and decides
+// again from what they say.
 //
-// Removing the waiting and dangling references of an object that a solid
-// owner keeps is right only while that owner is solid. If it is in fact
-// gone (deleted a moment ago, its watch event not applied yet), the object
-// is garbage and must be deleted, before a waiting owner's Foreground
-// deletion may finish (S3); removing the waiting reference instead would
-// release that owner at once (issue 14, item 3). Solid from the graph is
-// good enough to keep an object, never to take this irreversible write: the
-// mixed case (solid next to waiting or dangling references) is rare, and
-// is the one place a collected-from-the-graph decision pays a GET per solid
-// owner. The window left (an owner deleted between this read and the
-// patch) is upstream's too.
+// Removing the waiting reference of an object that a solid owner keeps is
+// right only while that owner is solid. If it is in fact gone (deleted a
+// moment ago, its watch event not applied yet), the object is garbage and
+// must be deleted before the waiting owner's Foreground deletion may
+// finish (S3); removing the reference instead releases that owner at once
+// (issue 14, item 3). Solid from the graph is good enough to keep an
+// object, never for this irreversible write: the mixed case is rare, and
+// is the one place a decision from the graph pays a GET per solid owner.
+// Removing only dangling (or orphaned) references needs no confirmation:
+// those owners are gone whatever the solid one does, and if it went too,
+// its deletion event re-checks the object, which is then deleted. The
+// window left (an owner deleted between this read and the patch) is
+// upstream's too.
 func (c *Collector) confirmSolid(ctx context.Context, it *graph.Item, states []OwnerState, a Action) (Action, error) {
 	confirmed := slices.Clone(states)
 	changed := false
