@@ -239,6 +239,10 @@ func (c *Collector) deleteItem(ctx context.Context, t apiops.Target, refs []meta
 		case cur.UID != t.UID || cur.DeletionTimestamp != nil ||
 			!equalRefs(cur.OwnerReferences, refs) || !slices.Equal(cur.Finalizers, finalizers):
 			return err
+		case cur.ResourceVersion == t.ResourceVersion:
+			// Nothing moved: the 409 is not a stale version (a proxy, an
+			// admission hook). Back off as for any failure.
+			return err
 		}
 		t.ResourceVersion = cur.ResourceVersion
 		err = c.ops.Delete(ctx, t, policy)
