@@ -376,4 +376,3 @@ func TestVersionSwitchOneMonitorPerGroupKind(t *testing.T) {
 		t.Error(err)
 	}
 }
-
