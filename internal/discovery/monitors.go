@@ -299,6 +299,18 @@ func nextListGen() uint32 {
 	}
 }
 
+// monitorNotServedMax caps the backoff between the lists of a resource
+// whose LIST answers 404: such a list is cheap, and a CRD created again
+// under the same name (a new CRD is no change the rediscoverer restarts
+// monitors for) is then monitored within seconds.
+const monitorNotServedMax = 5 * time.Second
+
+func newNotServedBackoff() wait.Backoff {
+	b := newMonitorBackoff()
+	b.Cap = monitorNotServedMax
+	return b
+}
+
 func newMonitorBackoff() wait.Backoff {
 	return wait.Backoff{Duration: monitorBackoffInitial, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: monitorBackoffMax}
 }
@@ -330,7 +342,7 @@ func (mon *monitor) run(ctx context.Context) {
 	// notServed paces the lists of a resource whose LIST answers 404: it
 	// has nothing to watch, and is listed again until it is served again
 	// (a CRD recreated under the same name while discovery still lists it).
-	notServed := newMonitorBackoff()
+	notServed := newNotServedBackoff()
 	rv := ""
 	for ctx.Err() == nil {
 		if rv == "" {
@@ -351,7 +363,7 @@ func (mon *monitor) run(ctx context.Context) {
 				rv = ""
 				continue
 			}
-			notServed = newMonitorBackoff()
+			notServed = newNotServedBackoff()
 		}
 		start := time.Now()
 		next, events, err := mon.watch(ctx, rv)
