@@ -2,15 +2,25 @@ package discovery
 
 import (
 	"context"
+	"runtime/pprof"
+	"strconv"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/collector"
+	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
+	"github.com/kgc-dev/kgc/sandbox/internal/faultproxy"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
@@ -215,5 +225,124 @@ func TestDeletedCRDReleasesItsInstancesDependents(t *testing.T) {
 	}
 	if err := c.Graph().CheckInvariants(); err != nil {
 		t.Error(err)
+	}
+}
+
+// startCollectorVia is startCollector with kgc's requests going through ft.
+func startCollectorVia(t *testing.T, ft *faultproxy.Transport, resync time.Duration) *collector.Collector {
+	t.Helper()
+	label := strconv.FormatInt(collectorSeq.Add(1), 10)
+	cfg := kgcConfig()
+	cfg.WrapTransport = ft.Wrap
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := metadata.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := collector.New(collector.Config{
+		Metadata: md, Discovery: dc, Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
+		Workers: 5, Ignored: kgcdiscovery.DefaultIgnored(), ResyncPeriod: resync,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), kgcLogger(t)))
+	done := make(chan struct{})
+	pprof.Do(ctx, pprof.Labels(labelKey, label), func(ctx context.Context) {
+		go func() {
+			defer close(done)
+			defer httpClient.CloseIdleConnections()
+			_ = c.Run(ctx)
+		}()
+	})
+	t.Cleanup(func() {
+		ft.ReleaseWatches()
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(waitTimeout):
+			t.Errorf("collector did not stop within %s", waitTimeout)
+		}
+	})
+	poll(t, "collector to sync", c.Synced)
+	return c
+}
+
+// The instances' delete events never reach kgc: every watch of kgc's is
+// cut and held back (a partition) before the CRD is deleted, so kgc learns
+// of the deletion only from discovery (periodic, every second) and from
+// LISTs. Once discovery drops the resource, its LIST answers 404 and kgc
+// must collect the instances' ConfigMaps while the watches are still held.
+// Before, the stopped monitor's instances stayed observed, solid owners,
+// and their ConfigMaps were kept until kgc restarted (then forever: the
+// kind is no longer served). If the apiserver keeps the resource in
+// discovery meanwhile, the monitor cannot relist while its watch is held:
+// the test then releases the watches, and the monitor's LIST answering 404
+// must do the same.
+func TestCRDDeletedUnseenReleasesItsInstancesDependents(t *testing.T) {
+	ft := faultproxy.New(faultproxy.Config{})
+	c := startCollectorVia(t, ft, time.Second)
+	ns := newNamespace(t)
+	s := newCRDSpec("unseen.kgc.test", "v1")
+	createCRD(t, s)
+	poll(t, "CRD to be established", func() bool { return crdEstablished(s.name()) })
+	liveOwner := configMap(t, ns, "live-owner", nil)
+	var instances []metav1.Object
+	for i := range 5 {
+		instances = append(instances, customResource(t, s, "v1", ns, "w"+strconv.Itoa(i), nil))
+	}
+	for _, o := range instances {
+		configMap(t, ns, "dep-"+o.GetName(), []metav1.OwnerReference{refTo(o, s.group+"/v1", s.kind, false)})
+	}
+	both := configMap(t, ns, "both", []metav1.OwnerReference{refTo(instances[0], s.group+"/v1", s.kind, false), cmRef(liveOwner, false)})
+	poll(t, "kgc to monitor the CRD", func() bool { return monitoring(c, s, "v1") })
+	poll(t, "the instances and dependents observed", func() bool {
+		for _, o := range append([]metav1.Object{both}, instances...) {
+			if _, ok := c.Graph().Object(o.GetUID()); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	if cut := ft.HoldWatches(); cut == 0 {
+		t.Fatal("kgc had no open watch to cut")
+	}
+	deleteCRDAndWait(t, s.name())
+	depsGone := func() bool {
+		for _, o := range instances {
+			if !configMapGone(ns, "dep-"+o.GetName()) {
+				return false
+			}
+		}
+		return true
+	}
+	stopped := pollErr(20*time.Second, func() bool { _, ok := c.MonitorStatus()[s.gvr("v1")]; return !ok }) == nil
+	if stopped {
+		t.Log("discovery dropped the resource while kgc's watches were held")
+		poll(t, "the dependents of the unseen deleted instances to be collected (watches held)", depsGone)
+		if !ft.HeldWatches() {
+			t.Fatal("watches were released")
+		}
+	} else {
+		t.Log("the apiserver still lists the deleted resource in discovery after 20s; releasing kgc's watches")
+		ft.ReleaseWatches()
+		poll(t, "the dependents of the deleted instances to be collected", depsGone)
+		if st := c.MonitorStatus()[s.gvr("v1")]; st.Failing() {
+			t.Errorf("the deleted CRD's monitor is failing: %v", st.LastError)
+		}
+	}
+	poll(t, "the reference to the deleted instance removed from the ConfigMap with a live owner", func() bool {
+		cm, err := kubeClient.CoreV1().ConfigMaps(ns).Get(context.Background(), "both", metav1.GetOptions{})
+		return err == nil && len(cm.OwnerReferences) == 1 && cm.OwnerReferences[0].UID == liveOwner.UID
+	})
+	if configMapGone(ns, liveOwner.Name) {
+		t.Fatal("the live owner was deleted")
 	}
 }
