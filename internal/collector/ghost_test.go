@@ -47,7 +47,9 @@ func TestDeletedCRDInstancesReleaseTheirDependents(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 	lists := func(withWidgets bool) []*metav1.APIResourceList {
-		out := testResourceLists()
+		out := append(testResourceLists(), &metav1.APIResourceList{GroupVersion: "apiextensions.k8s.io/v1", APIResources: []metav1.APIResource{
+			{Name: "customresourcedefinitions", Kind: "CustomResourceDefinition", Verbs: allVerbs},
+		}})
 		if withWidgets {
 			out = append(out, &metav1.APIResourceList{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{
 				{Name: "widgets", Kind: "Widget", Namespaced: true, Verbs: allVerbs},
@@ -67,6 +69,7 @@ func TestDeletedCRDInstancesReleaseTheirDependents(t *testing.T) {
 	srv.client.PrependWatchReactor("widgets", func(clienttesting.Action) (bool, watch.Interface, error) {
 		return true, watch.NewRaceFreeFake(), nil
 	})
+	srv.create(t, gvCRDs, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com", UID: "crd-uid"}})
 	w := srv.create(t, widgets, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "w", UID: "w-uid"}})
 	srv.create(t, gvConfigMaps, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "dep", UID: "dep-uid",
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Widget", Name: w.Name, UID: w.UID}}}})
@@ -97,6 +100,9 @@ func TestDeletedCRDInstancesReleaseTheirDependents(t *testing.T) {
 	// The CRD goes: the apiserver deletes its instances (events lost),
 	// then discovery drops the resource and its LIST answers 404.
 	if err := srv.client.Tracker().Delete(widgets, "a", "w"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.client.Tracker().Delete(gvCRDs, "", "widgets.example.com"); err != nil {
 		t.Fatal(err)
 	}
 	served.Store(false)

@@ -19,9 +19,11 @@
 //     deleted, and the monitor lists again with backoff instead of watching.
 //     kube-apiserver answers so for a deleted CRD it still lists in
 //     discovery; design S4 counts such a resource as listed.
-//   - A resource that vanishes from discovery has its objects removed as
-//     deleted once a LIST of it answers 404 (Monitors.prove), so delete
-//     events its stopped monitor never delivered are not lost.
+//   - A resource that a CRD served and that vanishes from discovery has its
+//     objects removed as deleted once a LIST of it answers 404
+//     (Monitors.prove), so delete events its stopped monitor never
+//     delivered are not lost. (A vanished aggregated API's objects stay:
+//     its server may serve them again, under the same UIDs.)
 //   - A resource whose group failed discovery keeps its monitor and is never
 //     swept: a failing API is not a vanished one.
 package discovery

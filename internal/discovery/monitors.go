@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,13 @@ type Monitors struct {
 	provers map[schema.GroupKind]*prover
 	// proving counts the provers' goroutines (Stop waits for them).
 	proving sync.WaitGroup
+	// crdMu guards crdBacked (not mu: the CRD monitor's goroutine writes
+	// it, and Sync waits for monitors to end while it holds mu).
+	crdMu sync.Mutex
+	// crdBacked holds the resources a CRD was observed to serve (by the
+	// CRD monitor, from the CRDs' names). Only their objects are removed
+	// when they vanish: see prove.
+	crdBacked map[schema.GroupResource]bool
 	// loops counts monitor goroutines that have not returned (a test hook
 	// for leaks: it must equal the number of monitors).
 	loops atomic.Int64
@@ -156,7 +164,29 @@ func NewMonitors(client metadata.Interface, observe func(graph.Event)) *Monitors
 		running: make(map[schema.GroupVersionResource]*monitor),
 		started: make(map[schema.GroupKind]bool),
 		provers: make(map[schema.GroupKind]*prover),
+
+		crdBacked: make(map[schema.GroupResource]bool),
 	}
+}
+
+// crdResource is the resource of CustomResourceDefinitions.
+var crdResource = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
+
+// noteCRD records the resource a CRD named <plural>.<group> serves.
+func (m *Monitors) noteCRD(name string) {
+	plural, group, ok := strings.Cut(name, ".")
+	if !ok {
+		return
+	}
+	m.crdMu.Lock()
+	m.crdBacked[schema.GroupResource{Group: group, Resource: plural}] = true
+	m.crdMu.Unlock()
+}
+
+func (m *Monitors) wasCRDBacked(gr schema.GroupResource) bool {
+	m.crdMu.Lock()
+	defer m.crdMu.Unlock()
+	return m.crdBacked[gr]
 }
 
 // Sync makes the running monitors match want: it starts monitors for new
@@ -259,6 +289,15 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		done:       make(chan struct{}),
 	}
 	m.started[r.GroupKind()] = true
+	if r.GVR.GroupResource() == crdResource {
+		// Only this monitor pays for the check.
+		mon.observe = func(ev graph.Event) {
+			if ev.Type == graph.Upsert {
+				m.noteCRD(ev.Object.Identity.Name)
+			}
+			m.observe(ev)
+		}
+	}
 	m.loops.Add(1)
 	go func() {
 		defer close(mon.done)
@@ -594,10 +633,16 @@ func (m *Monitors) stopProver(gk schema.GroupKind) {
 }
 
 // prove lists r (one item) with backoff until the LIST answers 404, and
-// then removes every node of r's group and kind from the graph as deleted:
-// a Relisted event with a generation no upsert carries. It gives up when
-// its context ends: a monitor of the group and kind started again (its
-// first list sweeps instead), or the monitors stopped.
+// then, if a CRD served r, removes every node of r's group and kind from
+// the graph as deleted: a Relisted event with a generation no upsert
+// carries. It gives up when its context ends: a monitor of the group and
+// kind started again (its first list sweeps instead), or the monitors
+// stopped.
+//
+// Only a CRD's resource is swept: an aggregated API whose APIService was
+// removed may still hold its objects in its own server, and serve them
+// again under the same UIDs when it is registered again; its nodes stay,
+// as upstream's collector leaves them (their dependents are kept).
 //
 // Why this proof is enough. Sync starts a prover only when no wanted
 // resource has r's group and kind (no version of it is served, and its
@@ -618,6 +663,15 @@ func (m *Monitors) prove(ctx context.Context, r Resource, p *prover) {
 	for {
 		_, err := res.List(ctx, metav1.ListOptions{Limit: 1})
 		if ctx.Err() != nil {
+			return
+		}
+		if apierrors.IsNotFound(err) && !m.wasCRDBacked(r.GVR.GroupResource()) {
+			logger.V(2).Info("Resource gone (its list answers 404), but no CRD served it: its objects stay in the graph")
+			m.mu.Lock()
+			if m.provers[r.GroupKind()] == p {
+				delete(m.provers, r.GroupKind())
+			}
+			m.mu.Unlock()
 			return
 		}
 		if apierrors.IsNotFound(err) {

@@ -20,7 +20,18 @@ import (
 	"github.com/kgc-dev/kgc/internal/graph"
 )
 
-var widgetsV2 = Resource{GVR: gvr("example.com", "v2", "widgets"), Kind: "Widget"}
+var (
+	widgetsV2 = Resource{GVR: gvr("example.com", "v2", "widgets"), Kind: "Widget"}
+	crds      = Resource{GVR: gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions"), Kind: "CustomResourceDefinition"}
+)
+
+// withWidgetsCRD stores the CRD that serves widgets.
+func withWidgetsCRD(t *testing.T, client *metadatafake.FakeMetadataClient) {
+	t.Helper()
+	if err := client.Tracker().Create(crds.GVR, newWidget("widgets.example.com", "1"), ""); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // graphFeed applies the monitors' events to a real graph, as the graph
 // builder does, and keeps their effects.
@@ -226,6 +237,7 @@ func TestVanishedResourceIsSweptOnceProvenGone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	withWidgetsCRD(t, client)
 	var gone atomic.Bool
 	var lists atomic.Int32
 	notFound(client, "widgets", &gone, &lists)
@@ -233,13 +245,15 @@ func TestVanishedResourceIsSweptOnceProvenGone(t *testing.T) {
 	feed.apply(graph.Event{Type: graph.Upsert, Object: dependentOf("w1")})
 	m := NewMonitors(client, feed.observe)
 	defer m.Stop()
-	m.Sync(ctx, want(configMaps, widgets), nil)
+	m.Sync(ctx, want(configMaps, widgets, crds), nil)
 	waitUntil(t, "sync", m.HasSynced)
-	waitUntil(t, "widgets observed", func() bool { return feed.observed("w1") && feed.observed("w2") })
+	waitUntil(t, "widgets and their CRD observed", func() bool {
+		return feed.observed("w1") && feed.observed("w2") && feed.observed("widgets.example.com")
+	})
 
 	// Discovery drops widgets; the LIST still answers (not proven).
 	before := lists.Load()
-	if a, r := m.Sync(ctx, want(configMaps), nil); a != 0 || r != 1 {
+	if a, r := m.Sync(ctx, want(configMaps, crds), nil); a != 0 || r != 1 {
 		t.Fatalf("Sync = +%d -%d, want widgets stopped", a, r)
 	}
 	if p := m.Proving(); len(p) != 1 || p[0] != widgets.GroupKind() {
@@ -374,5 +388,32 @@ func TestVersionSwitchOneMonitorPerGroupKind(t *testing.T) {
 	}
 	if err := feed.g.CheckInvariants(); err != nil {
 		t.Error(err)
+	}
+}
+
+// A vanished resource no CRD served (an aggregated API whose APIService
+// was removed: its server may still hold the objects and serve them again
+// under the same UIDs) is not swept even once its LIST answers 404: its
+// nodes stay, as upstream leaves them.
+func TestVanishedResourceNotServedByACRDIsKept(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	if err := client.Tracker().Create(widgets.GVR, newWidget("w1", "1"), ""); err != nil {
+		t.Fatal(err)
+	}
+	var gone atomic.Bool
+	var lists atomic.Int32
+	notFound(client, "widgets", &gone, &lists)
+	feed := newGraphFeed()
+	m := NewMonitors(client, feed.observe)
+	defer m.Stop()
+	m.Sync(ctx, want(widgets, crds), nil)
+	waitUntil(t, "w1 observed", func() bool { return feed.observed("w1") })
+	gone.Store(true)
+	before := lists.Load()
+	m.Sync(ctx, want(crds), nil)
+	waitUntil(t, "the prover to see the 404 and end", func() bool { return lists.Load() > before && len(m.Proving()) == 0 })
+	if !feed.observed("w1") || len(feed.relisted("Widget")) != 0 {
+		t.Error("a vanished resource no CRD served was swept")
 	}
 }
