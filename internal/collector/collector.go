@@ -537,7 +537,13 @@ func (c *Collector) target(it *graph.Item) (apiops.Target, error) {
 	gvk := gv.WithKind(it.Identity.Kind)
 	gvr, ok := (*c.kinds.Load())[gvk]
 	if !ok {
+		// The node may carry a version no longer served (observed before
+		// the kind's preferred version changed, not relisted yet): any
+		// served version of the kind addresses the same object.
 		m, err := c.cfg.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if meta.IsNoMatchError(err) {
+			m, err = c.cfg.Mapper.RESTMapping(gvk.GroupKind())
+		}
 		if err != nil {
 			return apiops.Target{}, fmt.Errorf("mapping %s: %w", gvk, err)
 		}

@@ -8,4 +8,22 @@
 // event, on which the graph drops what the list no longer contains.
 // Monitors are added and removed as resources appear and disappear;
 // stopping one ends its goroutine.
+//
+// Resources that change or go, and why the graph keeps no ghost:
+//   - The graph knows a resource by its group and kind, not its version,
+//     and at most one monitor runs per group and kind. When a resource's
+//     preferred version changes, the new version's monitor's first list
+//     sweeps what the old one recorded and no longer exists.
+//   - A LIST answering 404 is a complete, empty list (Status.Synced, and
+//     NotServed): every object of the resource is removed from the graph as
+//     deleted, and the monitor lists again with backoff instead of watching.
+//     kube-apiserver answers so for a deleted CRD it still lists in
+//     discovery; design S4 counts such a resource as listed.
+//   - A resource that a CRD served and that vanishes from discovery has its
+//     objects removed as deleted once a LIST of it answers 404
+//     (Monitors.prove), so delete events its stopped monitor never
+//     delivered are not lost. (A vanished aggregated API's objects stay:
+//     its server may serve them again, under the same UIDs.)
+//   - A resource whose group failed discovery keeps its monitor and is never
+//     swept: a failing API is not a vanished one.
 package discovery

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,15 +32,38 @@ import (
 // the graph removes the resource's nodes the list did not see. At 100k
 // objects that halves kgc's memory, and the initial list is converted page
 // by page instead of being held whole.
+//
+// A resource is its group and kind for the graph (graph.Relisted): at most
+// one monitor runs per group and kind, so that one monitor's relist never
+// sweeps what another one listed. When a resource vanishes from discovery
+// (its CRD was deleted: the apiserver deleted every instance first, but the
+// stopped monitor may not have delivered their delete events), its objects
+// are removed from the graph once that is proven: no version of the group
+// and kind is served any more and a LIST of it answers 404 (see prove). A
+// resource kept because its group failed discovery is never swept.
 type Monitors struct {
 	client  metadata.Interface
 	observe func(graph.Event)
 
 	mu      sync.Mutex
 	running map[schema.GroupVersionResource]*monitor
-	// started holds every resource a monitor was ever started for: the
-	// first list of a resource never seen before has nothing to sweep.
-	started map[schema.GroupVersionResource]bool
+	// started holds every group and kind a monitor was ever started for:
+	// the first list of a resource never seen before has nothing to sweep,
+	// and that of a resource seen before (a restart, a new preferred
+	// version) sweeps what earlier monitors recorded.
+	started map[schema.GroupKind]bool
+	// provers run for resources that vanished from discovery, until their
+	// LIST answers 404 or a monitor of their group and kind starts again.
+	provers map[schema.GroupKind]*prover
+	// proving counts the provers' goroutines (Stop waits for them).
+	proving sync.WaitGroup
+	// crdMu guards crdBacked (not mu: the CRD monitor's goroutine writes
+	// it, and Sync waits for monitors to end while it holds mu).
+	crdMu sync.Mutex
+	// crdBacked holds the resources a CRD was observed to serve (by the
+	// CRD monitor, from the CRDs' names). Only their objects are removed
+	// when they vanish: see prove.
+	crdBacked map[schema.GroupResource]bool
 	// loops counts monitor goroutines that have not returned (a test hook
 	// for leaks: it must equal the number of monitors).
 	loops atomic.Int64
@@ -58,7 +82,8 @@ type monitor struct {
 	done   chan struct{}
 
 	mu       sync.Mutex
-	synced   bool   // a list completed
+	synced   bool   // a list completed (a 404 counts: see Status.Synced)
+	served   bool   // the last list did not answer 404
 	progress uint64 // successful list pages, watch starts and watch events
 	lastErr  error  // the last list or watch error
 	errAt    uint64 // progress when lastErr happened
@@ -69,7 +94,7 @@ type monitor struct {
 func (mon *monitor) status() Status {
 	mon.mu.Lock()
 	defer mon.mu.Unlock()
-	st := Status{Synced: mon.synced}
+	st := Status{Synced: mon.synced, NotServed: mon.synced && !mon.served}
 	if mon.lastErr != nil && mon.progress == mon.errAt {
 		st.LastError = mon.lastErr
 	}
@@ -90,8 +115,16 @@ func (mon *monitor) failed(err error) {
 
 // Status is one monitor's state.
 type Status struct {
-	// Synced: the monitor delivered its initial list.
+	// Synced: the monitor delivered a complete list of its resource at
+	// least once. A LIST answering 404 counts as complete and empty: the
+	// resource is not served (kube-apiserver keeps a deleted CRD's group in
+	// discovery for minutes while its lists answer 404), so it holds no
+	// object, and it must hold back no decision that waits for every
+	// resource to be listed (design S4).
 	Synced bool
+	// NotServed: the monitor's last LIST answered 404. The monitor lists
+	// again with backoff (no watch) until the resource is served again.
+	NotServed bool
 	// LastError is the monitor's last list or watch error, if it has made
 	// no progress since (while it is set and unchanged, the resource is
 	// failing: it cannot be listed or watched).
@@ -129,34 +162,76 @@ func NewMonitors(client metadata.Interface, observe func(graph.Event)) *Monitors
 	return &Monitors{
 		client: client, observe: observe,
 		running: make(map[schema.GroupVersionResource]*monitor),
-		started: make(map[schema.GroupVersionResource]bool),
+		started: make(map[schema.GroupKind]bool),
+		provers: make(map[schema.GroupKind]*prover),
+
+		crdBacked: make(map[schema.GroupResource]bool),
 	}
+}
+
+// crdResource is the resource of CustomResourceDefinitions.
+var crdResource = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
+
+// noteCRD records the resource a CRD named <plural>.<group> serves.
+func (m *Monitors) noteCRD(name string) {
+	plural, group, ok := strings.Cut(name, ".")
+	if !ok {
+		return
+	}
+	m.crdMu.Lock()
+	m.crdBacked[schema.GroupResource{Group: group, Resource: plural}] = true
+	m.crdMu.Unlock()
+}
+
+func (m *Monitors) wasCRDBacked(gr schema.GroupResource) bool {
+	m.crdMu.Lock()
+	defer m.crdMu.Unlock()
+	return m.crdBacked[gr]
 }
 
 // Sync makes the running monitors match want: it starts monitors for new
 // resources and stops those for resources no longer wanted, except where
 // keep says a resource's absence is not to be trusted (its group failed
-// discovery). A Kind change for a running GVR restarts its monitor.
+// discovery) and no other version of its group and kind is wanted. A Kind
+// change for a running GVR restarts its monitor.
+//
+// A stopped monitor's group and kind that no wanted resource serves any
+// more has vanished: a prover removes its objects from the graph once a
+// LIST of it answers 404 (see prove). A new preferred version of a group
+// and kind needs none: the new monitor's first list sweeps the objects
+// the old one recorded and the list no longer has.
 func (m *Monitors) Sync(ctx context.Context, want map[schema.GroupVersionResource]Resource, keep func(schema.GroupVersionResource) bool) (added, removed int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	logger := klog.FromContext(ctx)
+	want = onePerGroupKind(ctx, want)
+	wanted := make(map[schema.GroupKind]bool, len(want))
+	for _, r := range want {
+		wanted[r.GroupKind()] = true
+	}
 	for gvr, mon := range m.running {
 		r, ok := want[gvr]
 		if ok && r == mon.resource {
 			continue
 		}
-		if !ok && keep != nil && keep(gvr) {
+		gk := mon.resource.GroupKind()
+		if !ok && !wanted[gk] && keep != nil && keep(gvr) {
 			continue
 		}
 		m.stopLocked(gvr, mon)
 		removed++
 		logger.V(2).Info("Stopped monitor", "resource", gvr.String())
+		if !wanted[gk] {
+			m.startProver(ctx, mon.resource)
+		}
 	}
 	for gvr, r := range want {
 		if _, ok := m.running[gvr]; ok {
 			continue
 		}
+		// The prover's sweep must not follow the new monitor's first
+		// upserts: cancelled here, under mu, it can no longer emit it.
+		m.stopProver(r.GroupKind())
 		mon, err := m.start(ctx, r)
 		if err != nil {
 			logger.Error(err, "Cannot start monitor", "resource", gvr.String())
@@ -169,6 +244,39 @@ func (m *Monitors) Sync(ctx context.Context, want map[schema.GroupVersionResourc
 	return added, removed
 }
 
+// onePerGroupKind returns want with at most one resource per group and
+// kind (the graph sweeps by group and kind: two monitors of one would sweep
+// each other's objects). Discovery serves one version per group and the
+// apiserver rejects CRDs whose kinds collide, so this only ever drops an
+// aggregated API's duplicate, deterministically (the smallest GVR stays).
+func onePerGroupKind(ctx context.Context, want map[schema.GroupVersionResource]Resource) map[schema.GroupVersionResource]Resource {
+	byGK := make(map[schema.GroupKind]schema.GroupVersionResource, len(want))
+	dup := false
+	for gvr, r := range want {
+		gk := r.GroupKind()
+		if cur, ok := byGK[gk]; ok {
+			dup = true
+			if cur.String() < gvr.String() {
+				continue
+			}
+		}
+		byGK[gk] = gvr
+	}
+	if !dup {
+		return want
+	}
+	out := make(map[schema.GroupVersionResource]Resource, len(byGK))
+	for _, gvr := range byGK {
+		out[gvr] = want[gvr]
+	}
+	for gvr := range want {
+		if _, ok := out[gvr]; !ok {
+			klog.FromContext(ctx).Info("Not monitoring a resource whose group and kind another resource serves", "resource", gvr.String(), "kind", want[gvr].Kind)
+		}
+	}
+	return out
+}
+
 func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 	mctx, cancel := context.WithCancel(ctx)
 	mon := &monitor{
@@ -176,11 +284,20 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		apiVersion: r.APIVersion(),
 		res:        m.client.Resource(r.GVR).Namespace(metav1.NamespaceAll),
 		observe:    m.observe,
-		sweep:      m.started[r.GVR],
+		sweep:      m.started[r.GroupKind()],
 		cancel:     cancel,
 		done:       make(chan struct{}),
 	}
-	m.started[r.GVR] = true
+	m.started[r.GroupKind()] = true
+	if r.GVR.GroupResource() == crdResource {
+		// Only this monitor pays for the check.
+		mon.observe = func(ev graph.Event) {
+			if ev.Type == graph.Upsert {
+				m.noteCRD(ev.Object.Identity.Name)
+			}
+			m.observe(ev)
+		}
+	}
 	m.loops.Add(1)
 	go func() {
 		defer close(mon.done)
@@ -221,6 +338,18 @@ func nextListGen() uint32 {
 	}
 }
 
+// monitorNotServedMax caps the backoff between the lists of a resource
+// whose LIST answers 404: such a list is cheap, and a CRD created again
+// under the same name (a new CRD is no change the rediscoverer restarts
+// monitors for) is then monitored within seconds.
+const monitorNotServedMax = 5 * time.Second
+
+func newNotServedBackoff() wait.Backoff {
+	b := newMonitorBackoff()
+	b.Cap = monitorNotServedMax
+	return b
+}
+
 func newMonitorBackoff() wait.Backoff {
 	return wait.Backoff{Duration: monitorBackoffInitial, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: monitorBackoffMax}
 }
@@ -249,17 +378,31 @@ func (mon *monitor) run(ctx context.Context) {
 		logger.Error(err, "Monitor failed; retrying", "op", what, "after", d.Round(time.Millisecond).String())
 		return sleep(ctx, d)
 	}
+	// notServed paces the lists of a resource whose LIST answers 404: it
+	// has nothing to watch, and is listed again until it is served again
+	// (a CRD recreated under the same name while discovery still lists it).
+	notServed := newNotServedBackoff()
 	rv := ""
 	for ctx.Err() == nil {
 		if rv == "" {
 			var err error
-			if rv, err = mon.list(ctx); err != nil {
+			var served bool
+			if rv, served, err = mon.list(ctx); err != nil {
 				if ctx.Err() != nil || !retry(err, "list") {
 					return
 				}
 				continue
 			}
 			backoff = newMonitorBackoff()
+			if !served {
+				logger.V(2).Info("Resource not served (its list answers 404): listed as empty")
+				if !sleep(ctx, notServed.Step()) {
+					return
+				}
+				rv = ""
+				continue
+			}
+			notServed = newNotServedBackoff()
 		}
 		start := time.Now()
 		next, events, err := mon.watch(ctx, rv)
@@ -290,7 +433,13 @@ func (mon *monitor) run(ctx context.Context) {
 // part way leaves the pages already delivered: they are newer states of
 // their objects, which is all the graph ever assumes; only the Relisted
 // event that removes what the list did not see waits for a complete list.
-func (mon *monitor) list(ctx context.Context) (string, error) {
+//
+// A LIST answering 404 NotFound is a complete, empty list (served is
+// false): the resource is not served, so no object of it exists for the
+// API, and every node the graph holds of it is removed as deleted. This is
+// the answer kube-apiserver gives for a deleted CRD's resource, which it
+// may keep in discovery for minutes after it deleted every instance.
+func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error) {
 	gen := nextListGen()
 	// resourceVersion "" asks for the latest state. The reflector would ask
 	// for "any" ("0"), which a resource whose watch cache cannot initialize
@@ -302,8 +451,23 @@ func (mon *monitor) list(ctx context.Context) (string, error) {
 	opts := metav1.ListOptions{Limit: monitorListPageSize}
 	for {
 		l, err := mon.res.List(ctx, opts)
+		if apierrors.IsNotFound(err) {
+			// A fresh generation no upsert carries: the sweep removes every
+			// node of the resource, pages of this list included (the
+			// resource vanished while it was listed). Always swept: even a
+			// first list may have delivered pages before the 404.
+			gen := nextListGen()
+			mon.progressed()
+			mon.gen = gen
+			mon.observe(graph.Event{Type: graph.Relisted, Object: graph.Object{Identity: graph.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
+			mon.sweep = true
+			mon.mu.Lock()
+			mon.synced, mon.served = true, false
+			mon.mu.Unlock()
+			return "", false, nil
+		}
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		for i := range l.Items {
 			mon.observe(graph.Event{Type: graph.Upsert, Object: leanObject(&l.Items[i], mon.apiVersion, mon.resource.Kind), Gen: gen})
@@ -317,9 +481,9 @@ func (mon *monitor) list(ctx context.Context) (string, error) {
 			}
 			mon.sweep = true
 			mon.mu.Lock()
-			mon.synced = true
+			mon.synced, mon.served = true, true
 			mon.mu.Unlock()
-			return l.ResourceVersion, nil
+			return l.ResourceVersion, true, nil
 		}
 		opts.Continue = l.Continue
 	}
@@ -394,18 +558,20 @@ func (m *Monitors) stopLocked(gvr schema.GroupVersionResource, mon *monitor) {
 }
 
 // RestartFailing restarts the monitors of the resources match selects that
-// are failing and never synced, and returns how many it restarted. A fresh
-// monitor lists at once instead of waiting out the backoff of the failed
-// one, so a resource that was just fixed (a CRD's conversion webhook
-// repaired, an APIService's backend back) is collected right away. Monitors
-// that synced are left alone: they resume their watch, or relist, on their
-// own.
+// are failing and never synced, or not served (their LIST answered 404),
+// and returns how many it restarted. A fresh monitor lists at once instead
+// of waiting out the backoff of the old one, so a resource that was just
+// fixed (a CRD's conversion webhook repaired, an APIService's backend back,
+// a deleted CRD created again under its name) is collected right away.
+// Other monitors that synced are left alone: they resume their watch, or
+// relist, on their own.
 func (m *Monitors) RestartFailing(ctx context.Context, match func(schema.GroupVersionResource) bool) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0
 	for gvr, mon := range m.running {
-		if st := mon.status(); st.Synced || !st.Failing() || !match(gvr) {
+		st := mon.status()
+		if (st.Synced || !st.Failing()) && !st.NotServed || !match(gvr) {
 			continue
 		}
 		m.stopLocked(gvr, mon)
@@ -421,13 +587,122 @@ func (m *Monitors) RestartFailing(ctx context.Context, match func(schema.GroupVe
 	return n
 }
 
-// Stop stops every monitor and waits for them to end.
+// Stop stops every monitor and prover and waits for them to end.
 func (m *Monitors) Stop() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for gvr, mon := range m.running {
 		m.stopLocked(gvr, mon)
 	}
+	for gk := range m.provers {
+		m.stopProver(gk)
+	}
+	m.mu.Unlock()
+	// Outside mu: a prover takes mu to emit its sweep.
+	m.proving.Wait()
+}
+
+// A prover proves that a resource which vanished from discovery holds no
+// object any more, and then removes its objects from the graph.
+type prover struct {
+	cancel context.CancelFunc
+}
+
+// startProver starts proving that r's group and kind are gone. Caller
+// holds mu.
+func (m *Monitors) startProver(ctx context.Context, r Resource) {
+	gk := r.GroupKind()
+	m.stopProver(gk)
+	pctx, cancel := context.WithCancel(ctx)
+	p := &prover{cancel: cancel}
+	m.provers[gk] = p
+	m.proving.Add(1)
+	go func() {
+		defer m.proving.Done()
+		m.prove(pctx, r, p)
+	}()
+}
+
+// stopProver cancels the prover of gk, if any. Caller holds mu: a prover
+// emits only under mu and with its context live, so once this returns it
+// emits nothing.
+func (m *Monitors) stopProver(gk schema.GroupKind) {
+	if p := m.provers[gk]; p != nil {
+		p.cancel()
+		delete(m.provers, gk)
+	}
+}
+
+// prove lists r (one item) with backoff until the LIST answers 404, and
+// then, if a CRD served r, removes every node of r's group and kind from
+// the graph as deleted: a Relisted event with a generation no upsert
+// carries. It gives up when its context ends: a monitor of the group and
+// kind started again (its first list sweeps instead), or the monitors
+// stopped.
+//
+// Only a CRD's resource is swept: an aggregated API whose APIService was
+// removed may still hold its objects in its own server, and serve them
+// again under the same UIDs when it is registered again; its nodes stay,
+// as upstream's collector leaves them (their dependents are kept).
+//
+// Why this proof is enough. Sync starts a prover only when no wanted
+// resource has r's group and kind (no version of it is served, and its
+// group did not fail discovery), and cancels it, under mu, before a
+// monitor of that group and kind starts, so its sweep is ordered before
+// anything a new monitor delivers. The 404 is the apiserver's own answer
+// that no object of the resource exists; for a deleted CRD it is true in
+// storage too: the apiserver deletes every instance before it lets the CRD
+// go (the customresourcecleanup finalizer), so their UIDs never come back,
+// and a CRD created again under the name serves new objects with new UIDs.
+// A LIST that succeeds (the resource is still served, discovery lagged or
+// flapped) or fails otherwise (an aggregated API that is unavailable)
+// proves nothing: the prover tries again.
+func (m *Monitors) prove(ctx context.Context, r Resource, p *prover) {
+	logger := klog.FromContext(ctx).WithValues("resource", r.GVR.String())
+	res := m.client.Resource(r.GVR).Namespace(metav1.NamespaceAll)
+	backoff := newMonitorBackoff()
+	for {
+		_, err := res.List(ctx, metav1.ListOptions{Limit: 1})
+		if ctx.Err() != nil {
+			return
+		}
+		if apierrors.IsNotFound(err) && !m.wasCRDBacked(r.GVR.GroupResource()) {
+			logger.V(2).Info("Resource gone (its list answers 404), but no CRD served it: its objects stay in the graph")
+			m.mu.Lock()
+			if m.provers[r.GroupKind()] == p {
+				delete(m.provers, r.GroupKind())
+			}
+			m.mu.Unlock()
+			return
+		}
+		if apierrors.IsNotFound(err) {
+			m.mu.Lock()
+			if ctx.Err() == nil {
+				m.observe(graph.Event{Type: graph.Relisted, Object: graph.Object{Identity: graph.Identity{APIVersion: r.APIVersion(), Kind: r.Kind}}, Gen: nextListGen()})
+				if m.provers[r.GroupKind()] == p {
+					delete(m.provers, r.GroupKind())
+				}
+				logger.V(2).Info("Resource gone (its list answers 404): its objects are removed from the graph")
+			}
+			m.mu.Unlock()
+			return
+		}
+		logger.V(4).Info("Vanished resource still answers its list; checking again later", "err", fmt.Sprint(err))
+		if !sleep(ctx, backoff.Step()) {
+			return
+		}
+	}
+}
+
+// Proving returns the group kinds whose vanished resources are being
+// proven gone (a test hook).
+func (m *Monitors) Proving() []schema.GroupKind {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]schema.GroupKind, 0, len(m.provers))
+	for gk := range m.provers {
+		out = append(out, gk)
+	}
+	return out
 }
 
 // Status reports, per running monitor, whether it has delivered its initial

@@ -103,3 +103,9 @@ func hasVerbs(verbs metav1.Verbs, want ...string) bool {
 	}
 	return true
 }
+
+// GroupKind returns the resource's group and kind: what the graph knows it
+// by (any served version lists the same objects).
+func (r Resource) GroupKind() schema.GroupKind {
+	return schema.GroupKind{Group: r.GVR.Group, Kind: r.Kind}
+}

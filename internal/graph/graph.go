@@ -2,6 +2,7 @@ package graph
 
 import (
 	"slices"
+	"strings"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,9 +47,16 @@ const (
 	// Delete is the object's deletion (or its disappearance on relist).
 	Delete
 	// Relisted ends a complete list of one resource: every observed node of
-	// that resource (Object.Identity's APIVersion and Kind) that the list
-	// did not upsert (its list generation is not Event.Gen) is gone, and is
-	// removed as if a Delete had been observed for it.
+	// that resource that the list did not upsert (its list generation is
+	// not Event.Gen) is gone, and is removed as if a Delete had been
+	// observed for it. The resource is the group and kind of
+	// Object.Identity, not its version: a list of any served version lists
+	// every object of the resource, so a relist by a new preferred
+	// version's monitor also removes what an older version's monitor
+	// recorded and no longer exists. (The monitors run at most one monitor
+	// per group and kind; see discovery.Monitors.) A Relisted whose Gen no
+	// upsert carries removes every node of the group and kind: how the
+	// monitors report a resource proven gone (its LIST answers 404).
 	Relisted
 )
 
@@ -135,8 +143,14 @@ func (g *Graph) upsert(obj *Object, gen uint32, eff *Effects) {
 	} else if !n.virtual {
 		if n.rv == obj.ResourceVersion && obj.ResourceVersion != "" {
 			// The same state again (a relist): nothing changed but the
-			// generation of the list that saw it.
+			// generation of the list that saw it, and maybe the version
+			// it was read at (a new preferred version's monitor relists
+			// what the old one saw): the node must carry it, or writes
+			// would address a version no longer served.
 			n.gen = gen
+			if n.kind.apiVersion != obj.Identity.APIVersion || n.kind.kind != obj.Identity.Kind {
+				n.kind = g.kindOf(obj.Identity.APIVersion, obj.Identity.Kind)
+			}
 			return
 		}
 		old = n.refs
@@ -286,7 +300,18 @@ func sameGroup(a, b string) bool {
 	if a == b {
 		return true
 	}
-	return (Identity{APIVersion: a}).GroupKind().Group == (Identity{APIVersion: b}).GroupKind().Group
+	return groupOf(a) == groupOf(b)
+}
+
+// groupOf returns the group of an apiVersion ("" for the core group's "v1"),
+// without allocating: a sweep calls it for every node of the graph. It
+// agrees with schema.ParseGroupVersion on every valid apiVersion.
+func groupOf(apiVersion string) string {
+	group, _, ok := strings.Cut(apiVersion, "/")
+	if !ok {
+		return ""
+	}
+	return group
 }
 
 func (g *Graph) remove(obj *Object, eff *Effects) {
@@ -318,12 +343,17 @@ func (g *Graph) removeNode(n *node, eff *Effects) {
 	}
 }
 
-// sweep removes the observed nodes of one resource (apiVersion and kind as
-// its monitor reports them) that the list of generation gen did not see.
+// sweep removes the observed nodes of one resource that the list of
+// generation gen did not see. The resource is its group and kind (apiVersion
+// is any version of it): a node recorded at another version of the same
+// resource is the same object, and matching versions exactly would leave
+// the nodes an older version's monitor recorded in the graph forever,
+// observed and solid to their dependents, once they are deleted unseen.
 func (g *Graph) sweep(apiVersion, k string, gen uint32, eff *Effects) {
+	group := groupOf(apiVersion)
 	var gone []*node
 	for _, n := range g.nodes {
-		if !n.virtual && n.gen != gen && n.kind.kind == k && n.kind.apiVersion == apiVersion {
+		if !n.virtual && n.gen != gen && n.kind.kind == k && groupOf(n.kind.apiVersion) == group {
 			gone = append(gone, n)
 		}
 	}
