@@ -131,6 +131,7 @@ type dependentsRecheck struct {
 	mu   sync.Mutex
 	last map[types.UID]time.Time
 	adds int
+	now  func() time.Time // nil: time.Now
 }
 
 const dependentsRecheckEvery = 10 * time.Second
@@ -141,6 +142,9 @@ func (d *dependentsRecheck) due(owner types.UID) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := time.Now()
+	if d.now != nil {
+		now = d.now()
+	}
 	if t, ok := d.last[owner]; ok && now.Sub(t) < dependentsRecheckEvery {
 		return false
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/kgc-dev/kgc/internal/graph"
 )
@@ -34,6 +35,7 @@ import (
 type Monitors struct {
 	client  metadata.Interface
 	observe func(graph.Event)
+	clock   clock.WithTicker // backoff; real unless SetClock
 
 	mu      sync.Mutex
 	running map[schema.GroupVersionResource]*monitor
@@ -56,6 +58,7 @@ type monitor struct {
 	gen    uint32 // the list generation of the last list
 	cancel context.CancelFunc
 	done   chan struct{}
+	clock  clock.WithTicker
 
 	mu       sync.Mutex
 	synced   bool   // a list completed
@@ -127,7 +130,7 @@ func (s Status) State() string {
 // observe must not block for long: it runs on the monitor's goroutine.
 func NewMonitors(client metadata.Interface, observe func(graph.Event)) *Monitors {
 	return &Monitors{
-		client: client, observe: observe,
+		client: client, observe: observe, clock: clock.RealClock{},
 		running: make(map[schema.GroupVersionResource]*monitor),
 		started: make(map[schema.GroupVersionResource]bool),
 	}
@@ -179,6 +182,7 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		sweep:      m.started[r.GVR],
 		cancel:     cancel,
 		done:       make(chan struct{}),
+		clock:      m.clock,
 	}
 	m.started[r.GVR] = true
 	m.loops.Add(1)
@@ -226,13 +230,13 @@ func newMonitorBackoff() wait.Backoff {
 }
 
 // sleep waits d or until ctx is done, and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration) bool {
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-t.C():
 		return true
 	}
 }
@@ -247,7 +251,7 @@ func (mon *monitor) run(ctx context.Context) {
 		mon.failed(err)
 		d := backoff.Step()
 		logger.Error(err, "Monitor failed; retrying", "op", what, "after", d.Round(time.Millisecond).String())
-		return sleep(ctx, d)
+		return sleep(ctx, mon.clock, d)
 	}
 	rv := ""
 	for ctx.Err() == nil {
@@ -261,7 +265,7 @@ func (mon *monitor) run(ctx context.Context) {
 			}
 			backoff = newMonitorBackoff()
 		}
-		start := time.Now()
+		start := mon.clock.Now()
 		next, events, err := mon.watch(ctx, rv)
 		switch {
 		case ctx.Err() != nil:
@@ -272,10 +276,10 @@ func (mon *monitor) run(ctx context.Context) {
 			}
 		case next == "":
 			logger.V(2).Info("Watch expired; listing again", "resourceVersion", rv)
-		case events == 0 && time.Since(start) < time.Second:
+		case events == 0 && mon.clock.Since(start) < time.Second:
 			// A watch the server ends at once, again and again, would
 			// otherwise spin.
-			if !sleep(ctx, backoff.Step()) {
+			if !sleep(ctx, mon.clock, backoff.Step()) {
 				return
 			}
 		default:
