@@ -96,7 +96,9 @@ func OwedWork(objs []Object, kinds []Kind) []string {
 	blocking := map[string]bool{} // owners with a blocking dependent
 	for i := range objs {
 		for _, ref := range objs[i].Meta.OwnerReferences {
-			if ref.BlockOwnerDeletion != nil && *ref.BlockOwnerDeletion {
+			// A reference to itself blocks nothing: a cycle of length one
+			// must not keep a Foreground deletion forever.
+			if ref.BlockOwnerDeletion != nil && *ref.BlockOwnerDeletion && ref.UID != objs[i].Meta.UID {
 				blocking[string(ref.UID)] = true
 			}
 		}

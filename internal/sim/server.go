@@ -108,6 +108,9 @@ type Server struct {
 	snapshots map[int][]metav1.ObjectMeta // LIST continue tokens
 	snapSeq   int
 	clock     *Clock
+	// orphaned holds the UIDs of owners that went with Orphan: deleting a
+	// dependent on their account breaks S2.
+	orphaned map[types.UID]bool
 
 	// Fault, when set, may fail a call before it is served.
 	Fault func(Call) error
@@ -122,7 +125,7 @@ func NewServer(clk *Clock, kinds ...*Kind) *Server {
 	s := &Server{
 		rv: 100, kinds: make(map[schema.GroupResource]*resource),
 		objects: make(map[objKey]*metav1.ObjectMeta), snapshots: make(map[int][]metav1.ObjectMeta),
-		clock: clk,
+		clock: clk, orphaned: make(map[types.UID]bool),
 	}
 	for _, k := range kinds {
 		s.kinds[k.GR()] = &resource{Kind: k, served: true}
@@ -163,6 +166,12 @@ func (s *Server) put(actor Actor, k objKey, m *metav1.ObjectMeta, created bool) 
 	r := s.kinds[k.gr]
 	if old := s.objects[k]; old != nil && actor == ActorKGC {
 		s.checkFinalizers(actor, old, m)
+		s.checkRefs(k, old, m)
+	}
+	if m.DeletionTimestamp != nil && len(m.Finalizers) == 0 {
+		if old := s.objects[k]; old != nil && slices.Contains(old.Finalizers, metav1.FinalizerOrphanDependents) {
+			s.orphaned[m.UID] = true
+		}
 	}
 	m.ResourceVersion = strconv.FormatInt(s.nextRV(), 10)
 	if m.DeletionTimestamp != nil && len(m.Finalizers) == 0 {
@@ -250,12 +259,77 @@ func (s *Server) checkFinalizers(actor Actor, old, now *metav1.ObjectMeta) {
 	}
 }
 
+func blocks(r metav1.OwnerReference) bool {
+	return r.BlockOwnerDeletion != nil && *r.BlockOwnerDeletion
+}
+
+// checkRefs checks kgc's ownerReference patches against S3: a blocking
+// reference to an owner in Foreground deletion may be dropped only while
+// another owner is solid (else the dependent must be deleted before the
+// owner goes), and unblocked only to break a real cycle of blocking
+// references through the dependent.
+func (s *Server) checkRefs(k objKey, old, now *metav1.ObjectMeta) {
+	solidLeft := false
+	for _, r := range now.OwnerReferences {
+		if o, _ := s.findOwner(r, k.namespace); o != nil && !foreground(o) {
+			solidLeft = true
+		}
+	}
+	for _, r := range old.OwnerReferences {
+		if !blocks(r) {
+			continue
+		}
+		o, _ := s.findOwner(r, k.namespace)
+		if o == nil || !foreground(o) {
+			continue
+		}
+		i := slices.IndexFunc(now.OwnerReferences, func(n metav1.OwnerReference) bool { return n.UID == r.UID })
+		switch {
+		case i < 0 && !solidLeft:
+			s.violate("S3", "kgc removed the blocking reference of %s to %s/%s[%s] (Foreground) while no solid owner remains: the dependent must go first", describe(k, old), o.Namespace, o.Name, o.UID)
+		case i >= 0 && !blocks(now.OwnerReferences[i]) && !s.inBlockingCycle(old.UID):
+			s.violate("S3", "kgc cleared blockOwnerDeletion of %s on %s/%s[%s] (Foreground) but no cycle of blocking references runs through it", describe(k, old), o.Namespace, o.Name, o.UID)
+		}
+	}
+}
+
+// inBlockingCycle reports whether uid is, through blocking references, a
+// transitive dependent of itself.
+func (s *Server) inBlockingCycle(uid types.UID) bool {
+	deps := map[types.UID][]types.UID{} // owner -> blocking dependents
+	for _, m := range s.objects {
+		for _, r := range m.OwnerReferences {
+			if blocks(r) {
+				deps[r.UID] = append(deps[r.UID], m.UID)
+			}
+		}
+	}
+	seen := map[types.UID]bool{}
+	stack := slices.Clone(deps[uid])
+	for len(stack) > 0 {
+		u := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if u == uid {
+			return true
+		}
+		if seen[u] {
+			continue
+		}
+		seen[u] = true
+		stack = append(stack, deps[u]...)
+	}
+	return false
+}
+
 // checkDelete checks S1 when kgc deletes m.
 func (s *Server) checkDelete(k objKey, m *metav1.ObjectMeta) {
 	if len(m.OwnerReferences) == 0 {
 		s.violate("S1", "kgc deleted %s, which has no ownerReferences", describe(k, m))
 	}
 	for _, ref := range m.OwnerReferences {
+		if s.orphaned[ref.UID] {
+			s.violate("S2", "kgc deleted %s, a dependent of %s, which was deleted with Orphan", describe(k, m), ref.UID)
+		}
 		if o, _ := s.findOwner(ref, k.namespace); o != nil && !foreground(o) {
 			s.violate("S1", "kgc deleted %s while its owner %s/%s[%s] exists (deleting=%v finalizers=%v)", describe(k, m), o.Namespace, o.Name, o.UID, o.DeletionTimestamp != nil, o.Finalizers)
 		}
@@ -679,7 +753,17 @@ func (rc *resourceClient) Namespace(ns string) metadata.ResourceInterface {
 }
 
 func (rc *resourceClient) Delete(_ context.Context, name string, opts metav1.DeleteOptions, _ ...string) error {
-	return rc.s.delete(rc.actor, rc.gvr, rc.ns, name, opts)
+	err := rc.s.delete(rc.actor, rc.gvr, rc.ns, name, opts)
+	rc.traceErr("delete", name, err)
+	return err
+}
+
+// traceErr records a refused write in the trace (accepted ones show as the
+// changes they make).
+func (rc *resourceClient) traceErr(verb, name string, err error) {
+	if err != nil {
+		rc.s.trace("%s: %s %s %s/%s refused: %s", rc.actor, verb, rc.gvr.Resource, rc.ns, name, apierrors.ReasonForError(err))
+	}
 }
 
 func (rc *resourceClient) DeleteCollection(_ context.Context, opts metav1.DeleteOptions, _ metav1.ListOptions) error {
@@ -699,7 +783,9 @@ func (rc *resourceClient) Watch(_ context.Context, opts metav1.ListOptions) (wat
 }
 
 func (rc *resourceClient) Patch(_ context.Context, name string, pt types.PatchType, data []byte, _ metav1.PatchOptions, _ ...string) (*metav1.PartialObjectMetadata, error) {
-	return rc.s.patch(rc.actor, rc.gvr, rc.ns, name, pt, data)
+	obj, err := rc.s.patch(rc.actor, rc.gvr, rc.ns, name, pt, data)
+	rc.traceErr("patch", name, err)
+	return obj, err
 }
 
 // ---- watches ----
