@@ -111,6 +111,15 @@ type Server struct {
 	// orphaned holds the UIDs of owners that went with Orphan: deleting a
 	// dependent on their account breaks S2.
 	orphaned map[types.UID]bool
+	// What the running collector was shown: the last version of each
+	// object delivered to it or listed by it, and the resources it listed
+	// completely. A dependent the collector could not have seen yet (its
+	// event is still on the stream of a resource it did list) excuses a
+	// finalizer removal: upstream's collector has the same lag. A resource
+	// never listed does not: negative facts need every resource listed (S4).
+	seen    map[types.UID]*metav1.ObjectMeta
+	listed  map[schema.GroupResource]bool
+	excused map[[2]types.UID]bool // (dependent, orphaned owner)
 
 	// Fault, when set, may fail a call before it is served.
 	Fault func(Call) error
@@ -125,7 +134,8 @@ func NewServer(clk *Clock, kinds ...*Kind) *Server {
 	s := &Server{
 		rv: 100, kinds: make(map[schema.GroupResource]*resource),
 		objects: make(map[objKey]*metav1.ObjectMeta), snapshots: make(map[int][]metav1.ObjectMeta),
-		clock: clk, orphaned: make(map[types.UID]bool),
+		clock: clk, orphaned: make(map[types.UID]bool), excused: make(map[[2]types.UID]bool),
+		seen: make(map[types.UID]*metav1.ObjectMeta), listed: make(map[schema.GroupResource]bool),
 	}
 	for _, k := range kinds {
 		s.kinds[k.GR()] = &resource{Kind: k, served: true}
@@ -249,6 +259,13 @@ func (s *Server) checkFinalizers(actor Actor, old, now *metav1.ObjectMeta) {
 			if ref.UID != old.UID {
 				continue
 			}
+			if !s.couldSee(k, d.UID, ref, fgGone && !orphanGone) {
+				s.trace("lag: %s references %s[%s], which kgc could not have seen yet", describe(k, d), old.Name, old.UID)
+				if orphanGone {
+					s.excused[[2]types.UID{d.UID, old.UID}] = true
+				}
+				continue
+			}
 			if orphanGone && now.DeletionTimestamp != nil {
 				s.violate("S2", "%s removed the orphan finalizer of %s/%s[%s] while %s still references it", actor, old.Namespace, old.Name, old.UID, describe(k, d))
 			}
@@ -257,6 +274,33 @@ func (s *Server) checkFinalizers(actor Actor, old, now *metav1.ObjectMeta) {
 			}
 		}
 	}
+}
+
+// couldSee reports whether the running collector could know that the
+// dependent at k holds ref (blocking, if blocking): it was shown a version
+// with it, or it never listed the dependent's resource.
+func (s *Server) couldSee(k objKey, uid types.UID, ref metav1.OwnerReference, blocking bool) bool {
+	if !s.listed[k.gr] {
+		return true
+	}
+	m := s.seen[uid]
+	if m == nil {
+		return false
+	}
+	for _, r := range m.OwnerReferences {
+		if r.UID == ref.UID && (!blocking || blocks(r)) {
+			return true
+		}
+	}
+	return false
+}
+
+// ResetSeen forgets what the previous collector was shown (a new one starts).
+func (s *Server) ResetSeen() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.seen)
+	clear(s.listed)
 }
 
 func blocks(r metav1.OwnerReference) bool {
@@ -327,7 +371,7 @@ func (s *Server) checkDelete(k objKey, m *metav1.ObjectMeta) {
 		s.violate("S1", "kgc deleted %s, which has no ownerReferences", describe(k, m))
 	}
 	for _, ref := range m.OwnerReferences {
-		if s.orphaned[ref.UID] {
+		if s.orphaned[ref.UID] && !s.excused[[2]types.UID{m.UID, ref.UID}] {
 			s.violate("S2", "kgc deleted %s, a dependent of %s, which was deleted with Orphan", describe(k, m), ref.UID)
 		}
 		if o, _ := s.findOwner(ref, k.namespace); o != nil && !foreground(o) {
@@ -482,8 +526,14 @@ func (s *Server) list(actor Actor, gvr schema.GroupVersionResource, ns string, o
 		out.Items = append(out.Items, *s.typed(gvr, r, m))
 	}
 	out.ResourceVersion = listRV
+	if actor == ActorKGC {
+		for i := range out.Items {
+			s.seen[out.Items[i].UID] = out.Items[i].ObjectMeta.DeepCopy()
+		}
+	}
 	if out.Continue == "" && actor == ActorKGC && ns == "" {
 		r.listFailed = false
+		s.listed[r.GR()] = true
 	}
 	return out, nil
 }
@@ -862,6 +912,11 @@ func (s *Server) Deliver(gr schema.GroupResource) (bool, error) {
 	if w != nil {
 		e = w.pending[0]
 		w.pending = w.pending[1:]
+		if e.typ == watch.Deleted {
+			delete(s.seen, e.meta.UID)
+		} else {
+			s.seen[e.meta.UID] = e.meta.DeepCopy()
+		}
 	}
 	s.mu.Unlock()
 	if w == nil {
@@ -883,7 +938,7 @@ func (s *Server) Deliver(gr schema.GroupResource) (bool, error) {
 func (s *Server) Expire(gr schema.GroupResource) error {
 	s.mu.Lock()
 	r := s.kinds[gr]
-	r.compacted = s.rv + 1
+	r.compacted = s.rv
 	ws := slices.Clone(r.liveWatchers())
 	for _, w := range ws {
 		w.pending = nil

@@ -166,6 +166,7 @@ func (s *Sim) Start() error {
 	if err != nil {
 		return err
 	}
+	s.Srv.ResetSeen()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logr.Discard()))
 	s.coll, s.cancel, s.done = c, cancel, make(chan error, 1)
 	go func() { s.done <- c.Run(ctx) }()
@@ -215,6 +216,23 @@ func (s *Sim) quiescent() bool {
 	return true
 }
 
+// why describes what keeps the collector from quiescence.
+func (s *Sim) why() string {
+	if s.coll == nil {
+		return "no collector"
+	}
+	var b []string
+	if !s.coll.Idle() {
+		b = append(b, "collector busy")
+	}
+	for gvr, st := range s.coll.MonitorStatus() {
+		if !s.Srv.settled(gvr) {
+			b = append(b, fmt.Sprintf("monitor %s neither watching nor backing off (%s, %v)", gvr, st.State(), st.LastError))
+		}
+	}
+	return strings.Join(b, "; ")
+}
+
 // settleTimeout bounds the real time one step may take to become quiet.
 const settleTimeout = 20 * time.Second
 
@@ -226,7 +244,7 @@ func (s *Sim) Settle() error {
 	quiet := 0
 	for quiet < 4 {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("collector not quiescent after %s (seed %d)", settleTimeout, s.Seed)
+			return fmt.Errorf("collector not quiescent after %s (seed %d): %s", settleTimeout, s.Seed, s.why())
 		}
 		if s.quiescent() {
 			quiet++
