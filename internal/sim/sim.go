@@ -87,7 +87,7 @@ func New(seed uint64) *Sim {
 	s := &Sim{
 		Seed: seed, Clock: clk, Srv: NewServer(clk, Kinds()...),
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		Workers: 2, ResyncPeriod: 30 * time.Second,
+		Workers: 1, ResyncPeriod: 30 * time.Second,
 		calls: map[string]int{},
 	}
 	s.mapper = s.Srv.Mapper()
