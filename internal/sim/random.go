@@ -39,6 +39,9 @@ type Outcome struct {
 	Owed       []string // L1: work left at quiescence
 	Err        error    // the harness failed (a collector that never quiesced)
 	Steps      int
+	// DiscoveryChanged: the schedule switched a preferred version or
+	// deleted a CRD-like resource.
+	DiscoveryChanged bool
 }
 
 // Failed reports whether the schedule broke the contract or the harness.
@@ -92,6 +95,11 @@ func RunRandom(seed uint64, w World) (*Sim, *Outcome) {
 		out.Owed = s.Check()
 	}
 	out.Steps = len(s.steps)
+	for _, st := range s.steps {
+		if strings.Contains(st, "preferred version") || strings.Contains(st, "deleted (still in discovery") {
+			out.DiscoveryChanged = true
+		}
+	}
 	return s.Sim, out
 }
 

