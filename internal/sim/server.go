@@ -181,7 +181,9 @@ func (s *Server) put(actor Actor, k objKey, m *metav1.ObjectMeta, created bool) 
 		s.checkFinalizers(actor, old, m)
 		s.checkRefs(k, old, m)
 	}
-	if m.DeletionTimestamp != nil && len(m.Finalizers) == 0 {
+	if m.DeletionTimestamp != nil && len(m.Finalizers) == 0 && actor == ActorKGC {
+		// (A CRD's deletion, in Unserve, removes instances regardless of
+		// their finalizers: no orphaning happened there.)
 		if old := s.objects[k]; old != nil && slices.Contains(old.Finalizers, metav1.FinalizerOrphanDependents) {
 			s.orphaned[m.UID] = true
 		}
