@@ -36,5 +36,4 @@ func TestSmokeBackground(t *testing.T) {
 	if v := s.Violations(); len(v) > 0 {
 		t.Errorf("violations %v", v)
 	}
-	t.Log(s.Trace())
 }
