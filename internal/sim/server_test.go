@@ -37,7 +37,9 @@ func TestServerPatch(t *testing.T) {
 		{"merge: wrong uid", types.MergePatchType, `{"metadata":{"uid":"x","finalizers":[]}}`, apierrors.IsConflict},
 		{"merge: wrong resourceVersion", types.MergePatchType, `{"metadata":{"resourceVersion":"1","finalizers":[]}}`, apierrors.IsConflict},
 		{"json: failed test op", types.JSONPatchType, `[{"op":"test","path":"/metadata/resourceVersion","value":"1"},{"op":"remove","path":"/metadata/finalizers"}]`,
-			func(err error) bool { return apierrors.IsInvalid(err) && apierrors.ReasonForError(err) == metav1.StatusReasonInvalid && err.(apierrors.APIStatus).Status().Code == 422 }},
+			func(err error) bool {
+				return apierrors.IsInvalid(err) && apierrors.ReasonForError(err) == metav1.StatusReasonInvalid && err.(apierrors.APIStatus).Status().Code == 422
+			}},
 		{"json: remove a missing path", types.JSONPatchType, `[{"op":"remove","path":"/metadata/labels/x"}]`, apierrors.IsInvalid},
 		{"unsupported type", types.StrategicMergePatchType, `{}`, apierrors.IsUnsupportedMediaType},
 	}
