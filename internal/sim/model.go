@@ -113,7 +113,11 @@ func OwedWork(objs []Object, kinds []Kind) []string {
 				owed = append(owed, name+": orphan its dependents and remove the orphan finalizer")
 			}
 			if slices.Contains(m.Finalizers, metav1.FinalizerDeleteDependents) && !blocking[string(m.UID)] {
-				owed = append(owed, name+": no blocking dependent left; remove the foregroundDeletion finalizer")
+				self := ""
+				if slices.ContainsFunc(m.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == m.UID }) {
+					self = " (it references itself)"
+				}
+				owed = append(owed, name+": no blocking dependent left; remove the foregroundDeletion finalizer"+self)
 			}
 			continue
 		}

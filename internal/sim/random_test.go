@@ -50,7 +50,15 @@ func classify(out *Outcome) string {
 		return ""
 	}
 	if len(out.Owed) > 0 {
-		if len(out.Violations) == 0 && out.DiscoveryChanged {
+		selfRef := true
+		for _, w := range out.Owed {
+			selfRef = selfRef && strings.HasSuffix(w, "(it references itself)")
+		}
+		switch {
+		case len(out.Violations) > 0:
+		case selfRef:
+			return "7a" // a self reference blocks its own Foreground deletion
+		case out.DiscoveryChanged:
 			return "4" // ghost owners after a version switch or a CRD deletion
 		}
 		return ""
