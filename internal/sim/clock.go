@@ -14,6 +14,10 @@ type Clock struct {
 	mu      sync.Mutex
 	now     time.Time
 	waiters []*waiter
+	// fired holds the channels the last Step sent on, and when (real
+	// time): until their readers took the tick, someone is about to wake.
+	fired   []chan time.Time
+	firedAt time.Time
 }
 
 type waiter struct {
@@ -148,12 +152,14 @@ func (c *Clock) Step(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+	c.fired, c.firedAt = c.fired[:0], time.Now()
 	for _, w := range c.waiters {
 		if w.stopped || w.at.After(c.now) {
 			continue
 		}
 		select {
 		case w.ch <- c.now:
+			c.fired = append(c.fired, w.ch)
 		default: // a ticker nobody drained drops ticks, like time.Ticker
 		}
 		if w.period == 0 {
@@ -165,4 +171,24 @@ func (c *Clock) Step(d time.Duration) {
 		}
 	}
 	c.prune()
+}
+
+// undrainedGrace bounds how long a fired channel nobody reads (a timer
+// that lost its select, stopped after firing) counts as a pending wake-up.
+const undrainedGrace = 20 * time.Millisecond
+
+// Undrained reports whether a channel the last Step fired has not been read
+// yet (within undrainedGrace of real time): its reader is about to wake.
+func (c *Clock) Undrained() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.fired) == 0 || time.Since(c.firedAt) > undrainedGrace {
+		return false
+	}
+	for _, ch := range c.fired {
+		if len(ch) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -205,7 +205,7 @@ func (s *Sim) quiescent() bool {
 	if s.coll == nil {
 		return true
 	}
-	if !s.coll.Idle() {
+	if s.Clock.Undrained() || !s.coll.Idle() {
 		return false
 	}
 	for gvr := range s.coll.MonitorStatus() {
@@ -285,11 +285,22 @@ func (s *Sim) DeliverAll() error {
 }
 
 // Advance moves the fake clock to the next pending timer (or by d when
-// none is pending or it is further) and settles.
+// none is pending or it is further) and settles. The step to the next
+// timer is rounded up to 5ms·2^k: the workqueues' backoff falls on that
+// grid exactly, and the monitors' jittered backoff (800ms·[1, 1.5), the
+// jitter from the global math/rand) always rounds to the same step, so
+// the jitter does not change the schedule.
 func (s *Sim) Advance(d time.Duration) error {
 	if at, ok := s.Clock.Next(); ok {
 		if n := at.Sub(s.Clock.Now()); n < d {
-			d = max(n, 0)
+			g := time.Duration(0)
+			if n > 0 {
+				g = 5 * time.Millisecond
+				for g < n {
+					g *= 2
+				}
+			}
+			d = min(g, d)
 		}
 	}
 	s.Step("advance %s", d)
