@@ -205,3 +205,23 @@ func TestIssue14Item7bFalseCycle(t *testing.T) {
 	s.must(s.Patch(held, "remove finalizer", map[string]any{"finalizers": nil}))
 	s.finish()
 }
+
+// Issue 14 item 4 (found by the random scheduler, seeds 186 and 311 of
+// the default run before classification): a CRD-like resource is deleted
+// while discovery still shows it; its instances' delete events are still
+// on the stream when the watch expires, and the relist answers 404. The
+// instance stays in kgc's graph as a ghost, and its owner's Foreground
+// deletion waits for it forever.
+func TestIssue14Item4GhostAfterCRDDeletion(t *testing.T) {
+	if os.Getenv("KGC_SIM_UNSKIP") == "" {
+		t.Skip("issue 14 item 4: not fixed on this branch; un-skip once it is")
+	}
+	s := newScripted(t)
+	o := s.create(Obj{GR: ClusterRoles, Name: "o"})
+	s.create(Obj{GR: Gadgets, Name: "d"}, s.OwnerRef(o, true))
+	s.start()
+	s.Unserve(Gadgets, true) // d's delete event waits on the stream
+	s.must(s.Expire(Gadgets))
+	s.must(s.Delete(o, metav1.DeletePropagationForeground))
+	s.finish()
+}
