@@ -264,7 +264,7 @@ func (s *Server) checkFinalizers(actor Actor, old, now *metav1.ObjectMeta) {
 	}
 	for k, d := range s.objects {
 		for _, ref := range d.OwnerReferences {
-			if ref.UID != old.UID {
+			if ref.UID != old.UID || (!orphanGone && !blocks(ref)) {
 				continue
 			}
 			if !s.couldSee(k, d.UID, ref, fgGone && !orphanGone) {
