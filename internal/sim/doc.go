@@ -104,8 +104,8 @@
 //	make soak-sim                                      # a million schedules
 //
 // The scripted schedules in bugs_test.go reproduce issue 14 items 1, 2, 3,
-// 5 and 7; they are skipped on this branch (the fixes are on main) and run
-// with KGC_SIM_UNSKIP=1. While those bugs are open here (knownBugsOpen),
+// 5 and 7 (skipped on this branch: the fixes are on main), item 4 and F1
+// (found by the random scheduler; not fixed); KGC_SIM_UNSKIP=1 runs them. While those bugs are open here (knownBugsOpen),
 // the default random run leaves out the features that hit them most
 // (multi-owner orphaning, late starts, the annotating client, self
 // references) and logs, rather than fails, schedules whose violations all
