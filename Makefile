@@ -1,7 +1,7 @@
 # kgc — run `make help` for the targets.
 GO ?= go
 
-.PHONY: help run test test-unit test-integration bench bench-quick bench-go build lint verify soak
+.PHONY: help run test test-unit test-integration bench bench-quick bench-go build lint verify soak soak-sim
 
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -24,6 +24,10 @@ test-integration: ## Run the integration tests against the sandbox control plane
 soak: ## Run the randomized model-based safety test for many seeds (env: KGC_MODEL_SEEDS=50, KGC_MODEL_OBJECTS=400, KGC_SEED).
 	KGC_MODEL_SEEDS=$${KGC_MODEL_SEEDS:-50} KGC_MODEL_OBJECTS=$${KGC_MODEL_OBJECTS:-400} \
 		$(GO) test -race -count=1 -timeout 4h -v -run '^TestModel$$' ./sandbox/integration/model/
+
+soak-sim: ## Run the deterministic interleaving simulator for many schedules (env: KGC_SIM_SCHEDULES=1000000, KGC_SIM_BASE=1, KGC_SIM_ALL=1 for every feature, KGC_SIM_SEED replays one).
+	KGC_SIM_SCHEDULES=$${KGC_SIM_SCHEDULES:-1000000} \
+		$(GO) test -race -count=1 -timeout 72h -v -run '^TestRandomSchedules$$' ./internal/sim/
 
 BENCH_FLAGS ?=
 bench: ## Side-by-side benchmark vs kube-controller-manager's collector (~30 min); table in bin/bench.md.

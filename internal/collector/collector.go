@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/kgc-dev/kgc/internal/apiops"
 	"github.com/kgc-dev/kgc/internal/discovery"
@@ -68,6 +69,10 @@ type Config struct {
 	DrainTimeout time.Duration
 	// Metrics is optional; nil records nothing.
 	Metrics *metrics.Metrics
+	// Clock drives the queues' backoff, the write log, foreground re-checks,
+	// periodic rediscovery and the monitors' backoff; nil is the real clock
+	// (tests inject a fake one: see testhooks.go).
+	Clock clock.WithTicker
 }
 
 // Collector is kgc's garbage collector. Create it with New and start it with Run.
@@ -117,6 +122,7 @@ type Collector struct {
 	// read (an unavailable APIService), with their errors.
 	discoveryFailures atomic.Pointer[map[schema.GroupVersion]error]
 	synced            atomic.Bool
+	hooks             hooks // testhooks.go
 }
 
 // New builds a Collector from cfg.
@@ -198,11 +204,12 @@ func New(cfg Config) (*Collector, error) {
 	newQueue := func(name string) workqueue.TypedRateLimitingInterface[types.UID] {
 		return workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](5*time.Millisecond, 60*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: name, MetricsProvider: cfg.Metrics.QueueMetricsProvider()},
+			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: name, MetricsProvider: cfg.Metrics.QueueMetricsProvider(), Clock: cfg.Clock},
 		)
 	}
-	c.attemptToDelete = newQueue("garbage_collector_attempt_to_delete")
-	c.attemptToOrphan = newQueue("garbage_collector_attempt_to_orphan")
+	c.attemptToDelete = c.hooks.track(newQueue("garbage_collector_attempt_to_delete"))
+	c.attemptToOrphan = c.hooks.track(newQueue("garbage_collector_attempt_to_orphan"))
+	c.useClock(cfg.Clock)
 	empty := map[schema.GroupVersionKind]schema.GroupVersionResource{}
 	c.kinds.Store(&empty)
 	return c, nil
@@ -345,6 +352,7 @@ func (c *Collector) Run(ctx context.Context) error {
 			c.runWorker(ctx, workCtx, c.attemptToOrphan, c.planOrphanItem)
 		}()
 	}
+	c.hooks.workersStarted.Store(true)
 
 	<-ctx.Done()
 	logger.Info("Stopping")

@@ -184,9 +184,10 @@ func (r *rediscoverer) settle(want map[schema.GroupVersionResource]discovery.Res
 // workers keep running.
 func (c *Collector) runDiscovery(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	ticker := time.NewTicker(c.cfg.ResyncPeriod)
+	clk := c.clock()
+	ticker := clk.NewTicker(c.cfg.ResyncPeriod)
 	defer ticker.Stop()
-	retry := time.NewTimer(time.Hour)
+	retry := clk.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
 	backoff := rediscoveryRetryMin
@@ -196,18 +197,19 @@ func (c *Collector) runDiscovery(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 			periodic, reason = true, "periodic"
 		case <-c.rediscover.kick:
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(rediscoveryDebounce):
+			case <-clk.After(rediscoveryDebounce):
 			}
 			backoff = rediscoveryRetryMin
 			reason = "change"
-		case <-retry.C:
+		case <-retry.C():
 		}
+		c.hooks.busy.Add(1)
 		logger.V(4).Info("Rediscovering", "reason", reason)
 		want, failed, err := c.resyncMonitors(ctx)
 		if err != nil {
@@ -229,6 +231,7 @@ func (c *Collector) runDiscovery(ctx context.Context) {
 		if periodic {
 			c.recheck(ctx)
 		}
+		c.hooks.busy.Add(-1)
 	}
 }
 

@@ -133,6 +133,7 @@ type dependentsRecheck struct {
 	mu   sync.Mutex
 	last map[types.UID]time.Time
 	adds int
+	now  func() time.Time // nil: time.Now
 }
 
 const dependentsRecheckEvery = 10 * time.Second
@@ -143,6 +144,9 @@ func (d *dependentsRecheck) due(owner types.UID) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := time.Now()
+	if d.now != nil {
+		now = d.now()
+	}
 	if t, ok := d.last[owner]; ok && now.Sub(t) < dependentsRecheckEvery {
 		return false
 	}

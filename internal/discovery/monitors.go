@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/kgc-dev/kgc/internal/graph"
 )
@@ -44,6 +45,7 @@ import (
 type Monitors struct {
 	client  metadata.Interface
 	observe func(graph.Event)
+	clock   clock.WithTicker // backoff; real unless SetClock
 
 	mu      sync.Mutex
 	running map[schema.GroupVersionResource]*monitor
@@ -80,6 +82,7 @@ type monitor struct {
 	gen    uint32 // the list generation of the last list
 	cancel context.CancelFunc
 	done   chan struct{}
+	clock  clock.WithTicker
 
 	mu       sync.Mutex
 	synced   bool   // a list completed (a 404 counts: see Status.Synced)
@@ -160,7 +163,7 @@ func (s Status) State() string {
 // observe must not block for long: it runs on the monitor's goroutine.
 func NewMonitors(client metadata.Interface, observe func(graph.Event)) *Monitors {
 	return &Monitors{
-		client: client, observe: observe,
+		client: client, observe: observe, clock: clock.RealClock{},
 		running: make(map[schema.GroupVersionResource]*monitor),
 		started: make(map[schema.GroupKind]bool),
 		provers: make(map[schema.GroupKind]*prover),
@@ -287,6 +290,7 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		sweep:      m.started[r.GroupKind()],
 		cancel:     cancel,
 		done:       make(chan struct{}),
+		clock:      m.clock,
 	}
 	m.started[r.GroupKind()] = true
 	if r.GVR.GroupResource() == crdResource {
@@ -355,13 +359,13 @@ func newMonitorBackoff() wait.Backoff {
 }
 
 // sleep waits d or until ctx is done, and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration) bool {
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-t.C():
 		return true
 	}
 }
@@ -376,7 +380,7 @@ func (mon *monitor) run(ctx context.Context) {
 		mon.failed(err)
 		d := backoff.Step()
 		logger.Error(err, "Monitor failed; retrying", "op", what, "after", d.Round(time.Millisecond).String())
-		return sleep(ctx, d)
+		return sleep(ctx, mon.clock, d)
 	}
 	// notServed paces the lists of a resource whose LIST answers 404: it
 	// has nothing to watch, and is listed again until it is served again
@@ -404,7 +408,7 @@ func (mon *monitor) run(ctx context.Context) {
 			}
 			notServed = newNotServedBackoff()
 		}
-		start := time.Now()
+		start := mon.clock.Now()
 		next, events, err := mon.watch(ctx, rv)
 		switch {
 		case ctx.Err() != nil:
@@ -415,10 +419,10 @@ func (mon *monitor) run(ctx context.Context) {
 			}
 		case next == "":
 			logger.V(2).Info("Watch expired; listing again", "resourceVersion", rv)
-		case events == 0 && time.Since(start) < time.Second:
+		case events == 0 && mon.clock.Since(start) < time.Second:
 			// A watch the server ends at once, again and again, would
 			// otherwise spin.
-			if !sleep(ctx, backoff.Step()) {
+			if !sleep(ctx, mon.clock, backoff.Step()) {
 				return
 			}
 		default:

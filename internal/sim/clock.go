@@ -1,0 +1,194 @@
+package sim
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Clock is a fake clock.WithTicker that only the scheduler advances. Unlike
+// k8s.io/utils/clock/testing it tells the scheduler when its next timer is
+// due (Next), so that idle time is skipped in one step.
+type Clock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []*waiter
+	// fired holds the channels the last Step sent on, and when (real
+	// time): until their readers took the tick, someone is about to wake.
+	fired   []chan time.Time
+	firedAt time.Time
+}
+
+type waiter struct {
+	c       *Clock
+	at      time.Time
+	period  time.Duration // tickers
+	ch      chan time.Time
+	stopped bool
+}
+
+var _ clock.WithTicker = (*Clock)(nil)
+
+// NewClock returns a clock set to a fixed instant.
+func NewClock() *Clock {
+	return &Clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+// Now returns the fake time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Since returns the fake time elapsed since t.
+func (c *Clock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+func (c *Clock) add(d, period time.Duration) *waiter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := &waiter{c: c, at: c.now.Add(d), period: period, ch: make(chan time.Time, 1)}
+	if d <= 0 && period == 0 {
+		w.ch <- c.now
+		w.stopped = true
+		return w
+	}
+	c.waiters = append(c.waiters, w)
+	return w
+}
+
+// After returns a channel that receives the fake time once d has passed.
+func (c *Clock) After(d time.Duration) <-chan time.Time { return c.add(d, 0).ch }
+
+// NewTimer returns a timer on the fake clock.
+func (c *Clock) NewTimer(d time.Duration) clock.Timer { return c.add(d, 0) }
+
+// Sleep blocks until the scheduler advanced the clock by d.
+func (c *Clock) Sleep(d time.Duration) { <-c.After(d) }
+
+// Tick returns a ticker's channel.
+func (c *Clock) Tick(d time.Duration) <-chan time.Time { return c.NewTicker(d).C() }
+
+// NewTicker returns a ticker on the fake clock.
+func (c *Clock) NewTicker(d time.Duration) clock.Ticker {
+	if d <= 0 {
+		d = time.Nanosecond
+	}
+	return ticker{c.add(d, d)}
+}
+
+type ticker struct{ w *waiter }
+
+func (t ticker) C() <-chan time.Time { return t.w.ch }
+func (t ticker) Stop()               { t.w.Stop() }
+
+func (w *waiter) C() <-chan time.Time { return w.ch }
+
+func (w *waiter) Stop() bool {
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	was := !w.stopped
+	w.stopped = true
+	w.c.prune()
+	return was
+}
+
+func (w *waiter) Reset(d time.Duration) bool {
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	was := !w.stopped
+	if !was {
+		w.c.waiters = append(w.c.waiters, w)
+	}
+	w.stopped = false
+	w.at = w.c.now.Add(d)
+	return was
+}
+
+// prune drops stopped waiters; callers hold mu.
+func (c *Clock) prune() {
+	live := c.waiters[:0]
+	for _, w := range c.waiters {
+		if !w.stopped {
+			live = append(live, w)
+		}
+	}
+	clear(c.waiters[len(live):])
+	c.waiters = live
+}
+
+// Next returns when the earliest one-shot timer is due; ok is false when
+// none is pending (tickers alone never make the clock "busy").
+func (c *Clock) Next() (at time.Time, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.waiters {
+		if w.stopped || w.period != 0 {
+			continue
+		}
+		if !ok || w.at.Before(at) {
+			at, ok = w.at, true
+		}
+	}
+	return at, ok
+}
+
+// Timers returns the number of pending one-shot timers.
+func (c *Clock) Timers() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, w := range c.waiters {
+		if !w.stopped && w.period == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// Step advances the clock by d and fires what is due, in deadline order.
+func (c *Clock) Step(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	c.fired, c.firedAt = c.fired[:0], time.Now()
+	for _, w := range c.waiters {
+		if w.stopped || w.at.After(c.now) {
+			continue
+		}
+		select {
+		case w.ch <- c.now:
+			c.fired = append(c.fired, w.ch)
+		default: // a ticker nobody drained drops ticks, like time.Ticker
+		}
+		if w.period == 0 {
+			w.stopped = true
+			continue
+		}
+		for !w.at.After(c.now) {
+			w.at = w.at.Add(w.period)
+		}
+	}
+	c.prune()
+}
+
+// undrainedGrace bounds how long a fired channel nobody reads (a timer
+// that lost its select, stopped after firing) counts as a pending wake-up.
+const undrainedGrace = 20 * time.Millisecond
+
+// Undrained reports whether a channel the last Step fired has not been read
+// yet (within undrainedGrace of real time): its reader is about to wake.
+func (c *Clock) Undrained() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.fired) == 0 || time.Since(c.firedAt) > undrainedGrace {
+		return false
+	}
+	for _, ch := range c.fired {
+		if len(ch) > 0 {
+			return true
+		}
+	}
+	return false
+}

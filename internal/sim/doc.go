@@ -1,0 +1,116 @@
+// Package sim is a deterministic interleaving simulator for kgc's collector
+// (issue 14, deliverable 3). It drives the REAL collector — collector.New
+// with its graph builder, monitors, workers, resolver and write path —
+// through the client interfaces (metadata.Interface, discovery.Discovery,
+// a resettable RESTMapper), against an in-memory API server model whose
+// every observable step a seeded scheduler decides.
+//
+// # The server model (server.go)
+//
+// One store of object metadata with UIDs, one global resourceVersion,
+// finalizers and deletionTimestamp, and the apiserver's half of garbage
+// collection: a DELETE with Orphan adds the orphan finalizer, Foreground
+// adds foregroundDeletion, Background (or no finalizer) removes at once,
+// no policy keeps the object's own GC finalizers or the kind's default
+// (Job: orphan); an object being deleted goes when its last finalizer goes.
+// DELETE preconditions (UID, resourceVersion) answer 409, missing objects
+// 404. PATCH takes JSON merge patches and JSON patches (RFC 6902, applied
+// with gopkg.in/evanphx/json-patch.v4 as kube-apiserver does): a patched
+// uid or resourceVersion that differs from the stored one is a 409; a JSON
+// patch whose apply fails — a failed "test" op included — answers 422
+// Unprocessable Entity (reason Invalid), exactly what
+// k8s.io/apiserver@v0.36.3/pkg/endpoints/handlers/patch.go returns
+// (NewGenericServerResponse(StatusUnprocessableEntity, ...) around
+// patchObj.Apply); a new finalizer on a deleting object is refused; a
+// patch that changes nothing writes nothing. LIST pages with
+// Limit/Continue over a snapshot. Faults: 429/500 on any collector call
+// (Sim.FaultRate, decided by hashing the seed, the call and its ordinal for
+// that object, so the decision does not depend on how goroutines
+// interleave calls to different objects), a resource whose LIST and WATCH
+// fail (SetDown), a resource whose next LISTs fail (FailLists), a
+// CRD-like resource deleted while discovery still shows it (LIST 404), a
+// preferred-version switch, a watch ended with 410 (Expire).
+//
+// Watches: one stream per resource, and events wait on it until the
+// scheduler delivers them (Deliver), one at a time; across resources the
+// scheduler picks the order (delays and reordering), within one resource
+// the order is the log's. A delivery sends the event and then a bookmark
+// on an unbuffered channel: the bookmark is taken only once the monitor is
+// back at its receive, so when Deliver returns, the event is in the
+// collector's FIFO.
+//
+// # Determinism
+//
+// The collector runs its own goroutines. The scheduler advances one step at
+// a time and, between steps, waits until the collector is quiescent:
+// Collector.Idle (a test hook: workers started, event FIFO drained, no
+// queue item ready or being processed — which covers writes in flight —,
+// no rediscovery round running) and every monitor at rest (watching, or
+// backing off after a failed LIST). Time is fake (Clock, injected through
+// collector.Config.Clock): the workqueues' backoff, the write log's TTLs,
+// foreground re-checks, periodic rediscovery and the monitors' backoff all
+// wait on it, and the scheduler advances it to the next pending timer.
+// API calls are served synchronously (they are not held by the scheduler).
+//
+// What remains nondeterministic: measured with TestReplay on this 2-core
+// machine, every seed of 1..60 and 197 of 1..200 replayed the same outcome
+// (the same violations, or none), but only about a third replayed the very
+// same trace (every state change in the same order with the same
+// resourceVersions). The differences are orderings of kgc's own writes
+// within one step. Causes:
+//   - within one step, the collector's goroutines (one worker per queue by
+//     default, the write pool, an orphaning owner's parallel patches, the
+//     resolver's parallel GETs) race with each other; the order of their
+//     calls is the Go scheduler's;
+//   - quiescence is sampled, not proven: it must hold for four consecutive
+//     probes, which misses a goroutine that is between taking work and
+//     showing it for longer than that (possible on a loaded machine);
+//   - collector.Run polls for the initial monitor sync (50 ms) and
+//     bounds it (SyncTimeout) on the real clock, the rediscoverer's
+//     expectation windows use real time, and the monitors' backoff jitter
+//     comes from the global math/rand.
+//
+// # Checking
+//
+// The server checks, at the moment it changes (and attributes each call to
+// kgc or a client): S1 — kgc deletes no object one of whose owners exists
+// and is not in Foreground deletion (nor one without owners); S2 — kgc
+// removes no orphan finalizer while a dependent still references the
+// owner, and deletes no dependent on account of an owner kgc orphaned; S3 —
+// kgc removes no foregroundDeletion finalizer while a dependent blocks,
+// drops no blocking reference to a Foreground owner unless a solid owner
+// remains (the dependent must go first), and clears blockOwnerDeletion
+// only on a real cycle of blocking references. A dependent whose reference
+// the collector could not have seen yet (its event still on the stream of
+// a resource the collector listed) excuses S2/S3: upstream has the same
+// lag. A resource the collector never listed does not (S4).
+//
+// At quiescence (faults healed, every event delivered, time advanced past
+// every backoff and two resync periods without a write) the final state
+// must be a fixpoint of an independent reference model of the semantics
+// (model.go, OwedWork): no orphan finalizer left, no foregroundDeletion
+// finalizer without a blocking dependent, no live object whose owners are
+// all gone or waiting, none with a solid owner and dangling or waiting
+// references (L1). On failure the test prints the seed, how to replay it,
+// and the trace of the steps with the state changes of the objects
+// involved.
+//
+// # Running
+//
+//	go test -race ./internal/sim/                      # 2000 schedules (200 with -short)
+//	KGC_SIM_SEED=42 go test -race -run TestRandomSchedules -v ./internal/sim/
+//	KGC_SIM_SCHEDULES=100000 KGC_SIM_BASE=5000 go test ...
+//	KGC_SIM_ALL=1 ...                                  # every feature, known bugs fail
+//	make soak-sim                                      # a million schedules
+//
+// The scripted schedules in bugs_test.go reproduce issue 14 items 1, 2, 3,
+// 5 and 7 (skipped on this branch: the fixes are on main), item 4 and F1
+// (found by the random scheduler; not fixed); KGC_SIM_UNSKIP=1 runs them. While those bugs are open here (knownBugsOpen),
+// the default random run leaves out the features that hit them most
+// (multi-owner orphaning, late starts, the annotating client, self
+// references) and logs, rather than fails, schedules whose violations all
+// match a known bug's signature (items 1, 2, 3, 4, 7b, and F1: a
+// dependent's DELETE decided while its owner was in Foreground deletion
+// that lands after the owner's foregroundDeletion finalizer went while a
+// foreign finalizer keeps the owner).
+package sim

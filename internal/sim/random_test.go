@@ -1,0 +1,164 @@
+package sim
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// knownBugsOpen: this branch does not have main's fixes for issue 14 items
+// 1, 2, 3, 5 and 7, so the default random schedules leave out the features
+// that trigger them (multi-owner orphaning, late starts with failing first
+// lists, the annotating client, self references) and would otherwise fail
+// on every run. KGC_SIM_ALL=1 turns every feature on. Set this to false
+// once main's fixes are merged.
+const knownBugsOpen = true
+
+func envInt(t *testing.T, name string, def uint64) uint64 {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return n
+}
+
+// knownBug names the issue 14 item an outcome's violations all belong to,
+// while those bugs are open on this branch (and KGC_SIM_ALL is not set);
+// "" when the outcome passed or shows anything else.
+func knownBug(out *Outcome) string {
+	if !knownBugsOpen || os.Getenv("KGC_SIM_ALL") != "" {
+		return ""
+	}
+	return classify(out)
+}
+
+// classify names the known bug (issue 14 item, or a new finding) an
+// outcome's violations all belong to; "" when it passed or shows anything
+// else.
+func classify(out *Outcome) string {
+	if out.Err != nil || !out.Failed() {
+		return ""
+	}
+	if len(out.Owed) > 0 {
+		selfRef := true
+		for _, w := range out.Owed {
+			selfRef = selfRef && strings.HasSuffix(w, "(it references itself)")
+		}
+		switch {
+		case len(out.Violations) > 0:
+		case selfRef:
+			return "7a" // a self reference blocks its own Foreground deletion
+		case out.DiscoveryChanged:
+			return "4" // ghost owners after a version switch or a CRD deletion
+		}
+		return ""
+	}
+	item := ""
+	for _, v := range out.Violations {
+		switch {
+		case strings.HasSuffix(v.Detail, "which was deleted with Orphan"):
+			// The consequence of an orphan finalizer removed too early
+			// (classified by that violation).
+			continue
+		case strings.Contains(v.Detail, "cleared blockOwnerDeletion") && strings.Contains(v.Detail, "no cycle"):
+			item = "7b"
+		case strings.Contains(v.Detail, "removed the blocking reference") && strings.Contains(v.Detail, "no solid owner remains"):
+			item = "3"
+		case strings.Contains(v.Detail, "kgc never listed its resource"):
+			item = "2"
+		case strings.HasPrefix(v.Detail, "kgc removed the orphan finalizer") && strings.Contains(v.Detail, "not yet seen its write"):
+			item = "1"
+		case v.Rule == "S1" && strings.Contains(v.Detail, "deleting=true") && !strings.Contains(v.Detail, "foregroundDeletion") && !strings.Contains(v.Detail, "orphan"):
+			// Not in issue 14: a dependent's DELETE decided while its
+			// owner was in Foreground deletion lands after the owner's
+			// foregroundDeletion finalizer went (no blocking dependent)
+			// while a foreign finalizer keeps the owner. Reported as F1.
+			item = "F1 (new)"
+		default:
+			return ""
+		}
+	}
+	return item // "" when only consequences were seen
+}
+
+// world returns the random schedules' world: small, so that thousands of
+// schedules fit in the unit tests.
+func world() World {
+	w := AllFeatures(8, 40)
+	if knownBugsOpen && os.Getenv("KGC_SIM_ALL") == "" {
+		w.MultiOrphan, w.LateStart, w.Annotator, w.Cycles = false, false, false, false
+	}
+	return w
+}
+
+// TestRandomSchedules runs random schedules, each from its own seed:
+// KGC_SIM_SEED replays one, KGC_SIM_SCHEDULES sets how many (default 2000,
+// 200 with -short), KGC_SIM_BASE the first seed (default 1).
+func TestRandomSchedules(t *testing.T) {
+	w := world()
+	if v := os.Getenv("KGC_SIM_SEED"); v != "" {
+		seed := envInt(t, "KGC_SIM_SEED", 0)
+		s, out := RunRandom(seed, w)
+		t.Logf("seed %d: %d steps\ntrace:\n%s", seed, out.Steps, s.Trace())
+		if out.Failed() {
+			t.Fatalf("%s", out)
+		}
+		return
+	}
+	n := envInt(t, "KGC_SIM_SCHEDULES", 2000)
+	if testing.Short() && os.Getenv("KGC_SIM_SCHEDULES") == "" {
+		n = 200
+	}
+	base := envInt(t, "KGC_SIM_BASE", 1)
+	maxFail := envInt(t, "KGC_SIM_MAXFAIL", 5) // stop after this many failed schedules
+	start := time.Now()
+	var (
+		next, ran, failed, known atomic.Uint64
+		mu                       sync.Mutex
+		wg                       sync.WaitGroup
+	)
+	next.Store(base)
+	// Schedules spend much of their time waiting for quiescence: run more
+	// of them than there are CPUs.
+	par := 4 * runtime.GOMAXPROCS(0)
+	for range par {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				seed := next.Add(1) - 1
+				if seed >= base+n || failed.Load() >= maxFail {
+					return
+				}
+				s, out := RunRandom(seed, w)
+				ran.Add(1)
+				if item := knownBug(out); item != "" {
+					known.Add(1)
+					mu.Lock()
+					t.Logf("seed %d hit a known bug (issue 14 item %s; see the package doc): %s", seed, item, out)
+					mu.Unlock()
+					continue
+				}
+				if out.Failed() {
+					failed.Add(1)
+					mu.Lock()
+					t.Errorf("%s\nclassified as: %q\nreplay: KGC_SIM_SEED=%d go test -race -run TestRandomSchedules ./internal/sim/\ntrace of the objects involved:\n%s",
+						out, classify(out), seed, s.Trace(out.Focus()...))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d schedules (seeds %d..%d), %d failed, %d hit known bugs, in %s", ran.Load(), base, base+n-1, failed.Load(), known.Load(), time.Since(start).Round(time.Millisecond))
+}

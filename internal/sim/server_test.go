@@ -1,0 +1,216 @@
+package sim
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// The server model's own behaviour, which the simulator's verdicts rest on.
+
+func newTestServer(t *testing.T) (*Sim, Obj) {
+	t.Helper()
+	s := New(1)
+	o, err := s.Create(ConfigMaps, "a", "o", []string{Finalizer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, o
+}
+
+func TestServerPatch(t *testing.T) {
+	s, o := newTestServer(t)
+	c := s.Srv.Client(ActorKGC).Resource(o.gvr(s.Srv)).Namespace("a")
+	ctx := context.Background()
+	rv := s.Get(o).ResourceVersion
+	tests := []struct {
+		name  string
+		pt    types.PatchType
+		patch string
+		check func(error) bool
+	}{
+		{"merge: wrong uid", types.MergePatchType, `{"metadata":{"uid":"x","finalizers":[]}}`, apierrors.IsConflict},
+		{"merge: wrong resourceVersion", types.MergePatchType, `{"metadata":{"resourceVersion":"1","finalizers":[]}}`, apierrors.IsConflict},
+		{"json: failed test op", types.JSONPatchType, `[{"op":"test","path":"/metadata/resourceVersion","value":"1"},{"op":"remove","path":"/metadata/finalizers"}]`,
+			func(err error) bool {
+				return apierrors.IsInvalid(err) && apierrors.ReasonForError(err) == metav1.StatusReasonInvalid && err.(apierrors.APIStatus).Status().Code == 422
+			}},
+		{"json: remove a missing path", types.JSONPatchType, `[{"op":"remove","path":"/metadata/labels/x"}]`, apierrors.IsInvalid},
+		{"unsupported type", types.StrategicMergePatchType, `{}`, apierrors.IsUnsupportedMediaType},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.Patch(ctx, "o", tc.pt, []byte(tc.patch), metav1.PatchOptions{})
+			if !tc.check(err) {
+				t.Fatalf("got %v", err)
+			}
+			if got := s.Get(o).ResourceVersion; got != rv {
+				t.Fatalf("a refused patch wrote: rv %s -> %s", rv, got)
+			}
+		})
+	}
+	// A JSON patch whose test passes applies.
+	p := `[{"op":"test","path":"/metadata/uid","value":"` + string(o.UID) + `"},{"op":"replace","path":"/metadata/finalizers","value":[]}]`
+	if _, err := c.Patch(ctx, "o", types.JSONPatchType, []byte(p), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if m := s.Get(o); len(m.Finalizers) != 0 || m.ResourceVersion == rv {
+		t.Fatalf("JSON patch not applied: %+v", m)
+	}
+}
+
+func TestServerDeletePolicies(t *testing.T) {
+	for _, tc := range []struct {
+		policy metav1.DeletionPropagation
+		gr     Obj
+		want   []string // nil: gone
+	}{
+		{metav1.DeletePropagationBackground, Obj{GR: ConfigMaps}, nil},
+		{metav1.DeletePropagationOrphan, Obj{GR: ConfigMaps}, []string{metav1.FinalizerOrphanDependents}},
+		{metav1.DeletePropagationForeground, Obj{GR: ConfigMaps}, []string{metav1.FinalizerDeleteDependents}},
+		{"", Obj{GR: ConfigMaps}, nil},
+		{"", Obj{GR: Jobs}, []string{metav1.FinalizerOrphanDependents}},
+	} {
+		t.Run(string(tc.policy)+" "+tc.gr.GR.String(), func(t *testing.T) {
+			s := New(1)
+			o, err := s.Create(tc.gr.GR, "a", "o", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Delete(o, tc.policy); err != nil {
+				t.Fatal(err)
+			}
+			m := s.Get(o)
+			switch {
+			case tc.want == nil && m != nil:
+				t.Fatalf("still there: %+v", m)
+			case tc.want != nil && (m == nil || m.DeletionTimestamp == nil || len(m.Finalizers) != 1 || m.Finalizers[0] != tc.want[0]):
+				t.Fatalf("got %+v, want deleting with %v", m, tc.want)
+			}
+		})
+	}
+}
+
+func TestServerDeletePreconditions(t *testing.T) {
+	s, o := newTestServer(t)
+	c := s.Srv.Client(ActorClient).Resource(o.gvr(s.Srv)).Namespace("a")
+	bad, badRV := types.UID("x"), "1"
+	ctx := context.Background()
+	if err := c.Delete(ctx, "o", metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &bad}}); !apierrors.IsConflict(err) {
+		t.Errorf("uid precondition: %v", err)
+	}
+	if err := c.Delete(ctx, "o", metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &badRV}}); !apierrors.IsConflict(err) {
+		t.Errorf("resourceVersion precondition: %v", err)
+	}
+	if err := c.Delete(ctx, "missing", metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("missing: %v", err)
+	}
+	// Held by a foreign finalizer: deleting, then gone when it is removed.
+	if err := c.Delete(ctx, "o", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if m := s.Get(o); m == nil || m.DeletionTimestamp == nil {
+		t.Fatalf("got %+v, want deleting", m)
+	}
+	if err := s.Patch(o, "drop finalizer", map[string]any{"finalizers": nil}); err != nil {
+		t.Fatal(err)
+	}
+	if m := s.Get(o); m != nil {
+		t.Fatalf("still there: %+v", m)
+	}
+}
+
+func TestServerListPagingAndWatch(t *testing.T) {
+	s := New(1)
+	for _, n := range []string{"c", "a", "b"} {
+		if _, err := s.Create(ConfigMaps, "a", n, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := s.Srv.Client(ActorKGC).Resource(ConfigMaps.WithVersion("v1"))
+	ctx := context.Background()
+	var names []string
+	opts := metav1.ListOptions{Limit: 2}
+	var listRV string
+	for {
+		l, err := c.List(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range l.Items {
+			names = append(names, it.Name)
+		}
+		if listRV == "" {
+			listRV = l.ResourceVersion
+			// A change after the first page does not show in later pages.
+			if _, err := s.Create(ConfigMaps, "a", "d", nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if l.Continue == "" {
+			break
+		}
+		opts.Continue = l.Continue
+	}
+	if len(names) != 3 || names[0] != "a" || names[2] != "c" {
+		t.Fatalf("pages gave %v, want [a b c]", names)
+	}
+	w, err := c.Watch(ctx, metav1.ListOptions{ResourceVersion: listRV})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	got := make(chan watch.Event, 2)
+	go func() {
+		for ev := range w.ResultChan() {
+			got <- ev
+		}
+	}()
+	if ok, err := s.Srv.Deliver(ConfigMaps); !ok || err != nil {
+		t.Fatalf("deliver: %v %v", ok, err)
+	}
+	select {
+	case ev := <-got:
+		if ev.Type != watch.Added || ev.Object.(*metav1.PartialObjectMetadata).Name != "d" {
+			t.Fatalf("got %v", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event")
+	}
+	// A watch from before the compaction point answers 410.
+	if err := s.Srv.Expire(ConfigMaps); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Watch(ctx, metav1.ListOptions{ResourceVersion: "1"}); !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+		t.Fatalf("watch from a compacted version: %v", err)
+	}
+}
+
+func TestClock(t *testing.T) {
+	c := NewClock()
+	tm := c.NewTimer(time.Second)
+	tk := c.NewTicker(300 * time.Millisecond)
+	if at, ok := c.Next(); !ok || at.Sub(c.Now()) != time.Second {
+		t.Fatalf("Next = %v %v", at, ok)
+	}
+	c.Step(time.Second)
+	select {
+	case <-tm.C():
+	default:
+		t.Fatal("timer did not fire")
+	}
+	select {
+	case <-tk.C():
+	default:
+		t.Fatal("ticker did not fire")
+	}
+	if _, ok := c.Next(); ok {
+		t.Fatal("a fired timer is still pending")
+	}
+	tk.Stop()
+}
