@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -163,15 +164,16 @@ func (o *Ops) ReplaceFinalizers(ctx context.Context, t Target, from, to []string
 // it sits in the list and whatever else the object has: orphaning rests on
 // nothing but the reference itself, so the write is keyed by the owner's
 // UID, not by the object's resourceVersion or list (two owners orphaning a
-// shared dependent at once must not make each other's patches fail). index
-// is where the decision saw the reference; it is only used by the fallback
-// for resources that take no strategic merge patch (custom resources),
-// which tests that the entry at index is owner's before removing it.
+// shared dependent at once must not make each other's patches fail).
+// indices are where the decision saw references to owner (a list may name
+// one owner twice); they are only used by the fallback for resources that
+// take no strategic merge patch (custom resources), which tests that each
+// entry is owner's before removing it.
 //
 // The strategic merge patch carries metadata.uid, which the apiserver
 // checks against the object's (409 on a mismatch). It is a no-op for an
 // object that no longer has the reference.
-func (o *Ops) RemoveOwnerReference(ctx context.Context, t Target, owner types.UID, index int) (*metav1.PartialObjectMetadata, error) {
+func (o *Ops) RemoveOwnerReference(ctx context.Context, t Target, owner types.UID, indices []int) (*metav1.PartialObjectMetadata, error) {
 	res := o.resource(t.Resource, t.Namespace)
 	if _, no := o.noSMP.Load(t.Resource); !no {
 		data, err := json.Marshal(map[string]any{"metadata": map[string]any{
@@ -187,12 +189,14 @@ func (o *Ops) RemoveOwnerReference(ctx context.Context, t Target, owner types.UI
 		}
 		o.noSMP.Store(t.Resource, struct{}{})
 	}
-	path := fmt.Sprintf("/metadata/ownerReferences/%d", index)
-	data, err := json.Marshal([]jsonPatchOp{
-		{Op: "test", Path: "/metadata/uid", Value: t.UID},
-		{Op: "test", Path: path + "/uid", Value: owner},
-		{Op: "remove", Path: path},
-	})
+	ops := []jsonPatchOp{{Op: "test", Path: "/metadata/uid", Value: t.UID}}
+	// From the last index down, so that each removal leaves the indices
+	// before it in place.
+	for _, i := range slices.Backward(slices.Sorted(slices.Values(indices))) {
+		path := fmt.Sprintf("/metadata/ownerReferences/%d", i)
+		ops = append(ops, jsonPatchOp{Op: "test", Path: path + "/uid", Value: owner}, jsonPatchOp{Op: "remove", Path: path})
+	}
+	data, err := json.Marshal(ops)
 	if err != nil {
 		return nil, fmt.Errorf("encoding patch for %s: %w", t, err)
 	}

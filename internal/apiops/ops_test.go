@@ -254,7 +254,7 @@ func TestRemoveOwnerReference(t *testing.T) {
 	target := Target{Resource: configMaps, Namespace: "a", Name: "x", UID: "x-uid"}
 
 	ops, c := newOps(t, two.DeepCopy())
-	got, err := ops.RemoveOwnerReference(context.Background(), target, "p", 1)
+	got, err := ops.RemoveOwnerReference(context.Background(), target, "p", []int{1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,14 +280,14 @@ func TestRemoveOwnerReference(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	if _, err = ops.RemoveOwnerReference(context.Background(), target, "p", 1); err != nil {
+	if _, err = ops.RemoveOwnerReference(context.Background(), target, "p", []int{1}); err != nil {
 		t.Fatal(err)
 	}
 	p := jsonPatch(t, lastPatch(t, c, types.JSONPatchType))
 	if len(p) != 3 || p[1]["path"] != "/metadata/ownerReferences/1/uid" || p[1]["value"] != "p" || p[2]["op"] != "remove" {
 		t.Errorf("fallback patch %v", p)
 	}
-	if got, err = ops.RemoveOwnerReference(context.Background(), target, "o", 0); err != nil {
+	if got, err = ops.RemoveOwnerReference(context.Background(), target, "o", []int{0}); err != nil {
 		t.Fatal(err)
 	}
 	if len(got.OwnerReferences) != 0 {
@@ -295,5 +295,25 @@ func TestRemoveOwnerReference(t *testing.T) {
 	}
 	if smp != 1 {
 		t.Errorf("%d strategic merge patches, want 1 (the refusal is remembered)", smp)
+	}
+}
+
+// The fallback removes every entry naming the owner, last first.
+func TestRemoveOwnerReferenceFallbackDuplicates(t *testing.T) {
+	dup := cm("x")
+	dup.OwnerReferences = append(dup.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "p", UID: "p"}, dup.OwnerReferences[0])
+	ops, c := newOps(t, dup)
+	c.PrependReactor("patch", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.(clienttesting.PatchActionImpl).GetPatchType() == types.StrategicMergePatchType {
+			return true, nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "patch", schema.GroupResource{}, "x", "no strategic merge patch", 0, false)
+		}
+		return false, nil, nil
+	})
+	got, err := ops.RemoveOwnerReference(context.Background(), Target{Resource: configMaps, Namespace: "a", Name: "x", UID: "x-uid"}, "o", []int{0, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != "p" {
+		t.Errorf("refs = %+v, want only p's", got.OwnerReferences)
 	}
 }

@@ -89,6 +89,10 @@ type Collector struct {
 	warned     *onceSet
 	writes     writeLog // kgc's writes the graph has not observed yet (writes.go)
 	rechecks   dependentsRecheck
+	deletions  deletionLocks // kgc's DELETEs vs writes resting on a solid owner (locks.go)
+	// fgReleased: owners whose foregroundDeletion finalizer kgc removed
+	// (deleteItem).
+	fgReleased *recentSet[types.UID]
 	// orphaned: owners whose orphan finalizer kgc removed, recorded just
 	// before the write (planOrphanItem), read by the resolver (OwnerState
 	// Orphaned).
@@ -177,8 +181,9 @@ func New(cfg Config) (*Collector, error) {
 		// Far more owners than are ever orphaning at once; an entry is
 		// needed only until the owner's dependents have been checked
 		// after it went.
-		orphaned: newRecentSet[types.UID](65536),
-		slots:    make(chan struct{}, cfg.MaxWritesInFlight),
+		orphaned:   newRecentSet[types.UID](65536),
+		fgReleased: newRecentSet[types.UID](65536),
+		slots:      make(chan struct{}, cfg.MaxWritesInFlight),
 
 		cascadeStart: make(map[types.UID]time.Time),
 	}
@@ -415,6 +420,11 @@ func (c *Collector) runGraphBuilder(ctx context.Context) {
 // apply applies one monitor event to the graph and acts on its effects.
 // Only the graph builder calls it (and tests, in its place).
 func (c *Collector) apply(ev graph.Event) {
+	if ev.Type == graph.Listed {
+		// Everything the list saw is in the graph now.
+		c.monitors.Applied(ev.Gen)
+		return
+	}
 	eff := c.graph.Apply(ev)
 	for _, id := range eff.Absent {
 		c.resolver.absent.Add(id.Coordinates())

@@ -87,6 +87,9 @@ type Action struct {
 	// Retry asks for a rate-limited re-check even though the action is Keep
 	// (an owner kind is not served yet).
 	Retry bool
+	// Waiting, for DeleteItem: the owners the decision counted as waiting
+	// (set by the worker, not by the decision; see deleteItem).
+	Waiting []types.UID
 }
 
 // decideForegroundOwner decides for an item that is being deleted with the

@@ -74,33 +74,55 @@ func (c *Collector) planDeleteItem(ctx context.Context, uid types.UID) (write, e
 		}
 		a = decideDependent(&it, states, CycleCheck(uid, c.graph.WaitsFor))
 		if a.Type == RemoveReferences && slices.Contains(states, Waiting) {
-			var err error
-			if a, err = c.confirmSolid(ctx, &it, states, a); err != nil {
-				return nil, err
-			}
+			return c.planConfirmedRemoval(&it, states, a)
 		}
+		a.Waiting = waitingOwners(&it, states)
 	}
 	return c.plan(ctx, &it, a)
 }
 
-// confirmSolid re-reads, with quorum GETs, the owners a RemoveReferences
-// decision that removes a waiting reference counted as solid, and decides
-// again from what they say.
+// planConfirmedRemoval returns the write of a RemoveReferences decision
+// that removes a reference to a waiting owner because solid owners keep
+// the item.
 //
-// Removing the waiting reference of an object that a solid owner keeps is
-// right only while that owner is solid. If it is in fact gone (deleted a
-// moment ago, its watch event not applied yet), the object is garbage and
-// must be deleted before the waiting owner's Foreground deletion may
-// finish (S3); removing the reference instead releases that owner at once
-// (issue 14, item 3). Solid from the graph is good enough to keep an
-// object, never for this irreversible write: the mixed case is rare, and
-// is the one place a decision from the graph pays a GET per solid owner.
-// Removing only dangling (or orphaned) references needs no confirmation:
-// those owners are gone whatever the solid one does, and if it went too,
-// its deletion event re-checks the object, which is then deleted. The
-// window left (an owner deleted between this read and the patch) is
-// upstream's too.
-func (c *Collector) confirmSolid(ctx context.Context, it *graph.Item, states []OwnerState, a Action) (Action, error) {
+// Removing that reference is right only while a solid owner really keeps
+// the item. If the owner is in fact gone (deleted a moment ago, its watch
+// event not applied yet) or being deleted, the item is garbage and must go
+// before the waiting owner's Foreground deletion may finish (S3); removing
+// the reference instead releases that owner at once (issue 14, item 3).
+// Solid from the graph is good enough to keep an item, never for this
+// irreversible write. So the write confirms each solid owner with a quorum
+// GET just before the patch, and holds the owner's deletion lock (shared)
+// from the GET to the patch: kgc's own DELETE of that owner (exclusive,
+// deleteItem), decided concurrently by another worker, cannot land in
+// between. If the confirmation changes the picture, the item is decided
+// again from what it found: deleted at once when it is garbage, else
+// checked again later. The mixed case is rare, and the one place a
+// decision from the graph pays a GET per solid owner. Removing only
+// dangling (or orphaned) references needs none of this: those owners are
+// gone whatever the solid one does, and if it went too, its deletion event
+// re-checks the item. What is left is upstream's window: another client
+// deleting the solid owner between the GET and the patch.
+func (c *Collector) planConfirmedRemoval(it *graph.Item, states []OwnerState, a Action) (write, error) {
+	t, err := c.target(it)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		err := c.removeConfirmed(ctx, it, t, states, a)
+		c.writes.record(it.Identity.UID, it.ResourceVersion, err)
+		return conflictOrNil(err)
+	}, nil
+}
+
+func (c *Collector) removeConfirmed(ctx context.Context, it *graph.Item, t apiops.Target, states []OwnerState, a Action) error {
+	var owners []types.UID
+	for i, s := range states {
+		if s == Solid && it.OwnerReferences[i].UID != it.Identity.UID {
+			owners = append(owners, it.OwnerReferences[i].UID)
+		}
+	}
+	unlock := c.deletions.rlock(owners)
 	confirmed := slices.Clone(states)
 	changed := false
 	for i, s := range states {
@@ -109,16 +131,36 @@ func (c *Collector) confirmSolid(ctx context.Context, it *graph.Item, states []O
 		}
 		cs, err := c.resolver.confirm(ctx, it.Identity, &it.OwnerReferences[i])
 		if err != nil {
-			return Action{}, err
+			unlock()
+			return err
 		}
 		if cs != s {
 			confirmed[i], changed = cs, true
 		}
 	}
 	if !changed {
-		return a, nil
+		defer unlock()
+		return c.execute(ctx, it, t, a)
 	}
-	return decideDependent(it, confirmed, CycleCheck(it.Identity.UID, c.graph.WaitsFor)), nil
+	unlock()
+	a = decideDependent(it, confirmed, CycleCheck(it.Identity.UID, c.graph.WaitsFor))
+	if a.Type != DeleteItem {
+		return errRetry
+	}
+	a.Waiting = waitingOwners(it, confirmed)
+	return c.execute(ctx, it, t, a)
+}
+
+// waitingOwners returns the UIDs of the owners states counts as waiting,
+// for DeleteItem decisions (nil otherwise).
+func waitingOwners(it *graph.Item, states []OwnerState) []types.UID {
+	var out []types.UID
+	for i, s := range states {
+		if s == Waiting {
+			out = append(out, it.OwnerReferences[i].UID)
+		}
+	}
+	return out
 }
 
 // plan turns a decision into the write that carries it out (nil when the
@@ -162,7 +204,8 @@ func (c *Collector) plan(ctx context.Context, it *graph.Item, a Action) (write, 
 //     ownerReferences only if they are still exactly the list the decision
 //     read (apiops.ReplaceOwnerReferences tests it); the owners' states it
 //     rests on are monotonic (dangling, waiting) or were confirmed by a
-//     quorum read (solid; see confirmSolid).
+//     quorum read under the owners' deletion locks (solid; see
+//     planConfirmedRemoval).
 //   - RemoveForegroundFinalizer replaces the finalizers only if they are
 //     still the list read; "no blocking dependent left" comes from a graph
 //     in which every resource that could hold one has been listed
@@ -184,7 +227,17 @@ func (c *Collector) execute(ctx context.Context, it *graph.Item, t apiops.Target
 		if l := logger.V(2); l.Enabled() {
 			l.Info("Dependents gone; removing foregroundDeletion finalizer", "object", it.Identity.String())
 		}
+		// Once the finalizer is gone, an owner that other finalizers keep
+		// is solid again: a dependent's DELETE decided while it was
+		// waiting must not land after this (deleteItem checks fgReleased
+		// under the same lock). Recorded before the write, forgotten if
+		// it fails.
+		defer c.deletions.lock(it.Identity.UID)()
+		c.fgReleased.Add(it.Identity.UID)
 		_, err := c.ops.ReplaceFinalizers(ctx, t, it.Finalizers, a.Finalizers)
+		if err != nil && !apierrors.IsNotFound(err) {
+			c.fgReleased.Delete(it.Identity.UID)
+		}
 		c.record(metrics.OpRemoveFinalizer, err)
 		return err
 	}
@@ -205,7 +258,7 @@ func (c *Collector) execute(ctx context.Context, it *graph.Item, t apiops.Target
 	if l := logger.V(2); l.Enabled() {
 		l.Info("Deleting garbage", "object", it.Identity.String(), "policy", string(a.Policy))
 	}
-	return c.deleteItem(ctx, t, refs, it.Finalizers, a.Policy)
+	return c.deleteItem(ctx, t, refs, it.Finalizers, a.Policy, a.Waiting)
 }
 
 // deleteConflictRetries bounds how often one write re-reads an object whose
@@ -222,7 +275,20 @@ const deleteConflictRetries = 3
 // once instead of waiting behind a graph that is always a version behind
 // (upstream retries with the uid alone; the resourceVersion read keeps
 // even the window between that read and the DELETE closed).
-func (c *Collector) deleteItem(ctx context.Context, t apiops.Target, refs []metav1.OwnerReference, finalizers []string, policy metav1.DeletionPropagation) error {
+//
+// The DELETE holds the object's deletion lock (see planConfirmedRemoval),
+// and its waiting owners' locks shared: "waiting" is monotonic except for
+// kgc's own removal of an owner's foregroundDeletion finalizer, which
+// leaves an owner that other finalizers keep solid again. A DELETE decided
+// while such an owner was waiting is therefore not sent once kgc has
+// released it (the item is decided again: kept while the owner stays).
+func (c *Collector) deleteItem(ctx context.Context, t apiops.Target, refs []metav1.OwnerReference, finalizers []string, policy metav1.DeletionPropagation, waiting []types.UID) error {
+	defer c.deletions.lockSet(waiting, t.UID)()
+	for _, o := range waiting {
+		if c.fgReleased.Has(o) {
+			return errRetry
+		}
+	}
 	err := c.ops.Delete(ctx, t, policy)
 	c.record(metrics.OpDelete, err)
 	for range deleteConflictRetries {
@@ -312,11 +378,15 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, e
 		if !ok {
 			continue
 		}
+		if c.writes.orphaned(dep.Identity.UID, dep.ResourceVersion, uid) {
+			continue // kgc's own patch removed the reference, or found it gone
+		}
 		if skip, _ := c.writes.check(dep.Identity.UID, dep.ResourceVersion); skip {
 			// kgc wrote to this dependent at the version the graph still
-			// shows (this owner's patch, or another owner's): the graph
-			// cannot tell whether the reference to this owner is still on
-			// the server. The finalizer must wait until the graph shows the
+			// shows, but not to remove this owner's reference (another
+			// owner's orphaning, a reference removal): the graph cannot
+			// tell whether the reference to this owner is still on the
+			// server. The finalizer must wait until the graph shows the
 			// dependent's newer version; skipping it here lost orphans
 			// (issue 14, item 1).
 			mu.Lock()
@@ -324,8 +394,13 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, e
 			mu.Unlock()
 			continue
 		}
-		index := slices.IndexFunc(dep.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == uid })
-		if index < 0 {
+		var indices []int
+		for i, r := range dep.OwnerReferences {
+			if r.UID == uid {
+				indices = append(indices, i)
+			}
+		}
+		if len(indices) == 0 {
 			continue
 		}
 		t, err := c.target(&graph.Item{Object: dep})
@@ -347,10 +422,10 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, e
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			_, err := c.ops.RemoveOwnerReference(ctx, t, uid, index)
+			_, err := c.ops.RemoveOwnerReference(ctx, t, uid, indices)
 			c.releaseSlot()
 			c.record(metrics.OpOrphan, err)
-			c.writes.record(dep.Identity.UID, dep.ResourceVersion, err)
+			c.writes.recordOrphan(dep.Identity.UID, dep.ResourceVersion, uid, err)
 			// Success (or 404) proves the dependent no longer references
 			// this owner: the patch removes the reference by the owner's
 			// UID whatever else the object holds.

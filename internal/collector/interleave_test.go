@@ -408,10 +408,10 @@ func TestConcurrentOrphansDoNotConflict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.c.ops.RemoveOwnerReference(s.ctx, tg, "p-uid", 1); err != nil {
+	if _, err := s.c.ops.RemoveOwnerReference(s.ctx, tg, "p-uid", []int{1}); err != nil {
 		t.Fatalf("P's patch: %v", err)
 	}
-	if _, err := s.c.ops.RemoveOwnerReference(s.ctx, tg, "o-uid", 0); err != nil {
+	if _, err := s.c.ops.RemoveOwnerReference(s.ctx, tg, "o-uid", []int{0}); err != nil {
 		t.Fatalf("O's patch, after P's changed D: %v", err)
 	}
 	if got := refUIDs(s.mustGet(gvConfigMaps, d)); len(got) != 0 {

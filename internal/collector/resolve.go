@@ -257,7 +257,7 @@ func (r *resolver) getOwner(ctx context.Context, gvr schema.GroupVersionResource
 // confirm classifies ref from a quorum GET sent now, whatever the graph
 // says and without sharing another lookup's answer: for a write that would
 // be wrong, and could not be undone, if an owner the graph shows as solid
-// were gone or waiting by now (see confirmSolid). A graph fed by watches
+// were gone or waiting by now (see planConfirmedRemoval). A graph fed by watches
 // lags the server: an owner deleted a moment ago still looks solid there.
 func (r *resolver) confirm(ctx context.Context, dependent graph.Identity, ref *metav1.OwnerReference) (OwnerState, error) {
 	m, err := r.mapping(ref.APIVersion, ref.Kind)

@@ -42,6 +42,10 @@ type writeEntry struct {
 	rv       string // the graph's resourceVersion the write was decided from
 	conflict bool   // the write was rejected as stale (409)
 	at       time.Time
+	// gone: the write found the object gone (404). orphanedFrom: the write
+	// removed the reference to this owner (see orphaned).
+	gone         bool
+	orphanedFrom types.UID
 }
 
 const (
@@ -81,7 +85,13 @@ func (w *writeLog) check(uid types.UID, rv string) (skip, stale bool) {
 // Outcomes other than success, 404 and 409 (a timeout, a 500) say nothing
 // about the object and are not recorded.
 func (w *writeLog) record(uid types.UID, rv string, err error) {
-	var e writeEntry
+	w.recordOrphan(uid, rv, "", err)
+}
+
+// recordOrphan is record for a write that removed the reference to owner
+// (an orphaning patch).
+func (w *writeLog) recordOrphan(uid types.UID, rv string, owner types.UID, err error) {
+	e := writeEntry{orphanedFrom: owner, gone: apierrors.IsNotFound(err)}
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 	case apiops.IsStale(err):
@@ -107,6 +117,18 @@ func (w *writeLog) record(uid types.UID, rv string, err error) {
 			}
 		}
 	}
+}
+
+// orphaned reports whether kgc's last write to uid, decided from
+// resourceVersion rv, proved that uid no longer references owner: it
+// removed that very reference, or found the object gone. Any other write
+// (another owner's orphaning, a reference removal) leaves the question
+// open until the graph shows the object's newer version.
+func (w *writeLog) orphaned(uid types.UID, rv string, owner types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.entries[uid]
+	return ok && e.rv == rv && !e.conflict && (e.gone || e.orphanedFrom == owner)
 }
 
 func (w *writeLog) forget(uid types.UID) {

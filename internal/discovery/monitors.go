@@ -78,11 +78,15 @@ type monitor struct {
 	observe    func(graph.Event)
 	// sweep: relists (and, for a restarted resource, the first list) end
 	// with a Relisted event.
-	sweep  bool
-	gen    uint32 // the list generation of the last list
-	cancel context.CancelFunc
-	done   chan struct{}
-	clock  clock.WithTicker
+	sweep bool
+	gen   uint32 // the list generation of the last list
+	// listGen: the generation of the last complete list, whose Listed
+	// marker was handed on; appliedGen: the last one the graph builder
+	// applied (Unlisted).
+	listGen, appliedGen atomic.Uint32
+	cancel              context.CancelFunc
+	done                chan struct{}
+	clock               clock.WithTicker
 
 	mu       sync.Mutex
 	synced   bool   // a list completed (a 404 counts: see Status.Synced)
@@ -400,7 +404,7 @@ func (mon *monitor) run(ctx context.Context) {
 			backoff = newMonitorBackoff()
 			if !served {
 				logger.V(2).Info("Resource not served (its list answers 404): listed as empty")
-				if !sleep(ctx, notServed.Step()) {
+				if !sleep(ctx, mon.clock, notServed.Step()) {
 					return
 				}
 				rv = ""
@@ -465,6 +469,7 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 			mon.gen = gen
 			mon.observe(graph.Event{Type: graph.Relisted, Object: graph.Object{Identity: graph.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
 			mon.sweep = true
+			mon.listed(gen)
 			mon.mu.Lock()
 			mon.synced, mon.served = true, false
 			mon.mu.Unlock()
@@ -484,6 +489,7 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 				mon.observe(graph.Event{Type: graph.Relisted, Object: graph.Object{Identity: graph.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
 			}
 			mon.sweep = true
+			mon.listed(gen)
 			mon.mu.Lock()
 			mon.synced, mon.served = true, true
 			mon.mu.Unlock()
@@ -491,6 +497,17 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 		}
 		opts.Continue = l.Continue
 	}
+}
+
+// listed ends a complete list of generation gen: a Listed marker follows
+// the list's events, and the resource counts as listed (Unlisted) once the
+// graph builder applied it (Monitors.Applied), not merely once the monitor
+// handed the events on: a decision that read the graph in between would
+// miss what the list found. listGen is set first, so that the marker can
+// never be applied before its monitor knows it.
+func (mon *monitor) listed(gen uint32) {
+	mon.listGen.Store(gen)
+	mon.observe(graph.Event{Type: graph.Listed, Object: graph.Object{Identity: graph.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
 }
 
 // watch watches the resource from rv and hands each event to observe. It
@@ -691,7 +708,7 @@ func (m *Monitors) prove(ctx context.Context, r Resource, p *prover) {
 			return
 		}
 		logger.V(4).Info("Vanished resource still answers its list; checking again later", "err", fmt.Sprint(err))
-		if !sleep(ctx, backoff.Step()) {
+		if !sleep(ctx, m.clock, backoff.Step()) {
 			return
 		}
 	}
@@ -760,14 +777,32 @@ func (m *Monitors) Len() int {
 // a complete list yet: their objects may be missing from the graph, so no
 // negative fact ("no dependent left") may be concluded while they could
 // hold one.
+//
+// A resource counts as listed once the graph builder has applied the
+// Listed marker of its monitor's last complete list (Applied): only then
+// does the graph hold what that list saw. A relist in progress does not
+// make a listed resource unlisted again.
 func (m *Monitors) Unlisted() []Resource {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []Resource
 	for _, mon := range m.running {
-		if !mon.status().Synced {
+		if g := mon.listGen.Load(); g == 0 || mon.appliedGen.Load() != g {
 			out = append(out, mon.resource)
 		}
 	}
 	return out
+}
+
+// Applied records that the graph builder applied the Listed marker of list
+// generation gen (unique across monitors).
+func (m *Monitors) Applied(gen uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, mon := range m.running {
+		if mon.listGen.Load() == gen {
+			mon.appliedGen.Store(gen)
+			return
+		}
+	}
 }

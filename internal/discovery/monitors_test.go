@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,11 +32,16 @@ var (
 type recorder struct {
 	mu     sync.Mutex
 	events []graph.Event
+	listed []graph.Event // Listed markers, kept apart
 }
 
 func (r *recorder) observe(ev graph.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if ev.Type == graph.Listed {
+		r.listed = append(r.listed, ev)
+		return
+	}
 	r.events = append(r.events, ev)
 }
 
@@ -259,5 +265,43 @@ func TestMonitorFailingResource(t *testing.T) {
 	}
 	if m.Status()[configMaps.GVR].Failing() {
 		t.Error("a synced monitor is reported failing")
+	}
+}
+
+// A resource counts as listed only once the graph builder applied the
+// Listed marker of its complete list: a decision that read the graph while
+// the list's events were still queued would miss what it found.
+func TestUnlistedUntilTheListIsApplied(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	if err := client.Tracker().Create(configMaps.GVR, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "x", UID: "x"}}, "a"); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	m := NewMonitors(client, rec.observe)
+	defer m.Stop()
+	m.Sync(ctx, want(configMaps), nil)
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return m.HasSynced(), nil
+	}); err != nil {
+		t.Fatal("monitor never synced")
+	}
+	if u := m.Unlisted(); len(u) != 1 {
+		t.Fatalf("Unlisted() = %v with the list synced but its marker not applied, want configmaps", u)
+	}
+	rec.mu.Lock()
+	markers := slices.Clone(rec.listed)
+	upserts := len(rec.events)
+	rec.mu.Unlock()
+	if len(markers) != 1 || upserts != 1 {
+		t.Fatalf("%d Listed markers after %d upserts, want one after the list's one", len(markers), upserts)
+	}
+	m.Applied(markers[0].Gen + 1000) // another list's marker
+	if u := m.Unlisted(); len(u) != 1 {
+		t.Fatalf("Unlisted() = %v after another generation's marker", u)
+	}
+	m.Applied(markers[0].Gen)
+	if u := m.Unlisted(); len(u) != 0 {
+		t.Fatalf("Unlisted() = %v after the marker was applied, want none", u)
 	}
 }

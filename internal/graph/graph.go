@@ -58,6 +58,11 @@ const (
 	// upsert carries removes every node of the group and kind: how the
 	// monitors report a resource proven gone (its LIST answers 404).
 	Relisted
+	// Listed follows every complete list of one resource (after its
+	// Relisted, if any): once it is applied, the graph holds everything
+	// that list saw. The graph ignores it; the collector counts the
+	// resource as listed from then on (discovery.Monitors.Unlisted).
+	Listed
 )
 
 // Event is one monitor observation, in the order the monitor saw it.

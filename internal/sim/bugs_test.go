@@ -67,14 +67,11 @@ func (s *scripted) verify() {
 	}
 }
 
-// skipFixed skips a bug's reproduction: the bug is fixed on main, not on
-// this branch. KGC_SIM_UNSKIP=1 runs it anyway (it fails here: that is how
-// its trace in the report was produced).
+// skipFixed marks a bug's reproduction. Each failed before its fix (the
+// traces are in issue 14's notes) and must pass now.
 func skipFixed(t *testing.T, item string) {
 	t.Helper()
-	if os.Getenv("KGC_SIM_UNSKIP") == "" {
-		t.Skip("issue 14 item " + item + ": fixed on main; un-skip after merge")
-	}
+	t.Logf("issue 14 item %s: fixed; this schedule failed before the fix", item)
 }
 
 // Issue 14 item 1: two owners orphan one dependent; the write log makes
@@ -213,9 +210,6 @@ func TestIssue14Item7bFalseCycle(t *testing.T) {
 // instance stays in kgc's graph as a ghost, and its owner's Foreground
 // deletion waits for it forever.
 func TestIssue14Item4GhostAfterCRDDeletion(t *testing.T) {
-	if os.Getenv("KGC_SIM_UNSKIP") == "" {
-		t.Skip("issue 14 item 4: not fixed on this branch; un-skip once it is")
-	}
 	s := newScripted(t)
 	o := s.create(Obj{GR: ClusterRoles, Name: "o"})
 	s.create(Obj{GR: Gadgets, Name: "d"}, s.OwnerRef(o, true))

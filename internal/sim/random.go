@@ -349,7 +349,14 @@ func (s *rs) step() error {
 			case 0:
 				s.SwitchVersion(Widgets, []string{"v1", "v2"}[s.rng.IntN(2)])
 			case 1:
-				s.Unserve(Gadgets, s.chance(0.5))
+				// As kube-apiserver does after a CRD is deleted: the
+				// resource stays in discovery while its LIST answers 404
+				// (it leaves discovery at the next heal). The sim has no
+				// CRD objects, so a resource leaving discovery at once
+				// looks to kgc like a vanished aggregated API, whose
+				// objects kgc keeps (discovery.Monitors: only resources a
+				// CRD served are swept when they vanish).
+				s.Unserve(Gadgets, true)
 			default:
 				s.Serve(Gadgets)
 			}

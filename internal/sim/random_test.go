@@ -17,7 +17,7 @@ import (
 // lists, the annotating client, self references) and would otherwise fail
 // on every run. KGC_SIM_ALL=1 turns every feature on. Set this to false
 // once main's fixes are merged.
-const knownBugsOpen = true
+const knownBugsOpen = false
 
 func envInt(t *testing.T, name string, def uint64) uint64 {
 	t.Helper()

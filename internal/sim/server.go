@@ -284,7 +284,9 @@ func (s *Server) checkFinalizers(actor Actor, old, now *metav1.ObjectMeta) {
 			if orphanGone && now.DeletionTimestamp != nil {
 				s.violate("S2", "%s removed the orphan finalizer of %s/%s[%s] while %s still references it%s", actor, old.Namespace, old.Name, old.UID, describe(k, d), note)
 			}
-			if fgGone && ref.BlockOwnerDeletion != nil && *ref.BlockOwnerDeletion {
+			// An object's reference to itself never blocks (kgc's semantics,
+			// docs/correctness.md: upstream waits forever there).
+			if fgGone && ref.BlockOwnerDeletion != nil && *ref.BlockOwnerDeletion && d.UID != old.UID {
 				s.violate("S3", "%s removed the foregroundDeletion finalizer of %s/%s[%s] while %s still blocks it%s", actor, old.Namespace, old.Name, old.UID, describe(k, d), note)
 			}
 		}
