@@ -317,7 +317,19 @@ func (w *safetyWatcher) judge(run string, testDeleted map[types.UID]bool) judgem
 					continue // never existed among the watched objects: dangling
 				}
 				os, ok := oh.stateBefore(s.rv)
-				if !ok || os.gone {
+				if !ok {
+					continue
+				}
+				if p, ok := oh.phaseOf(finalizerOrphan); ok && p.start < s.rv && os.gone {
+					// The orphaning owner went while the dependent still
+					// referred to it (S2 (a) reports that); the dependent
+					// then went on account of it: the orphan was lost.
+					out.violations = append(out.violations, fmt.Sprintf(
+						"S2: %s was deleted (state %s) while it still referred to its owner %s, deleted with Orphan at rv %d and gone at rv %d without orphaning it\n  dependent history: %v\n  owner history: %v",
+						h.id, s, oh.id, p.start, os.rv, h.states, oh.states))
+					continue
+				}
+				if os.gone {
 					continue
 				}
 				if p, ok := oh.phaseOf(finalizerOrphan); ok && p.start < s.rv {
@@ -354,4 +366,39 @@ func (h *history) stateBefore(rv uint64) (objState, bool) {
 		}
 	}
 	return out, found
+}
+
+// trace describes what the watcher saw of uid and of every owner it ever
+// referred to, for a failure's report.
+func (w *safetyWatcher) trace(uid types.UID) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.objects[uid]
+	if h == nil {
+		return fmt.Sprintf("  %s: never seen", uid)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %s:\n", h.id)
+	for _, s := range h.states {
+		fmt.Fprintf(&b, "    %s\n", s)
+	}
+	seen := map[types.UID]bool{}
+	for _, s := range h.states {
+		for _, ref := range s.refs {
+			if seen[ref.UID] {
+				continue
+			}
+			seen[ref.UID] = true
+			oh := w.objects[ref.UID]
+			if oh == nil {
+				fmt.Fprintf(&b, "  owner %s: never seen\n", ref.UID)
+				continue
+			}
+			fmt.Fprintf(&b, "  owner %s:\n", oh.id)
+			for _, s := range oh.states {
+				fmt.Fprintf(&b, "    %s\n", s)
+			}
+		}
+	}
+	return b.String()
 }
