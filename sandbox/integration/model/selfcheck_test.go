@@ -141,6 +141,9 @@ func TestJudgeRules(t *testing.T) {
 		"n2": hist("n2", objState{rv: 30, refs: refTo("m")}),
 		"n3": hist("n3", objState{rv: 30, refs: refTo("m")}, objState{rv: 34, gone: true, refs: refTo("m")}),
 		"n4": hist("n4", objState{rv: 30, refs: refTo("m", "q2")}, objState{rv: 32, refs: refTo("q2")}, objState{rv: 36, gone: true, refs: refTo("q2")}),
+		// n5 still refers to m when m goes (a), and is then deleted on
+		// account of it at rv 37 (b): the orphan is lost.
+		"n5": hist("n5", objState{rv: 30, refs: refTo("m")}, objState{rv: 37, gone: true, refs: refTo("m")}),
 
 		// S3. Owner u is in Foreground deletion from rv 41, its finalizer
 		// removed at rv 45. v (blocking) is gone at rv 44: fine. v2 has a
@@ -152,14 +155,14 @@ func TestJudgeRules(t *testing.T) {
 		"v3": hist("v3", objState{rv: 40, refs: refTo("u"), finalizers: hold}, objState{rv: 43, deleting: true, refs: refTo("u"), finalizers: hold}),
 	}, unknowns: map[string]int{}}
 	j := w.judge("r", map[types.UID]bool{"h": true, "o": true, "p": true, "q": true, "k": true, "m": true, "q2": true, "u": true})
-	// d, e (start and removal), f, g, l, n3, n4, v (start and removal), v3
-	if j.judged != 11 {
-		t.Errorf("judged %d deletion events, want 11", j.judged)
+	// d, e (start and removal), f, g, l, n3, n4, n5, v (start and removal), v3
+	if j.judged != 12 {
+		t.Errorf("judged %d deletion events, want 12", j.judged)
 	}
 	if j.orphans != 1 || j.foregrounds != 2 {
 		t.Errorf("judged %d orphan and %d foreground owners, want 1 and 2", j.orphans, j.foregrounds)
 	}
-	want := []string{"S1: ConfigMap ns/d ", "S1: ConfigMap ns/g ", "S1: ConfigMap ns/l ", "S2: ConfigMap ns/m ", "S2: ConfigMap ns/n3 ", "S3: ConfigMap ns/u "}
+	want := []string{"S1: ConfigMap ns/d ", "S1: ConfigMap ns/g ", "S1: ConfigMap ns/l ", "S2: ConfigMap ns/m ", "S2: ConfigMap ns/m ", "S2: ConfigMap ns/n3 ", "S2: ConfigMap ns/n5 ", "S3: ConfigMap ns/u "}
 	var got []string
 	for _, v := range j.violations {
 		got = append(got, v[:strings.Index(v, "(uid")])
@@ -169,11 +172,39 @@ func TestJudgeRules(t *testing.T) {
 		t.Errorf("violations:\n%s\nwant exactly those starting %q", strings.Join(j.violations, "\n"), want)
 	}
 	for _, v := range j.violations {
-		if strings.HasPrefix(v, "S2: ConfigMap ns/m ") && !strings.Contains(v, "ns/n2") {
+		if strings.HasPrefix(v, "S2: ConfigMap ns/m ") && !strings.Contains(v, "ns/n2") && !strings.Contains(v, "ns/n5") {
 			t.Errorf("the S2 violation names the wrong dependent: %s", v)
 		}
 		if strings.HasPrefix(v, "S3: ") && !strings.Contains(v, "ns/v3") {
 			t.Errorf("the S3 violation names the wrong dependent: %s", v)
+		}
+	}
+}
+
+// TestPlanChaos pins the chaos plans: drawn from the seed alone, restarts
+// in order and not overlapping, and none when KGC_MODEL_CHAOS says none.
+func TestPlanChaos(t *testing.T) {
+	all := map[string]bool{"delay": true, "restart": true, "fail": true}
+	for seed := range int64(200) {
+		p := planChaos(seed, 150, all, 3)
+		if q := planChaos(seed, 150, all, 3); p.String() != q.String() {
+			t.Fatalf("seed %d: two plans %q and %q", seed, p, q)
+		}
+		if len(p.delayed) == 0 || len(p.restarts) == 0 || len(p.restarts) > 3 {
+			t.Errorf("seed %d: plan %s lacks a kind", seed, p)
+		}
+		last := 0
+		for _, r := range p.restarts {
+			if r.stopAt < 1 || r.stopAt < last || r.startAt < r.stopAt {
+				t.Errorf("seed %d: restarts out of order or overlapping: %s", seed, p)
+			}
+			last = r.startAt
+		}
+		if p.fail != nil && p.fail.atStart > len(p.restarts) {
+			t.Errorf("seed %d: a failure at start %d of %d", seed, p.fail.atStart, len(p.restarts)+1)
+		}
+		if s := planChaos(seed, 150, map[string]bool{}, 3).String(); s != "none" {
+			t.Errorf("seed %d: no chaos kinds gave plan %s", seed, s)
 		}
 	}
 }
