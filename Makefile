@@ -21,8 +21,8 @@ test-unit: ## Run the root module's unit tests only (fast, no control plane).
 test-integration: ## Run the integration tests against the sandbox control plane.
 	$(GO) test -race ./sandbox/...
 
-soak: ## Run the randomized model-based safety test for many seeds (env: KGC_MODEL_SEEDS=50, KGC_MODEL_OBJECTS=400, KGC_SEED).
-	KGC_MODEL_SEEDS=$${KGC_MODEL_SEEDS:-50} KGC_MODEL_OBJECTS=$${KGC_MODEL_OBJECTS:-400} \
+soak: ## Run the randomized model-based safety test for many seeds (env: KGC_MODEL_SEEDS=50, KGC_MODEL_OBJECTS=400, KGC_SEED, KGC_MODEL_CHAOS=delay,restart,fail, KGC_MODEL_RESTARTS=4).
+	KGC_MODEL_SEEDS=$${KGC_MODEL_SEEDS:-50} KGC_MODEL_OBJECTS=$${KGC_MODEL_OBJECTS:-400} KGC_MODEL_RESTARTS=$${KGC_MODEL_RESTARTS:-4} \
 		$(GO) test -race -count=1 -timeout 4h -v -run '^TestModel$$' ./sandbox/integration/model/
 
 soak-sim: ## Run the deterministic interleaving simulator for many schedules (env: KGC_SIM_SCHEDULES=1000000, KGC_SIM_BASE=1, KGC_SIM_ALL=1 for every feature, KGC_SIM_SEED replays one).

@@ -7,15 +7,42 @@
 // new dependents), and checks two things:
 //
 //   - safety, judged by an independent watcher that records every object's
-//     history: no object is deleted by the collector while one of its owners
-//     is alive and not being deleted;
+//     history (its own informers, no kgc code, no fault proxy) and compares
+//     states by resourceVersion, a global order with one etcd behind the
+//     apiserver (watches of different resources are not ordered relative
+//     to each other, so nothing is judged by arrival). The rules, from
+//     docs/design.md:
+//     S1: no object is deleted by the collector while one of its owners
+//     exists and has never been in Foreground deletion (an owner being
+//     deleted with another finalizer, or orphaning, still holds);
+//     S2: when an owner deleted with Orphan loses its orphan finalizer, no
+//     object refers to it any more, and no object is deleted while it
+//     still refers to such an owner (a dependent whose reference to it was
+//     removed may go on account of another owner: S1 judges that);
+//     S3: when an owner in Foreground deletion loses its
+//     foregroundDeletion finalizer, no existing object refers to it with
+//     blockOwnerDeletion=true (a dependent being deleted still blocks);
 //   - the final state, once the cluster is quiet, equals what a small
 //     reference simulator of the documented semantics (docs/design.md)
-//     computes from the test's own record of what it did.
+//     computes from the test's own record of what it did. Operations whose
+//     outcome would depend on the collector's order are not made (a
+//     dependent shared by an orphaning owner and a doomed one); two owners
+//     orphaning the same dependents are.
+//
+// Each seed runs its own in-process collectors through a fault proxy
+// (internal/faultproxy) and puts them through seeded chaos (chaos_test.go):
+// kgc's watches of one or two resources delayed, collector restarts with
+// operations going on while none runs, and a custom resource whose LIST and
+// WATCH fail for kgc for a few seconds at one of its starts. The plan is
+// logged per seed; KGC_SEED replays it (the apiserver's timing is not
+// replayed). A failure prints the violations and the watcher's history of
+// each object involved and of its owners.
 //
 // Environment: KGC_SEED fixes the first seed (default: time based; every
 // seed is logged), KGC_MODEL_SEEDS the number of seeds (default 3),
-// KGC_MODEL_OBJECTS the size of each initial forest (default 150) and
+// KGC_MODEL_OBJECTS the size of each initial forest (default 150),
 // KGC_MODEL_OPS the number of operations per seed (default: as many as
-// objects). `make soak` runs many more seeds with larger forests.
+// objects), KGC_MODEL_CHAOS the chaos kinds (default "delay,restart,fail";
+// "none" for none) and KGC_MODEL_RESTARTS the most restarts per seed
+// (default 2). `make soak` runs many more seeds with larger forests.
 package model

@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
-	"github.com/kgc-dev/kgc/pkg/kgc"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
@@ -24,6 +23,7 @@ var (
 	dynamicClient  dynamic.Interface
 	metadataClient metadata.Interface
 	watcher        *safetyWatcher
+	envConfig      *rest.Config
 )
 
 var crdGVR = testenv.CRDGVR
@@ -44,18 +44,12 @@ func setup(env *testenv.Env) error {
 	}
 	testenv.Logf("setup")("CRDs up")
 
-	_, err := env.StartCollector(rest.CopyConfig(env.Config), kgc.Options{
-		Workers:               10,
-		DiscoveryResyncPeriod: 5 * time.Second,
-		QPS:                   1000,
-		Burst:                 2000,
-		Logger:                testenv.Logger("kgc"),
-	}, 60*time.Second)
-	if err != nil {
-		return err
-	}
+	// Each seed runs its own collectors (see chaos_test.go), through a
+	// fault proxy, on a copy of this config.
+	envConfig = rest.CopyConfig(env.Config)
 
-	// Stopped (env.Ctx) before kgc and the control plane.
+	var err error
+	// Stopped (env.Ctx) before the control plane.
 	if watcher, err = startSafetyWatcher(env.Ctx, metadataClient); err != nil {
 		return fmt.Errorf("safety watcher: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -27,7 +28,7 @@ import (
 )
 
 // Totals over the whole package run, for the final summary.
-var totalSeeds, totalOps, totalJudged atomic.Int64
+var totalSeeds, totalOps, totalJudged, totalOrphans, totalForegrounds, totalViolations atomic.Int64
 
 func envInt(t *testing.T, name string, def int64) int64 {
 	v := os.Getenv(name)
@@ -47,16 +48,20 @@ func TestModel(t *testing.T) {
 	seeds := envInt(t, "KGC_MODEL_SEEDS", 3)
 	objects := int(envInt(t, "KGC_MODEL_OBJECTS", 150))
 	ops := int(envInt(t, "KGC_MODEL_OPS", int64(objects)))
-	t.Logf("seeds %d..%d (rerun one with KGC_SEED=<seed> KGC_MODEL_SEEDS=1), %d objects, %d operations each",
-		first, first+seeds-1, objects, ops)
+	kinds := chaosKinds(t)
+	maxRestarts := int(envInt(t, "KGC_MODEL_RESTARTS", 2))
+	t.Logf("seeds %d..%d (rerun one with KGC_SEED=<seed> KGC_MODEL_SEEDS=1), %d objects, %d operations each, chaos %v (at most %d restarts)",
+		first, first+seeds-1, objects, ops, slices.Sorted(maps.Keys(kinds)), maxRestarts)
 	for i := range seeds {
 		seed := first + i
-		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runSeed(t, seed, objects, ops) }) {
-			t.Logf("seed %d failed; rerun it with KGC_SEED=%d KGC_MODEL_SEEDS=1 KGC_MODEL_OBJECTS=%d KGC_MODEL_OPS=%d", seed, seed, objects, ops)
+		plan := planChaos(seed, ops, kinds, maxRestarts)
+		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runSeed(t, seed, objects, ops, plan) }) {
+			t.Logf("seed %d failed; rerun it with KGC_SEED=%d KGC_MODEL_SEEDS=1 KGC_MODEL_OBJECTS=%d KGC_MODEL_OPS=%d KGC_MODEL_CHAOS=%s KGC_MODEL_RESTARTS=%d",
+				seed, seed, objects, ops, strings.Join(slices.Sorted(maps.Keys(kinds)), ","), maxRestarts)
 		}
 	}
-	t.Logf("summary: %d seeds, %d operations, %d collector deletions judged, no safety violation unless reported above",
-		totalSeeds.Load(), totalOps.Load(), totalJudged.Load())
+	t.Logf("summary: %d seeds, %d operations, %d collector deletions judged (S1, S2), %d orphaning owners judged (S2), %d foreground owners judged (S3), %d violations",
+		totalSeeds.Load(), totalOps.Load(), totalJudged.Load(), totalOrphans.Load(), totalForegrounds.Load(), totalViolations.Load())
 }
 
 // recObj is the test's record of one object: what it created and what its
@@ -90,8 +95,8 @@ type run struct {
 	skipped   int
 }
 
-func runSeed(t *testing.T, seed int64, objects, ops int) {
-	t.Logf("seed %d", seed)
+func runSeed(t *testing.T, seed int64, objects, ops int, plan chaosPlan) {
+	t.Logf("seed %d; chaos: %s", seed, plan)
 	r := &run{
 		t: t, ctx: t.Context(), seed: seed,
 		rng:     rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15)),
@@ -107,14 +112,19 @@ func runSeed(t *testing.T, seed int64, objects, ops int) {
 	t.Cleanup(r.cleanup)
 
 	start := time.Now()
+	// After the namespace's cleanup is registered: the collector stops
+	// before the run's objects are cleaned up.
+	chaos := startChaos(t, seed, plan)
 	for range objects {
 		r.createRandom()
 	}
 	created := time.Since(start)
 	r.operating = true
-	for range ops {
+	for i := range ops {
+		chaos.beforeOp(i)
 		r.randomOp()
 	}
+	chaos.settle()
 	// Let everything finish: release every custom finalizer.
 	for _, o := range r.objs {
 		if slices.Contains(o.finalizers, holdFinalizer) {
@@ -131,12 +141,26 @@ func runSeed(t *testing.T, seed int64, objects, ops int) {
 	if err := watcher.sync(r.ctx, r.ns); err != nil {
 		t.Fatalf("seed %d: watcher barrier: %v", seed, err)
 	}
-	violations, judged, unknown := watcher.judge(r.id, r.deleted)
-	for _, v := range violations {
-		t.Errorf("SAFETY VIOLATION (seed %d): %s", seed, v)
+	if diff != "" {
+		// The trace: what the watcher saw of each object the model and
+		// the cluster disagree on, and of its owners.
+		for uid := range want {
+			if g, ok := got[uid]; !ok || g != want[uid] {
+				t.Logf("seed %d trace:\n%s", seed, watcher.trace(uid))
+			}
+		}
+		for uid := range got {
+			if _, ok := want[uid]; !ok {
+				t.Logf("seed %d trace:\n%s", seed, watcher.trace(uid))
+			}
+		}
 	}
-	if unknown > 0 {
-		t.Errorf("seed %d: %d deletions were seen only as DeletedFinalStateUnknown and could not be judged", seed, unknown)
+	j := watcher.judge(r.id, r.deleted)
+	for _, v := range j.violations {
+		t.Errorf("SAFETY VIOLATION (seed %d) %s", seed, v)
+	}
+	if j.unknown > 0 {
+		t.Errorf("seed %d: %d deletions were seen only as DeletedFinalStateUnknown and could not be judged", seed, j.unknown)
 	}
 	applied := 0
 	for _, n := range r.counts {
@@ -144,10 +168,13 @@ func runSeed(t *testing.T, seed int64, objects, ops int) {
 	}
 	totalSeeds.Add(1)
 	totalOps.Add(int64(applied))
-	totalJudged.Add(int64(judged))
-	t.Logf("seed %d: %d objects created in %s, %d operations applied %v (%d skipped: target changed or gone), settled at %s with %d survivors; %d collector deletions judged, %d violations",
-		seed, len(r.objs), created.Round(time.Millisecond), applied, r.counts, r.skipped,
-		settled.Round(time.Millisecond), len(got), judged, len(violations))
+	totalJudged.Add(int64(j.judged))
+	totalOrphans.Add(int64(j.orphans))
+	totalForegrounds.Add(int64(j.foregrounds))
+	totalViolations.Add(int64(len(j.violations)))
+	t.Logf("seed %d: %d objects created in %s, %d operations applied %v (%d skipped: target changed or gone), %d collector starts, settled at %s with %d survivors; judged %d collector deletions, %d orphaning and %d foreground owners; %d violations; fault proxy: %s",
+		seed, len(r.objs), created.Round(time.Millisecond), applied, r.counts, r.skipped, chaos.starts,
+		settled.Round(time.Millisecond), len(got), j.judged, j.orphans, j.foregrounds, len(j.violations), chaos.ft)
 }
 
 // ---- creating objects ----
@@ -327,21 +354,112 @@ func (r *run) hasOrphanedOwner(o *recObj) bool {
 	return false
 }
 
-// orphanable says whether x may be deleted with the Orphan policy without
-// making the final state depend on timing: each of its dependents must refer
-// to x only. (A dependent with another owner that goes away while x's orphan
-// finalizer is pending ends up kept or collected depending on whether the
-// collector drops that owner's reference before or after it orphans the
-// dependent — both are correct, so the model avoids the race.)
-func (r *run) orphanable(x *recObj) bool {
+// Shared dependents and Orphan. A dependent D with several owners, one of
+// them (O) deleted with Orphan, ends up kept or collected depending on the
+// order in which the collector removes O's reference and loses D's other
+// owners: if the others go first, O (existing, orphaning) still holds D and
+// D is kept; if O's reference goes first, D has only dead owners left and
+// is collected. Both are correct, so the test never creates that race,
+// while it does create the cases whose outcome is fixed — two owners of D
+// both deleted with Orphan (D survives without references; issue 14 item
+// 1), or an orphaning owner next to live ones:
+//
+//   - orphanSafe: x may be deleted with Orphan only if every other owner of
+//     each dependent still referring to x is either deleted with Orphan too
+//     or not doomed (being deleted or bound to be collected, per the
+//     reference model run on the record so far);
+//   - racesOrphaning: any other operation that dooms objects (a Background
+//     or Foreground deletion, a reference removal) is not made if it
+//     dooms an object that still refers, on the server, to an owner deleted
+//     with Orphan, or that is an owner of such an object.
+
+// projection runs the reference model on the record so far, changed by
+// mutate, and returns the objects it ends with being deleted or gone.
+func (r *run) projection(mutate func(map[types.UID]*simObj)) map[types.UID]bool {
+	sim := r.simObjs()
+	if mutate != nil {
+		mutate(sim)
+	}
+	simulate(sim)
+	out := map[types.UID]bool{}
+	for uid, s := range sim {
+		if s.gone || s.deleting {
+			out[uid] = true
+		}
+	}
+	return out
+}
+
+// orphanSafe says whether deleting x with Orphan fixes the fate of each of
+// x's dependents (see above). The other owners are taken from the test's
+// record, not from the server: the reference model runs on the record, and
+// a reference the collector has already removed (its owner dead) is still
+// there for the model, which would then collect a dependent the collector
+// keeps. So any doomed owner in the record, even one the server no longer
+// shows, makes x unsafe.
+func (r *run) orphanSafe(x *recObj) bool {
+	var doomed map[types.UID]bool
 	for _, d := range r.objs {
+		if d == x || d.seenGone || !slices.ContainsFunc(d.refs, func(ref simRef) bool { return ref.uid == x.uid }) {
+			continue
+		}
 		for _, ref := range d.refs {
-			if ref.uid == x.uid && len(d.refs) > 1 {
+			if ref.uid == x.uid {
+				continue
+			}
+			if p := r.byUID[ref.uid]; p != nil && p.orphaned {
+				continue
+			}
+			if doomed == nil {
+				doomed = r.projection(nil)
+			}
+			if doomed[ref.uid] || r.byUID[ref.uid] == nil {
 				return false
 			}
 		}
 	}
 	return true
+}
+
+// racesOrphaning says whether an operation, given by what it does to the
+// model's record (mutate), would doom an object whose fate then depends on
+// the collector's order (see above).
+func (r *run) racesOrphaning(mutate func(map[types.UID]*simObj)) bool {
+	pending := false
+	for _, d := range r.objs {
+		if !d.seenGone && r.hasOrphanedOwner(d) {
+			pending = true
+			break
+		}
+	}
+	if !pending {
+		return false
+	}
+	before, after := r.projection(nil), r.projection(mutate)
+	newly := map[types.UID]bool{}
+	for uid := range after {
+		if !before[uid] {
+			newly[uid] = true
+		}
+	}
+	for _, d := range r.objs {
+		if d.seenGone || !r.hasOrphanedOwner(d) {
+			continue
+		}
+		if !newly[d.uid] && !slices.ContainsFunc(d.refs, func(ref simRef) bool { return newly[ref.uid] }) {
+			continue
+		}
+		m := r.current(d)
+		if m == nil {
+			continue
+		}
+		for _, ref := range m.OwnerReferences {
+			if o := r.byUID[ref.UID]; o != nil && o.orphaned {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (r *run) deleteRandom() {
@@ -365,8 +483,26 @@ func (r *run) deleteRandom() {
 	}
 	policies := []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground, metav1.DeletePropagationOrphan}
 	policy := policies[r.rng.IntN(len(policies))]
-	if policy == metav1.DeletePropagationOrphan && !r.orphanable(o) {
+	if policy == metav1.DeletePropagationOrphan && !r.orphanSafe(o) {
 		policy = metav1.DeletePropagationBackground
+	}
+	if policy != metav1.DeletePropagationOrphan && r.racesOrphaning(func(sim map[types.UID]*simObj) {
+		x := sim[o.uid]
+		x.deleting = true
+		if policy == metav1.DeletePropagationForeground {
+			x.finalizers = append(x.finalizers, finalizerForeground)
+		}
+		if len(x.finalizers) == 0 {
+			x.gone = true
+		}
+	}) {
+		// Orphan fixes the fate of the shared dependents: both owners
+		// orphan them.
+		if !r.orphanSafe(o) {
+			r.skipped++
+			return
+		}
+		policy = metav1.DeletePropagationOrphan
 	}
 	rv := m.ResourceVersion
 	err := o.meta().Delete(r.ctx, o.name, metav1.DeleteOptions{
@@ -425,7 +561,15 @@ func (r *run) removeRefRandom() {
 	}
 	refs := slices.Clone(m.OwnerReferences)
 	i := r.rng.IntN(len(refs))
+	removed := refs[i].UID
 	refs = slices.Delete(refs, i, i+1)
+	if r.racesOrphaning(func(sim map[types.UID]*simObj) {
+		x := sim[o.uid]
+		x.refs = slices.DeleteFunc(x.refs, func(ref simRef) bool { return ref.uid == removed })
+	}) {
+		r.skipped++
+		return
+	}
 	out, err := r.patchMeta(o, m.ResourceVersion, map[string]any{"ownerReferences": refs})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		r.skipped++
@@ -538,8 +682,8 @@ func finalizersKey(f []string) string {
 	return strings.Join(f, ",")
 }
 
-// expected runs the reference model on the test's record.
-func (r *run) expected() map[types.UID]finalState {
+// simObjs returns the reference model's objects for the test's record.
+func (r *run) simObjs() map[types.UID]*simObj {
 	sim := map[types.UID]*simObj{}
 	for _, o := range r.objs {
 		sim[o.uid] = &simObj{
@@ -550,6 +694,12 @@ func (r *run) expected() map[types.UID]finalState {
 			gone:       o.gone,
 		}
 	}
+	return sim
+}
+
+// expected runs the reference model on the test's record.
+func (r *run) expected() map[types.UID]finalState {
+	sim := r.simObjs()
 	simulate(sim)
 	out := map[types.UID]finalState{}
 	for uid, s := range sim {
@@ -622,10 +772,16 @@ func (r *run) waitForModel(want map[types.UID]finalState) (map[types.UID]finalSt
 	var last string
 	matched := func(ctx context.Context) (bool, error) {
 		var err error
-		if got, err = r.actual(ctx); err != nil {
-			last = err.Error()
+		cur, err := r.actual(ctx)
+		if err != nil {
+			// Keep the last difference seen: near the timeout the
+			// client's rate limiter refuses, and that says nothing.
+			if last == "" {
+				last = err.Error()
+			}
 			return false, nil
 		}
+		got = cur
 		last = r.diff(want, got)
 		return last == "", nil
 	}

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -90,33 +91,120 @@ func TestSimulateRules(t *testing.T) {
 }
 
 func TestJudgeRules(t *testing.T) {
-	block := true
-	refTo := func(uid string) []metav1.OwnerReference {
-		return []metav1.OwnerReference{{Kind: "ConfigMap", Name: uid, UID: types.UID(uid), BlockOwnerDeletion: &block}}
+	block, noBlock := true, false
+	refTo := func(uids ...string) []metav1.OwnerReference {
+		var out []metav1.OwnerReference
+		for _, uid := range uids {
+			b := &block
+			if strings.HasPrefix(uid, "~") { // "~x": a non-blocking reference to x
+				uid, b = uid[1:], &noBlock
+			}
+			out = append(out, metav1.OwnerReference{Kind: "ConfigMap", Name: uid, UID: types.UID(uid), BlockOwnerDeletion: b})
+		}
+		return out
 	}
 	hist := func(uid string, states ...objState) *history {
 		return &history{id: ident{kind: configMapKind, namespace: "ns", name: uid, uid: types.UID(uid)}, run: "r", states: states}
 	}
+	fg, orphan, hold := []string{finalizerForeground}, []string{finalizerOrphan}, []string{holdFinalizer}
 	w := &safetyWatcher{objects: map[types.UID]*history{
-		// Owner o lives throughout; d is deleted at rv 5: a violation.
+		// S1. Owner o lives throughout; d is deleted at rv 5: a violation.
 		"o": hist("o", objState{rv: 1}),
 		"d": hist("d", objState{rv: 2, refs: refTo("o")}, objState{rv: 5, gone: true, refs: refTo("o")}),
-		// Owner p starts deleting at rv 6, e's deletion starts at rv 7: fine.
-		"p": hist("p", objState{rv: 3}, objState{rv: 6, deleting: true}),
+		// Owner p is in Foreground deletion from rv 6, e's deletion starts
+		// at rv 7: fine; e is gone at rv 9, p's finalizer removed at rv 10:
+		// fine.
+		"p": hist("p", objState{rv: 3}, objState{rv: 6, deleting: true, finalizers: fg}, objState{rv: 10, deleting: true}),
 		"e": hist("e", objState{rv: 4, refs: refTo("p")}, objState{rv: 7, deleting: true, refs: refTo("p")}, objState{rv: 9, gone: true, refs: refTo("p")}),
 		// Owner q is gone at rv 10; f goes at rv 11: fine. g goes at rv 8,
 		// before q started deleting: a violation.
 		"q": hist("q", objState{rv: 3}, objState{rv: 10, gone: true}),
 		"f": hist("f", objState{rv: 4, refs: refTo("q")}, objState{rv: 11, gone: true, refs: refTo("q")}),
 		"g": hist("g", objState{rv: 4, refs: refTo("q")}, objState{rv: 8, gone: true, refs: refTo("q")}),
-		// h is deleted by the test: not judged.
+		// h is deleted by the test: not judged as a deletion.
 		"h": hist("h", objState{rv: 4, refs: refTo("o")}, objState{rv: 12, gone: true, refs: refTo("o")}),
+		// S1, an owner deleting with another finalizer still holds: k is
+		// being deleted (Background, held) from rv 21, l goes at rv 22: a
+		// violation.
+		"k": hist("k", objState{rv: 20, finalizers: hold}, objState{rv: 21, deleting: true, finalizers: hold}),
+		"l": hist("l", objState{rv: 20, refs: refTo("k")}, objState{rv: 22, gone: true, refs: refTo("k")}),
+
+		// S2. Owner m is deleted with Orphan at rv 31 and goes at rv 35.
+		// n's reference is removed at rv 33: fine. n2 still refers to m
+		// at rv 35: a violation (a). n3 is deleted at rv 34 still
+		// referring to m: a violation (b). n4 has owners m and q2; its
+		// reference to m is removed at rv 32, and it goes at rv 36 after q2
+		// went at rv 34: fine.
+		"m":  hist("m", objState{rv: 30}, objState{rv: 31, deleting: true, finalizers: orphan}, objState{rv: 35, gone: true}),
+		"q2": hist("q2", objState{rv: 30}, objState{rv: 34, gone: true}),
+		"n":  hist("n", objState{rv: 30, refs: refTo("m")}, objState{rv: 33}),
+		"n2": hist("n2", objState{rv: 30, refs: refTo("m")}),
+		"n3": hist("n3", objState{rv: 30, refs: refTo("m")}, objState{rv: 34, gone: true, refs: refTo("m")}),
+		"n4": hist("n4", objState{rv: 30, refs: refTo("m", "q2")}, objState{rv: 32, refs: refTo("q2")}, objState{rv: 36, gone: true, refs: refTo("q2")}),
+		// n5 still refers to m when m goes (a), and is then deleted on
+		// account of it at rv 37 (b): the orphan is lost.
+		"n5": hist("n5", objState{rv: 30, refs: refTo("m")}, objState{rv: 37, gone: true, refs: refTo("m")}),
+
+		// S3. Owner u is in Foreground deletion from rv 41, its finalizer
+		// removed at rv 45. v (blocking) is gone at rv 44: fine. v2 has a
+		// non-blocking reference and lives on: fine. v3 (blocking) is being
+		// deleted but not gone at rv 45: a violation.
+		"u":  hist("u", objState{rv: 40}, objState{rv: 41, deleting: true, finalizers: fg}, objState{rv: 45, gone: true}),
+		"v":  hist("v", objState{rv: 40, refs: refTo("u")}, objState{rv: 42, deleting: true, refs: refTo("u")}, objState{rv: 44, gone: true, refs: refTo("u")}),
+		"v2": hist("v2", objState{rv: 40, refs: refTo("~u")}),
+		"v3": hist("v3", objState{rv: 40, refs: refTo("u"), finalizers: hold}, objState{rv: 43, deleting: true, refs: refTo("u"), finalizers: hold}),
 	}, unknowns: map[string]int{}}
-	violations, judged, _ := w.judge("r", map[types.UID]bool{"h": true})
-	if judged != 7 { // d, e (start and removal), f, g, and the owners p and q
-		t.Errorf("judged %d deletion events, want 7", judged)
+	j := w.judge("r", map[types.UID]bool{"h": true, "o": true, "p": true, "q": true, "k": true, "m": true, "q2": true, "u": true})
+	// d, e (start and removal), f, g, l, n3, n4, n5, v (start and removal), v3
+	if j.judged != 12 {
+		t.Errorf("judged %d deletion events, want 12", j.judged)
 	}
-	if len(violations) != 2 || !strings.Contains(violations[0], "ns/d") || !strings.Contains(violations[1], "ns/g") {
-		t.Errorf("violations:\n%s\nwant exactly d's and g's", strings.Join(violations, "\n"))
+	if j.orphans != 1 || j.foregrounds != 2 {
+		t.Errorf("judged %d orphan and %d foreground owners, want 1 and 2", j.orphans, j.foregrounds)
+	}
+	want := []string{"S1: ConfigMap ns/d ", "S1: ConfigMap ns/g ", "S1: ConfigMap ns/l ", "S2: ConfigMap ns/m ", "S2: ConfigMap ns/m ", "S2: ConfigMap ns/n3 ", "S2: ConfigMap ns/n5 ", "S3: ConfigMap ns/u "}
+	var got []string
+	for _, v := range j.violations {
+		got = append(got, v[:strings.Index(v, "(uid")])
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("violations:\n%s\nwant exactly those starting %q", strings.Join(j.violations, "\n"), want)
+	}
+	for _, v := range j.violations {
+		if strings.HasPrefix(v, "S2: ConfigMap ns/m ") && !strings.Contains(v, "ns/n2") && !strings.Contains(v, "ns/n5") {
+			t.Errorf("the S2 violation names the wrong dependent: %s", v)
+		}
+		if strings.HasPrefix(v, "S3: ") && !strings.Contains(v, "ns/v3") {
+			t.Errorf("the S3 violation names the wrong dependent: %s", v)
+		}
+	}
+}
+
+// TestPlanChaos pins the chaos plans: drawn from the seed alone, restarts
+// in order and not overlapping, and none when KGC_MODEL_CHAOS says none.
+func TestPlanChaos(t *testing.T) {
+	all := map[string]bool{"delay": true, "restart": true, "fail": true}
+	for seed := range int64(200) {
+		p := planChaos(seed, 150, all, 3)
+		if q := planChaos(seed, 150, all, 3); p.String() != q.String() {
+			t.Fatalf("seed %d: two plans %q and %q", seed, p, q)
+		}
+		if len(p.delayed) == 0 || len(p.restarts) == 0 || len(p.restarts) > 3 {
+			t.Errorf("seed %d: plan %s lacks a kind", seed, p)
+		}
+		last := 0
+		for _, r := range p.restarts {
+			if r.stopAt < 1 || r.stopAt < last || r.startAt < r.stopAt {
+				t.Errorf("seed %d: restarts out of order or overlapping: %s", seed, p)
+			}
+			last = r.startAt
+		}
+		if p.fail != nil && p.fail.atStart > len(p.restarts) {
+			t.Errorf("seed %d: a failure at start %d of %d", seed, p.fail.atStart, len(p.restarts)+1)
+		}
+		if s := planChaos(seed, 150, map[string]bool{}, 3).String(); s != "none" {
+			t.Errorf("seed %d: no chaos kinds gave plan %s", seed, s)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -176,22 +177,131 @@ func (w *safetyWatcher) sync(ctx context.Context, namespace string) error {
 	return nil
 }
 
-// judge checks every deletion of run's objects that the test did not issue
-// itself (testDeleted) and returns the violations: a deletion — its start
-// (deletionTimestamp set) or the object's removal — at a revision at which
-// one of the object's owners existed and was not being deleted.
-func (w *safetyWatcher) judge(run string, testDeleted map[types.UID]bool) (violations []string, judged, unknown int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	uids := make([]types.UID, 0, len(w.objects))
-	for uid, h := range w.objects {
-		if h.run == run && !testDeleted[uid] {
-			uids = append(uids, uid)
+// Finalizers of the judged rules, as the watcher sees them.
+func hasFinalizer(s objState, f string) bool { return slices.Contains(s.finalizers, f) }
+
+// phase is an interval of an owner's history during which it carried one
+// of the apiserver's deletion finalizers (orphan or foregroundDeletion): it
+// begins at the first state being deleted with the finalizer and ends at the
+// first later state without it (the collector removed it, or the object is
+// gone). end is 0 while the phase has not ended.
+type phase struct{ start, end uint64 }
+
+// phaseOf returns h's phase for finalizer f, if it ever had one.
+func (h *history) phaseOf(f string) (phase, bool) {
+	var p phase
+	found := false
+	for _, s := range h.states {
+		switch {
+		case !found && !s.gone && s.deleting && hasFinalizer(s, f):
+			p.start, found = s.rv, true
+		case found && (s.gone || !hasFinalizer(s, f)):
+			p.end = s.rv
+			return p, true
 		}
 	}
-	sort.Slice(uids, func(i, j int) bool { return uids[i] < uids[j] })
-	for _, uid := range uids {
-		h := w.objects[uid]
+	return p, found
+}
+
+// judgement is what judge found for one run.
+type judgement struct {
+	violations []string
+	// judged counts the collector's deletions judged (S1, S2's second
+	// half); orphans and foregrounds the owners whose orphan or
+	// foregroundDeletion finalizer was removed and judged (S2, S3).
+	judged, orphans, foregrounds int
+	// unknown counts deletions seen only as DeletedFinalStateUnknown.
+	unknown int
+}
+
+// judge checks run's history against the safety contract of
+// docs/design.md and returns the violations, each named by its rule:
+//
+//   - S1: every deletion of a run's object that the test did not issue
+//     itself (testDeleted) — its start (deletionTimestamp set) or the
+//     object's removal — happened at a revision at which none of the
+//     references it still carried named an owner that held it: an owner
+//     holds while it exists, unless it is, or has been, in Foreground
+//     deletion. An owner being deleted with another finalizer still holds.
+//   - S2: (a) when an owner deleted with Orphan loses its orphan finalizer
+//     (or goes), no object still refers to it; (b) no object is deleted
+//     by the collector while it still refers to an owner that was deleted
+//     with Orphan. A dependent whose reference to the orphaning owner was
+//     removed first may still go legitimately on account of another owner
+//     (its deletion state no longer names the orphaned owner, and S1 judges
+//     it against the others).
+//   - S3: when an owner in Foreground deletion loses its foregroundDeletion
+//     finalizer (or goes), no object that still exists refers to it with
+//     blockOwnerDeletion=true. (A dependent being deleted but not gone
+//     still blocks.)
+//
+// Cross-resource order: the watches of different resources deliver their
+// events in no particular order relative to each other, so nothing is
+// judged by arrival; judge runs after a barrier (sync) and compares states
+// by resourceVersion. With a single etcd behind the apiserver every write
+// is one etcd transaction and its resourceVersion is the etcd revision, a
+// global order: "D's state when O's finalizer was removed" is D's latest
+// state with a smaller revision than the removal's. (With several etcds,
+// per-resource storage, this would not hold.) A watch gap (a relist after
+// an expired watch) would hide intermediate states; the informers here run
+// without the fault proxy, and a missed final state is counted as unknown.
+func (w *safetyWatcher) judge(run string, testDeleted map[types.UID]bool) judgement {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out judgement
+	var all []*history
+	for _, h := range w.objects {
+		if h.run == run {
+			all = append(all, h)
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].id.uid < all[j].id.uid })
+
+	// S2 (a) and S3: at the end of each owner's orphan or foreground phase,
+	// nothing refers to it (S3: with a blocking reference).
+	for _, o := range all {
+		for _, rule := range []struct {
+			finalizer, name string
+			blocking        bool
+		}{{finalizerOrphan, "S2", false}, {finalizerForeground, "S3", true}} {
+			p, ok := o.phaseOf(rule.finalizer)
+			if !ok || p.end == 0 {
+				continue
+			}
+			if rule.blocking {
+				out.foregrounds++
+			} else {
+				out.orphans++
+			}
+			for _, d := range all {
+				if d == o {
+					continue
+				}
+				ds, ok := d.stateBefore(p.end)
+				if !ok || ds.gone {
+					continue
+				}
+				for _, ref := range ds.refs {
+					if ref.UID != o.id.uid || (rule.blocking && !(ref.BlockOwnerDeletion != nil && *ref.BlockOwnerDeletion)) {
+						continue
+					}
+					what := "its dependent %s still referred to it"
+					if rule.blocking {
+						what = "its dependent %s still existed with a blocking reference to it"
+					}
+					out.violations = append(out.violations, fmt.Sprintf(
+						"%s: %s lost its %s finalizer at rv %d while "+what+" (dependent state %s)\n  owner history: %v\n  dependent history: %v",
+						rule.name, o.id, rule.finalizer, p.end, d.id, ds, o.states, d.states))
+				}
+			}
+		}
+	}
+
+	// S1 and S2 (b): the collector's deletions.
+	for _, h := range all {
+		if testDeleted[h.id.uid] {
+			continue
+		}
 		started := false
 		for _, s := range h.states {
 			// The start of the deletion and the removal itself are judged;
@@ -200,23 +310,50 @@ func (w *safetyWatcher) judge(run string, testDeleted map[types.UID]bool) (viola
 				continue
 			}
 			started = true
-			judged++
+			out.judged++
 			for _, ref := range s.refs {
 				oh := w.objects[ref.UID]
 				if oh == nil {
 					continue // never existed among the watched objects: dangling
 				}
 				os, ok := oh.stateBefore(s.rv)
-				if !ok || os.gone || os.deleting {
+				if !ok {
 					continue
 				}
-				violations = append(violations, fmt.Sprintf(
-					"%s was deleted (state %s) while its owner %s was alive and not being deleted (owner state %s)\n  dependent history: %v\n  owner history: %v",
-					h.id, s, oh.id, os, h.states, oh.states))
+				if p, ok := oh.phaseOf(finalizerOrphan); ok && p.start < s.rv && os.gone {
+					// The orphaning owner went while the dependent still
+					// referred to it (S2 (a) reports that); the dependent
+					// then went on account of it: the orphan was lost.
+					out.violations = append(out.violations, fmt.Sprintf(
+						"S2: %s was deleted (state %s) while it still referred to its owner %s, deleted with Orphan at rv %d and gone at rv %d without orphaning it\n  dependent history: %v\n  owner history: %v",
+						h.id, s, oh.id, p.start, os.rv, h.states, oh.states))
+					continue
+				}
+				if os.gone {
+					continue
+				}
+				if p, ok := oh.phaseOf(finalizerOrphan); ok && p.start < s.rv {
+					out.violations = append(out.violations, fmt.Sprintf(
+						"S2: %s was deleted (state %s) while it still referred to its owner %s, deleted with Orphan at rv %d (owner state %s)\n  dependent history: %v\n  owner history: %v",
+						h.id, s, oh.id, p.start, os, h.states, oh.states))
+					continue
+				}
+				if p, ok := oh.phaseOf(finalizerForeground); ok && p.start < s.rv {
+					// In (or past) Foreground deletion: its dependents go.
+					continue
+				}
+				how := "alive and not being deleted"
+				if os.deleting {
+					how = "being deleted, not in Foreground deletion (its finalizers hold it)"
+				}
+				out.violations = append(out.violations, fmt.Sprintf(
+					"S1: %s was deleted (state %s) while its owner %s was %s (owner state %s)\n  dependent history: %v\n  owner history: %v",
+					h.id, s, oh.id, how, os, h.states, oh.states))
 			}
 		}
 	}
-	return violations, judged, w.unknowns[run]
+	out.unknown = w.unknowns[run]
+	return out
 }
 
 // stateBefore returns the latest state of h at a revision before rv.
@@ -229,4 +366,39 @@ func (h *history) stateBefore(rv uint64) (objState, bool) {
 		}
 	}
 	return out, found
+}
+
+// trace describes what the watcher saw of uid and of every owner it ever
+// referred to, for a failure's report.
+func (w *safetyWatcher) trace(uid types.UID) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.objects[uid]
+	if h == nil {
+		return fmt.Sprintf("  %s: never seen", uid)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %s:\n", h.id)
+	for _, s := range h.states {
+		fmt.Fprintf(&b, "    %s\n", s)
+	}
+	seen := map[types.UID]bool{}
+	for _, s := range h.states {
+		for _, ref := range s.refs {
+			if seen[ref.UID] {
+				continue
+			}
+			seen[ref.UID] = true
+			oh := w.objects[ref.UID]
+			if oh == nil {
+				fmt.Fprintf(&b, "  owner %s: never seen\n", ref.UID)
+				continue
+			}
+			fmt.Fprintf(&b, "  owner %s:\n", oh.id)
+			for _, s := range oh.states {
+				fmt.Fprintf(&b, "    %s\n", s)
+			}
+		}
+	}
+	return b.String()
 }

@@ -11,6 +11,12 @@
 //     number of times first ("stubborn" objects, to observe backoff);
 //   - cut every open watch stream (the client sees the stream end) and hold
 //     new watch requests until released, as during a network partition;
+//   - hold back the events of chosen resources' watch streams by a seeded
+//     delay while other streams flow, so that one resource's watch lags
+//     another's (DelayWatches);
+//   - make chosen resources unreadable: their LIST, WATCH and GET requests
+//     answer an injected 5xx until healed, and their open watch streams are
+//     cut so that their clients relist into the failure (FailReads);
 //   - notice a watch that the apiserver answers with 410 Gone ("too old
 //     resource version"), whether as the HTTP status or as an ERROR event
 //     inside the stream;
@@ -96,6 +102,24 @@ type Transport struct {
 	watches  map[*watchBody]struct{}
 	hold     chan struct{} // non-nil while watches are held; closed on release
 	cuts     int
+	// delayRng draws watch delays; separate from rng so that delays do not
+	// shift the write faults a seed gives.
+	delayRng *rand.Rand
+	delays   map[int]delayRule
+	fails    map[int]failRule
+	nextRule int
+}
+
+// delayRule holds back the events of matching watch streams.
+type delayRule struct {
+	match    func(path string) bool
+	min, max time.Duration
+}
+
+// failRule makes matching reads fail.
+type failRule struct {
+	match func(path string) bool
+	code  int
 }
 
 // New returns a Transport with cfg.
@@ -108,6 +132,9 @@ func New(cfg Config) *Transport {
 		rng:      rand.New(rand.NewSource(cfg.Seed)),
 		attempts: map[string]int{},
 		watches:  map[*watchBody]struct{}{},
+		delayRng: rand.New(rand.NewSource(cfg.Seed ^ 0x5deece66d)),
+		delays:   map[int]delayRule{},
+		fails:    map[int]failRule{},
 	}
 }
 
@@ -172,6 +199,16 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // decide returns the status to inject on req, or 0 to pass it through.
 func (t *Transport) decide(req *http.Request) int {
+	if req.Method == http.MethodGet {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		for _, f := range t.fails {
+			if f.match(req.URL.Path) {
+				return f.code
+			}
+		}
+		return 0
+	}
 	if req.Method != http.MethodDelete && req.Method != http.MethodPatch {
 		return 0
 	}
@@ -313,6 +350,102 @@ func (t *Transport) waitHold(req *http.Request) error {
 	}
 }
 
+// DelayWatches holds back the events of every watch stream opened from now
+// on whose URL path matches: each piece of the stream reaches the client a
+// delay drawn from [min, max] (seeded by Config.Seed) after it left the
+// server, and never before the piece ahead of it, so a stream's order is
+// kept while it lags the streams of other resources. Streams already open
+// are not affected (cut them with HoldWatches to apply it at once). The
+// returned func removes the rule for streams opened after it is called.
+func (t *Transport) DelayWatches(match func(path string) bool, min, max time.Duration) (undo func()) {
+	if max < min {
+		max = min
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	id := t.nextRule
+	t.nextRule++
+	t.delays[id] = delayRule{match: match, min: min, max: max}
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		delete(t.delays, id)
+	}
+}
+
+// delayFor returns the delay rule for a stream on path, if one matches.
+func (t *Transport) delayFor(path string) (delayRule, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// Lowest id first: the choice must not depend on map order.
+	best, found := -1, false
+	for id, d := range t.delays {
+		if d.match(path) && (!found || id < best) {
+			best, found = id, true
+		}
+	}
+	return t.delays[best], found
+}
+
+// drawDelay draws one delay of d.
+func (t *Transport) drawDelay(d delayRule) time.Duration {
+	if d.max <= d.min {
+		return d.min
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return d.min + time.Duration(t.delayRng.Int63n(int64(d.max-d.min)+1))
+}
+
+// FailReads makes every GET whose URL path matches — LIST, WATCH and GET
+// of a resource — answer code (say 503, without Retry-After so client-go
+// does not retry on its own) until heal is called, as for a resource whose
+// conversion webhook or APIService is down. Open watch streams on matching
+// paths are cut so that their clients relist into the failure. Discovery
+// is not affected unless match says so: the resource stays served.
+func (t *Transport) FailReads(match func(path string) bool, code int) (heal func()) {
+	t.mu.Lock()
+	id := t.nextRule
+	t.nextRule++
+	t.fails[id] = failRule{match: match, code: code}
+	var open []*watchBody
+	for w := range t.watches {
+		if match(w.path) {
+			open = append(open, w)
+		}
+	}
+	t.mu.Unlock()
+	for _, w := range open {
+		w.cut()
+	}
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		delete(t.fails, id)
+	}
+}
+
+// ResourcePath returns a matcher for the URL paths of one resource: its
+// collection (cluster-wide or in any namespace) and its objects and
+// subresources. The group is "" for the core API.
+func ResourcePath(group, version, resource string) func(path string) bool {
+	base := "/apis/" + group + "/" + version + "/"
+	if group == "" {
+		base = "/api/" + version + "/"
+	}
+	return func(path string) bool {
+		rest, ok := strings.CutPrefix(path, base)
+		if !ok {
+			return false
+		}
+		parts := strings.Split(rest, "/")
+		if len(parts) >= 3 && parts[0] == "namespaces" {
+			parts = parts[2:]
+		}
+		return parts[0] == resource
+	}
+}
+
 // tooOld is in the message of both 410 answers to a watch: the watch
 // cache's "too old resource version: X (Y)" and etcd's "The resourceVersion
 // for the provided watch is too old." It is plain text in JSON and in
@@ -320,7 +453,8 @@ func (t *Transport) waitHold(req *http.Request) error {
 var tooOld = []byte("too old")
 
 // watchBody is an open watch stream. It scans what passes for a 410 error
-// event and can be cut.
+// event, can be cut, and, when a delay rule matched its path as it opened,
+// holds back what it reads.
 type watchBody struct {
 	t     *Transport
 	rc    io.ReadCloser
@@ -332,32 +466,98 @@ type watchBody struct {
 	tail    []byte // the last bytes read, for a match across reads
 	seen    bool   // a 410 was recorded for this stream
 	removed bool
+
+	// Delayed streams only: a pump goroutine reads rc into queue, each
+	// piece stamped with when it may be handed out; Read hands them out.
+	delayed  bool
+	queue    []piece
+	notify   chan struct{} // signalled when a piece is queued
+	cutCh    chan struct{} // closed when the stream is cut
+	cutOnce  sync.Once
+	leftover []byte // the unread rest of the head piece
+}
+
+// piece is a part of a delayed stream, or its end (err set).
+type piece struct {
+	data    []byte
+	err     error
+	release time.Time
 }
 
 func (t *Transport) track(rc io.ReadCloser, path string, q url.Values) io.ReadCloser {
-	w := &watchBody{t: t, rc: rc, path: path, query: q}
+	w := &watchBody{t: t, rc: rc, path: path, query: q, cutCh: make(chan struct{})}
 	t.mu.Lock()
 	t.watches[w] = struct{}{}
 	t.mu.Unlock()
+	if rule, ok := t.delayFor(path); ok {
+		w.delayed = true
+		w.notify = make(chan struct{}, 1)
+		go w.pump(rule)
+	}
 	return w
 }
 
+// scan records a 410 seen in the stream's bytes (once per stream).
+func (w *watchBody) scan(b []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(b) == 0 || w.seen {
+		return
+	}
+	buf := append(w.tail, b...)
+	if bytes.Contains(buf, tooOld) {
+		w.seen = true
+		w.t.addGone(Gone{Path: w.path, Query: w.query, At: time.Now(), InStream: true})
+	}
+	keep := len(tooOld) - 1
+	if len(buf) > keep {
+		buf = buf[len(buf)-keep:]
+	}
+	w.tail = append(w.tail[:0], buf...)
+}
+
+// pump reads the server's stream as fast as it comes, so that the delay of
+// a piece does not add to the next one's, and queues each piece with its
+// release time. It ends with the stream (its end or error is queued too).
+func (w *watchBody) pump(rule delayRule) {
+	buf := make([]byte, 32<<10)
+	var last time.Time
+	for {
+		n, err := w.rc.Read(buf)
+		if n > 0 || err != nil {
+			w.scan(buf[:n])
+			release := time.Now().Add(w.t.drawDelay(rule))
+			if release.Before(last) {
+				release = last // never overtake the piece ahead
+			}
+			last = release
+			w.mu.Lock()
+			if n > 0 {
+				w.queue = append(w.queue, piece{data: bytes.Clone(buf[:n]), release: release})
+			}
+			if err != nil {
+				w.queue = append(w.queue, piece{err: err, release: release})
+			}
+			w.mu.Unlock()
+			select {
+			case w.notify <- struct{}{}:
+			default:
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 func (w *watchBody) Read(p []byte) (int, error) {
+	if w.delayed {
+		return w.readDelayed(p)
+	}
 	n, err := w.rc.Read(p)
+	w.scan(p[:n])
 	w.mu.Lock()
 	cut := w.isCut
-	if n > 0 && !w.seen {
-		buf := append(w.tail, p[:n]...)
-		if bytes.Contains(buf, tooOld) {
-			w.seen = true
-			w.t.addGone(Gone{Path: w.path, Query: w.query, At: time.Now(), InStream: true})
-		}
-		keep := len(tooOld) - 1
-		if len(buf) > keep {
-			buf = buf[len(buf)-keep:]
-		}
-		w.tail = append(w.tail[:0], buf...)
-	}
 	w.mu.Unlock()
 	if cut {
 		// However the cut surfaced (a read on a closed body), the reader
@@ -371,8 +571,62 @@ func (w *watchBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// readDelayed hands out the queued pieces once their release time has come.
+func (w *watchBody) readDelayed(p []byte) (int, error) {
+	for {
+		w.mu.Lock()
+		if w.isCut {
+			w.mu.Unlock()
+			w.forget()
+			return 0, io.EOF
+		}
+		if len(w.leftover) > 0 {
+			n := copy(p, w.leftover)
+			w.leftover = w.leftover[n:]
+			w.mu.Unlock()
+			return n, nil
+		}
+		if len(w.queue) == 0 {
+			w.mu.Unlock()
+			select {
+			case <-w.notify:
+			case <-w.cutCh:
+			}
+			continue
+		}
+		head := w.queue[0]
+		if wait := time.Until(head.release); wait > 0 {
+			w.mu.Unlock()
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+			case <-w.cutCh:
+				timer.Stop()
+			}
+			continue
+		}
+		w.queue = w.queue[1:]
+		if head.err != nil {
+			w.mu.Unlock()
+			w.forget()
+			return 0, head.err
+		}
+		n := copy(p, head.data)
+		w.leftover = head.data[n:]
+		w.mu.Unlock()
+		return n, nil
+	}
+}
+
 func (w *watchBody) Close() error {
 	w.forget()
+	if w.delayed {
+		// A Read blocked on the queue returns instead of waiting forever.
+		w.mu.Lock()
+		w.isCut = true
+		w.mu.Unlock()
+	}
+	w.cutOnce.Do(func() { close(w.cutCh) })
 	return w.rc.Close()
 }
 
@@ -381,8 +635,9 @@ func (w *watchBody) cut() {
 	w.mu.Lock()
 	w.isCut = true
 	w.mu.Unlock()
+	w.cutOnce.Do(func() { close(w.cutCh) })
 	w.forget()
-	// Unblocks a Read waiting for the next event.
+	// Unblocks a Read waiting for the next event (and ends a pump).
 	_ = w.rc.Close()
 }
 

@@ -176,3 +176,148 @@ func TestHoldAndCut(t *testing.T) {
 		t.Errorf("held watch with an expiring context: %v", err)
 	}
 }
+
+// TestDelayWatches checks that a matching watch stream's bytes arrive no
+// sooner than the delay, in order and complete, that other streams are not
+// delayed, and that a delayed stream can still be cut.
+func TestDelayWatches(t *testing.T) {
+	// The server sends 20 numbered lines 10ms apart, then keeps the stream open.
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		for i := range 20 {
+			_, _ = io.WriteString(w, strings.Repeat("x", i)+"\n")
+			w.(http.Flusher).Flush()
+			time.Sleep(10 * time.Millisecond)
+		}
+		<-r.Context().Done()
+	}))
+	t.Cleanup(s.Close)
+	ft := New(Config{Seed: 7})
+	ft.DelayWatches(func(p string) bool { return p == "/slow" }, 300*time.Millisecond, 400*time.Millisecond)
+	c := client(ft)
+
+	// readLines reads n lines and returns when the first and the last arrived.
+	readLines := func(path string, n int) (first, last time.Duration, body io.ReadCloser) {
+		began := time.Now()
+		resp, err := c.Get(s.URL + path + "?watch=true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		buf := make([]byte, 7) // small reads: pieces are handed out in parts
+		for lines := 0; lines < n; {
+			k, err := resp.Body.Read(buf)
+			if err != nil {
+				t.Fatalf("%s: %v after %d lines", path, err, lines)
+			}
+			for _, b := range buf[:k] {
+				if b == '\n' {
+					lines++
+					if lines == 1 {
+						first = time.Since(began)
+					}
+				}
+			}
+			got = append(got, buf[:k]...)
+		}
+		last = time.Since(began)
+		var want []byte
+		for i := range n {
+			want = append(want, strings.Repeat("x", i)+"\n"...)
+		}
+		if string(got) != string(want) {
+			t.Errorf("%s: stream content %q, want %q", path, got, want)
+		}
+		return first, last, resp.Body
+	}
+	first, last, fast := readLines("/fast", 20)
+	defer fast.Close()
+	if first > 200*time.Millisecond {
+		t.Errorf("an undelayed stream's first line took %s", first)
+	}
+	first, last, slow := readLines("/slow", 20)
+	if first < 300*time.Millisecond {
+		t.Errorf("the delayed stream's first line came after %s, before the 300ms delay", first)
+	}
+	// The delays do not add up: the last line comes about when it was sent
+	// (~190ms) plus one delay.
+	if last > 190*time.Millisecond+400*time.Millisecond+500*time.Millisecond {
+		t.Errorf("the delayed stream's 20th line came after %s: delays accumulate", last)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := slow.Read(make([]byte, 10))
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if n := ft.HoldWatches(); n != 2 {
+		t.Errorf("HoldWatches cut %d streams, want 2", n)
+	}
+	ft.ReleaseWatches()
+	select {
+	case err := <-done:
+		if err != io.EOF {
+			t.Errorf("a cut delayed stream read %v, want io.EOF", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a cut delayed stream did not end")
+	}
+	slow.Close()
+}
+
+// TestFailReads checks that a failing resource's reads answer the code until
+// healed, that its open watches are cut, and that other paths and writes
+// are not affected.
+func TestFailReads(t *testing.T) {
+	s := server(t, "{}\n")
+	ft := New(Config{})
+	c := client(ft)
+	widgets := ResourcePath("g.example", "v1", "widgets")
+	for path, want := range map[string]bool{
+		"/apis/g.example/v1/widgets":                      true,
+		"/apis/g.example/v1/namespaces/a/widgets":         true,
+		"/apis/g.example/v1/namespaces/a/widgets/w1":      true,
+		"/apis/g.example/v1/widgets/w1/status":            true,
+		"/apis/g.example/v1":                              false,
+		"/apis/g.example/v1/gadgets":                      false,
+		"/apis/g.example/v1/namespaces/widgets/gadgets/x": false,
+		"/apis/other/v1/widgets":                          false,
+		"/api/v1/widgets":                                 false,
+	} {
+		if got := widgets(path); got != want {
+			t.Errorf("ResourcePath(widgets)(%q) = %v, want %v", path, got, want)
+		}
+	}
+	if !ResourcePath("", "v1", "secrets")("/api/v1/namespaces/a/secrets") {
+		t.Error("core resource path not matched")
+	}
+
+	resp, err := c.Get(s.URL + "/apis/g.example/v1/widgets?watch=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := resp.Body.Read(make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	heal := ft.FailReads(widgets, http.StatusServiceUnavailable)
+	if rest, err := io.ReadAll(resp.Body); err != nil || len(rest) != 0 {
+		t.Errorf("an open watch of the failing resource read %q, %v; want a clean EOF", rest, err)
+	}
+	if code := do(t, c, http.MethodGet, s.URL+"/apis/g.example/v1/widgets"); code != 503 {
+		t.Errorf("LIST of the failing resource: %d, want 503", code)
+	}
+	if code := do(t, c, http.MethodGet, s.URL+"/apis/g.example/v1/namespaces/a/widgets?watch=true"); code != 503 {
+		t.Errorf("WATCH of the failing resource: %d, want 503", code)
+	}
+	if code := do(t, c, http.MethodGet, s.URL+"/apis/g.example/v1/gadgets"); code != 200 {
+		t.Errorf("LIST of another resource: %d, want 200", code)
+	}
+	if code := do(t, c, http.MethodDelete, s.URL+"/apis/g.example/v1/namespaces/a/widgets/w1"); code != 200 {
+		t.Errorf("DELETE on the failing resource: %d, want 200 (only reads fail)", code)
+	}
+	heal()
+	if code := do(t, c, http.MethodGet, s.URL+"/apis/g.example/v1/widgets"); code != 200 {
+		t.Errorf("LIST after heal: %d, want 200", code)
+	}
+}

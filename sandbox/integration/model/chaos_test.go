@@ -1,0 +1,247 @@
+package model
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/kgc-dev/kgc/pkg/kgc"
+	"github.com/kgc-dev/kgc/sandbox/internal/faultproxy"
+	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
+)
+
+// The chaos a seed puts kgc through. Every kind is drawn from the seed (by
+// a random source of its own, so that turning chaos on or off does not
+// change the seed's objects and operations) and logged; KGC_SEED replays
+// the same plan. The apiserver's timing is not replayed: a plan fixes what
+// happens and at which operation, not the exact interleaving.
+//
+//   - delay: kgc's watch streams of one or two resources are held back by a
+//     seeded delay (faultproxy.DelayWatches), so those resources' events
+//     reach kgc's graph later than the others' — the cross-resource
+//     staleness behind several of issue 14's bugs;
+//   - restart: kgc's in-process collector is stopped and a new one started
+//     on the same cluster, one to KGC_MODEL_RESTARTS times per seed, with
+//     the test's operations going on while none runs (owners deleted with
+//     Orphan or Foreground while no collector watches);
+//   - fail: at one of the collector's starts a custom resource's LIST and
+//     WATCH answer 500 or 503 for kgc for a few seconds, then heal
+//     (faultproxy.FailReads): a monitor failing at start.
+//
+// KGC_MODEL_CHAOS selects the kinds ("delay,restart,fail", the default;
+// "none" for none).
+
+// chaosPlan is one seed's chaos.
+type chaosPlan struct {
+	// delayed are the resources whose watches lag, by delayMin..delayMax.
+	delayed            []kindInfo
+	delayMin, delayMax time.Duration
+	// restarts are sorted and do not overlap.
+	restarts []restartPlan
+	// fail is nil when no resource fails.
+	fail *failPlan
+}
+
+// restartPlan stops the collector before operation stopAt and starts a new
+// one before operation startAt (after the last operation, if startAt is
+// past it).
+type restartPlan struct{ stopAt, startAt int }
+
+// failPlan makes kind's reads fail with code, from just before the
+// collector's start number atStart (0 is the first) for dur.
+type failPlan struct {
+	kind    kindInfo
+	code    int
+	atStart int
+	dur     time.Duration
+}
+
+func (p chaosPlan) String() string {
+	var parts []string
+	if len(p.delayed) > 0 {
+		var names []string
+		for _, k := range p.delayed {
+			names = append(names, k.gvr.Resource)
+		}
+		parts = append(parts, fmt.Sprintf("kgc's watches of %s delayed by %s-%s", strings.Join(names, ", "), p.delayMin, p.delayMax))
+	}
+	for _, r := range p.restarts {
+		parts = append(parts, fmt.Sprintf("restart: stop before op %d, start before op %d", r.stopAt, r.startAt))
+	}
+	if p.fail != nil {
+		parts = append(parts, fmt.Sprintf("%s reads fail with %d for %s from start %d", p.fail.kind.gvr.Resource, p.fail.code, p.fail.dur, p.fail.atStart))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// chaosKinds returns the chaos kinds KGC_MODEL_CHAOS selects.
+func chaosKinds(t *testing.T) map[string]bool {
+	v, ok := os.LookupEnv("KGC_MODEL_CHAOS")
+	if !ok {
+		v = "delay,restart,fail"
+	}
+	out := map[string]bool{}
+	for _, k := range strings.Split(v, ",") {
+		switch k = strings.TrimSpace(k); k {
+		case "", "none":
+		case "delay", "restart", "fail":
+			out[k] = true
+		default:
+			t.Fatalf("KGC_MODEL_CHAOS=%q: unknown kind %q (want delay, restart, fail or none)", v, k)
+		}
+	}
+	return out
+}
+
+// planChaos draws seed's chaos for a run of ops operations.
+func planChaos(seed int64, ops int, kinds map[string]bool, maxRestarts int) chaosPlan {
+	rng := rand.New(rand.NewPCG(uint64(seed)^0xc4a05c4a05, uint64(seed)))
+	var p chaosPlan
+	if kinds["delay"] {
+		perm := rng.Perm(len(allKinds))
+		for _, i := range perm[:1+rng.IntN(2)] {
+			p.delayed = append(p.delayed, allKinds[i])
+		}
+		p.delayMax = time.Duration(200+rng.IntN(1300)) * time.Millisecond
+		p.delayMin = p.delayMax / time.Duration(2+rng.IntN(3))
+	}
+	if kinds["restart"] && maxRestarts > 0 && ops > 0 {
+		n := 1 + rng.IntN(maxRestarts)
+		seg := max(ops/n, 1)
+		for i := range n {
+			stop := i*seg + 1 + rng.IntN(seg)
+			// Down for up to 15 operations, never into the next segment.
+			start := min(stop+rng.IntN(16), (i+1)*seg+1)
+			p.restarts = append(p.restarts, restartPlan{stopAt: stop, startAt: start})
+		}
+	}
+	if kinds["fail"] && rng.IntN(3) != 0 {
+		p.fail = &failPlan{
+			kind:    []kindInfo{widgetKind, gadgetKind}[rng.IntN(2)],
+			code:    []int{http.StatusInternalServerError, http.StatusServiceUnavailable}[rng.IntN(2)],
+			atStart: rng.IntN(len(p.restarts) + 1),
+			dur:     time.Duration(1000+rng.IntN(7000)) * time.Millisecond,
+		}
+	}
+	return p
+}
+
+// chaos runs one seed's collectors through its plan.
+type chaos struct {
+	t    *testing.T
+	seed int64
+	plan chaosPlan
+	ft   *faultproxy.Transport
+
+	gc     *testenv.Collector // nil while stopped
+	starts int
+
+	mu     sync.Mutex
+	timers []*time.Timer
+	heals  []func()
+}
+
+// startChaos sets up the fault proxy for plan and starts the first
+// collector. A cleanup stops the collector and heals what is still failing.
+func startChaos(t *testing.T, seed int64, plan chaosPlan) *chaos {
+	c := &chaos{t: t, seed: seed, plan: plan, ft: faultproxy.New(faultproxy.Config{Seed: seed})}
+	for _, k := range plan.delayed {
+		c.ft.DelayWatches(faultproxy.ResourcePath(k.gvr.Group, k.gvr.Version, k.gvr.Resource), plan.delayMin, plan.delayMax)
+	}
+	t.Cleanup(c.close)
+	c.start()
+	return c
+}
+
+// start starts a new collector (through the fault proxy) and returns once
+// it has synced; if the plan says so, a resource's reads fail first.
+func (c *chaos) start() {
+	n := c.starts
+	c.starts++
+	if f := c.plan.fail; f != nil && f.atStart == n {
+		heal := c.ft.FailReads(faultproxy.ResourcePath(f.kind.gvr.Group, f.kind.gvr.Version, f.kind.gvr.Resource), f.code)
+		c.t.Logf("chaos: %s reads fail with %d for kgc for %s (start %d)", f.kind.gvr.Resource, f.code, f.dur, n)
+		c.mu.Lock()
+		c.heals = append(c.heals, heal)
+		c.timers = append(c.timers, time.AfterFunc(f.dur, heal))
+		c.mu.Unlock()
+	}
+	cfg := rest.CopyConfig(envConfig)
+	// kgc keeps the caller's WrapTransport and wraps more around it, so
+	// the fault proxy sits right before the network.
+	cfg.WrapTransport = c.ft.Wrap
+	began := time.Now()
+	gc, err := testenv.StartCollector(cfg, kgc.Options{
+		Workers:               10,
+		DiscoveryResyncPeriod: 5 * time.Second,
+		QPS:                   1000,
+		Burst:                 2000,
+		Logger:                testenv.Logger(fmt.Sprintf("kgc[seed %d #%d]", c.seed, n)),
+	}, 90*time.Second)
+	if err != nil {
+		c.t.Fatalf("seed %d: start collector #%d: %v", c.seed, n, err)
+	}
+	c.gc = gc
+	if n > 0 {
+		c.t.Logf("chaos: collector #%d started, synced after %s", n, time.Since(began).Round(time.Millisecond))
+	}
+}
+
+// stop stops the running collector; its Run must not have returned before.
+func (c *chaos) stop() {
+	if c.gc == nil {
+		return
+	}
+	if err := c.gc.Running(); err != nil {
+		c.t.Errorf("seed %d: collector #%d: %v, while the test was running", c.seed, c.starts-1, err)
+	}
+	if err := c.gc.Stop(); err != nil {
+		c.t.Errorf("seed %d: stop collector #%d: %v", c.seed, c.starts-1, err)
+	}
+	c.gc = nil
+}
+
+// beforeOp applies the restarts planned before operation i.
+func (c *chaos) beforeOp(i int) {
+	for _, r := range c.plan.restarts {
+		if r.stopAt == i && c.gc != nil {
+			c.t.Logf("chaos: collector #%d stopped before op %d", c.starts-1, i)
+			c.stop()
+		}
+		if r.startAt == i && c.gc == nil {
+			c.start()
+		}
+	}
+}
+
+// settle makes sure a collector runs once the operations are over.
+func (c *chaos) settle() {
+	if c.gc == nil {
+		c.start()
+	}
+}
+
+// close stops the collector and heals any resource still failing.
+func (c *chaos) close() {
+	c.mu.Lock()
+	for _, tm := range c.timers {
+		tm.Stop()
+	}
+	heals := slices.Clone(c.heals)
+	c.mu.Unlock()
+	for _, h := range heals {
+		h() // idempotent
+	}
+	c.stop()
+}
