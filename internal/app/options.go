@@ -42,7 +42,7 @@ func NewRunOptions() *RunOptions {
 		KubeAPIBurst:          30,
 		ConcurrentGCSyncs:     20,
 		DiscoveryResyncPeriod: 30 * time.Second,
-		UnlistedHold:          5 * time.Minute,
+		UnlistedHold:          time.Minute,
 		HTTPAddress:           ":10258",
 		LeaderElection:        NewLeaderElectionOptions(),
 		Observability:         NewObservabilityOptions(),

@@ -48,7 +48,7 @@ func defaults() RunOptions {
 		KubeAPIBurst:          30,
 		ConcurrentGCSyncs:     20,
 		DiscoveryResyncPeriod: 30 * time.Second,
-		UnlistedHold:          5 * time.Minute,
+		UnlistedHold:          time.Minute,
 		HTTPAddress:           ":10258",
 		LeaderElection:        NewLeaderElectionOptions(), // off: TestMain pins "not in a cluster"
 		Observability:         NewObservabilityOptions(),

@@ -59,7 +59,7 @@ type Config struct {
 	SyncTimeout time.Duration
 	// UnlistedHold bounds how long an owner's finalizer waits for the
 	// resources that have not been listed yet (see negativeFactsReady);
-	// default 5m. Past it the finalizer is removed anyway, and the owner is
+	// default 1m. Past it the finalizer is removed anyway, and the owner is
 	// remembered so that dependents found later are handled as its policy
 	// asked (orphaned, not deleted, for Orphan).
 	UnlistedHold time.Duration
@@ -166,7 +166,7 @@ func New(cfg Config) (*Collector, error) {
 		cfg.SyncTimeout = 60 * time.Second
 	}
 	if cfg.UnlistedHold == 0 {
-		cfg.UnlistedHold = 5 * time.Minute
+		cfg.UnlistedHold = time.Minute
 	}
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 5 * time.Second

@@ -77,7 +77,7 @@ type Options struct {
 	MaxWritesInFlight int
 	// UnlistedHold bounds how long an owner's orphan or foregroundDeletion
 	// finalizer waits for resources that could hold its dependents and have
-	// never been listed (their LIST fails). Default 5 minutes. Past it the
+	// never been listed (their LIST fails). Default 1 minute. Past it the
 	// finalizer is removed; dependents found later are still orphaned, not
 	// deleted, when the owner was deleted with Orphan.
 	UnlistedHold time.Duration

@@ -86,7 +86,7 @@ func TestBrokenAPIsDoNotStallCollection(t *testing.T) {
 
 	t.Run("broken present", func(t *testing.T) {
 		began := time.Now()
-		gc, _, reg := startKGC(t, kgc.Options{Workers: 5, QPS: unthrottledQPS, Burst: unthrottledBurst})
+		gc, _, reg := startKGC(t, kgc.Options{Workers: 5, QPS: unthrottledQPS, Burst: unthrottledBurst, UnlistedHold: brokenHold})
 		// kgc.Start returns once workers run; the 60s SyncTimeout is only a
 		// backstop, so being ready well before it means nothing waited for
 		// the broken resources.
@@ -118,6 +118,9 @@ func TestBrokenAPIsDoNotStallCollection(t *testing.T) {
 
 		brokenBG = measureCascades(t, gc, ns, "broken-bg", metav1.DeletePropagationBackground)
 		brokenFG = measureCascades(t, gc, ns, "broken-fg", metav1.DeletePropagationForeground)
+		if brokenFG < brokenHold {
+			t.Errorf("Foreground cascades next to a never-listed CRD took %s, less than the unlisted hold %s: the foregroundDeletion finalizer went before every resource that could hold a blocking dependent was listed", brokenFG, brokenHold)
+		}
 		brokenDirect = measureDirectDeletes(t, ns, "broken-direct")
 		logRequests(t, reg)
 
@@ -151,6 +154,10 @@ func TestBrokenAPIsDoNotStallCollection(t *testing.T) {
 	t.Logf("control, no kgc involved: the test client deleting %d ConfigMaps (5 at a time) took %s with no broken API, %s with them",
 		cascadeDependents, healthyDirect.Round(time.Millisecond), brokenDirect.Round(time.Millisecond))
 }
+
+// brokenHold is kgc's unlisted hold next to the broken CRD: each Foreground
+// cascade then takes at least this long.
+const brokenHold = 2 * time.Second
 
 // cascadeRounds is how many cascades of each policy are measured.
 const cascadeRounds = 5
