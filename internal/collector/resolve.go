@@ -109,23 +109,11 @@ func (r *resolver) resolve(ctx context.Context, dependent graph.Identity, ref *m
 			return Solid, nil
 		}
 	}
-	m, err := r.mapping(ref.APIVersion, ref.Kind)
-	switch {
-	case isInvalidReference(err):
-		return Invalid, nil
-	case meta.IsNoMatchError(err):
-		return Unresolvable, nil
-	case err != nil:
-		return Unresolvable, fmt.Errorf("mapping owner kind %s %s: %w", ref.APIVersion, ref.Kind, err)
+	m, c, s, done, err := r.locate(dependent, ref)
+	if done {
+		return s, err
 	}
-	ns := ""
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		if dependent.Namespace == "" {
-			return Invalid, nil
-		}
-		ns = dependent.Namespace
-	}
-	c := graph.Coordinates{Group: m.GroupVersionKind.Group, Kind: ref.Kind, Namespace: ns, Name: ref.Name, UID: ref.UID}
+	ns := c.Namespace
 	if r.absent.Has(c) {
 		r.checkNamespace(dependent, ref, ns)
 		return r.dangling(ref.UID), nil
@@ -136,7 +124,7 @@ func (r *resolver) resolve(ctx context.Context, dependent graph.Identity, ref *m
 		}
 		return Solid, nil
 	}
-	s, err := r.lookup(ctx, m.Resource, c)
+	s, err = r.lookup(ctx, m.Resource, c)
 	if s == Dangling {
 		r.checkNamespace(dependent, ref, ns)
 		s = r.dangling(ref.UID)
@@ -260,26 +248,40 @@ func (r *resolver) getOwner(ctx context.Context, gvr schema.GroupVersionResource
 // were gone or waiting by now (see planConfirmedRemoval). A graph fed by watches
 // lags the server: an owner deleted a moment ago still looks solid there.
 func (r *resolver) confirm(ctx context.Context, dependent graph.Identity, ref *metav1.OwnerReference) (OwnerState, error) {
-	m, err := r.mapping(ref.APIVersion, ref.Kind)
-	switch {
-	case isInvalidReference(err):
-		return Invalid, nil
-	case err != nil:
-		return Unresolvable, fmt.Errorf("mapping owner kind %s %s: %w", ref.APIVersion, ref.Kind, err)
+	m, c, s, done, err := r.locate(dependent, ref)
+	if done {
+		return s, err
 	}
-	ns := ""
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		if dependent.Namespace == "" {
-			return Invalid, nil
-		}
-		ns = dependent.Namespace
-	}
-	c := graph.Coordinates{Group: m.GroupVersionKind.Group, Kind: ref.Kind, Namespace: ns, Name: ref.Name, UID: ref.UID}
-	s, err := r.read(ctx, m.Resource, c, metrics.LookupConfirm)
+	s, err = r.read(ctx, m.Resource, c, metrics.LookupConfirm)
 	if s == Dangling {
 		s = r.dangling(ref.UID)
 	}
 	return s, err
+}
+
+// locate maps ref's kind (any served version) and returns the full
+// coordinates of its owner as seen from dependent. done reports a state
+// settled without them: Invalid (a malformed apiVersion, or a
+// cluster-scoped dependent naming a namespaced kind) or Unresolvable (no
+// API serves the kind; err is set when the mapping failed otherwise).
+func (r *resolver) locate(dependent graph.Identity, ref *metav1.OwnerReference) (m *meta.RESTMapping, c graph.Coordinates, s OwnerState, done bool, err error) {
+	m, err = r.mapping(ref.APIVersion, ref.Kind)
+	switch {
+	case isInvalidReference(err):
+		return nil, c, Invalid, true, nil
+	case meta.IsNoMatchError(err):
+		return nil, c, Unresolvable, true, nil
+	case err != nil:
+		return nil, c, Unresolvable, true, fmt.Errorf("mapping owner kind %s %s: %w", ref.APIVersion, ref.Kind, err)
+	}
+	ns := ""
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		if dependent.Namespace == "" {
+			return nil, c, Invalid, true, nil
+		}
+		ns = dependent.Namespace
+	}
+	return m, graph.Coordinates{Group: m.GroupVersionKind.Group, Kind: ref.Kind, Namespace: ns, Name: ref.Name, UID: ref.UID}, 0, false, nil
 }
 
 // read classifies the owner at c from a quorum GET, counted as verb.

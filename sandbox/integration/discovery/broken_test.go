@@ -65,19 +65,7 @@ func TestBrokenAPIsDoNotStallCollection(t *testing.T) {
 		cr := customResource(t, s, "v1", ns, fmt.Sprintf("dangling-%d", i), []metav1.OwnerReference{cmRef(crOwner, false)})
 		instances = append(instances, cr.GetName())
 	}
-	setConversion(t, s.name(), map[string]any{
-		"strategy": "Webhook",
-		"webhook": map[string]any{
-			"conversionReviewVersions": []any{"v1"},
-			"clientConfig": map[string]any{"service": map[string]any{
-				"namespace": "default", "name": "kgc-no-such-conversion-service", "path": "/convert", "port": int64(443),
-			}},
-		},
-	})
-	poll(t, "listing the CRD's v2 to fail", func() bool {
-		_, err := dynamicClient.Resource(s.gvr("v2")).Namespace(ns).List(context.Background(), metav1.ListOptions{})
-		return err != nil
-	})
+	breakConversion(t, s, ns)
 	// Their owner goes while nobody can list them.
 	deleteConfigMap(t, crOwner, metav1.DeletePropagationBackground)
 
