@@ -2,7 +2,6 @@ package discovery
 
 import (
 	"context"
-	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -10,16 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/collector"
-	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/sandbox/internal/faultproxy"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
@@ -228,53 +220,6 @@ func TestDeletedCRDReleasesItsInstancesDependents(t *testing.T) {
 	}
 }
 
-// startCollectorVia is startCollector with kgc's requests going through ft.
-func startCollectorVia(t *testing.T, ft *faultproxy.Transport, resync time.Duration) *collector.Collector {
-	t.Helper()
-	label := strconv.FormatInt(collectorSeq.Add(1), 10)
-	cfg := kgcConfig()
-	cfg.WrapTransport = ft.Wrap
-	httpClient, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md, err := metadata.NewForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := collector.New(collector.Config{
-		Metadata: md, Discovery: dc, Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
-		Workers: 5, Ignored: kgcdiscovery.DefaultIgnored(), ResyncPeriod: resync,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), kgcLogger(t)))
-	done := make(chan struct{})
-	pprof.Do(ctx, pprof.Labels(labelKey, label), func(ctx context.Context) {
-		go func() {
-			defer close(done)
-			defer httpClient.CloseIdleConnections()
-			_ = c.Run(ctx)
-		}()
-	})
-	t.Cleanup(func() {
-		ft.ReleaseWatches()
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(waitTimeout):
-			t.Errorf("collector did not stop within %s", waitTimeout)
-		}
-	})
-	poll(t, "collector to sync", c.Synced)
-	return c
-}
-
 // The instances' delete events never reach kgc: every watch of kgc's is
 // cut and held back (a partition) before the CRD is deleted, so kgc learns
 // of the deletion only from discovery (periodic, every second) and from
@@ -288,7 +233,7 @@ func startCollectorVia(t *testing.T, ft *faultproxy.Transport, resync time.Durat
 // must do the same.
 func TestCRDDeletedUnseenReleasesItsInstancesDependents(t *testing.T) {
 	ft := faultproxy.New(faultproxy.Config{})
-	c := startCollectorVia(t, ft, time.Second)
+	c, _ := startCollectorVia(t, ft, time.Second)
 	ns := newNamespace(t)
 	s := newCRDSpec("unseen.kgc.test", "v1")
 	createCRD(t, s)

@@ -34,6 +34,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/collector"
 	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/pkg/kgc"
+	"github.com/kgc-dev/kgc/sandbox/internal/faultproxy"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
@@ -106,8 +107,19 @@ func startKGC(t *testing.T, opts kgc.Options) (*kgc.Collector, string, *promethe
 // the library does, under its own pprof label, until the test ends.
 func startCollector(t *testing.T, resync time.Duration) (*collector.Collector, string) {
 	t.Helper()
+	return startCollectorVia(t, nil, resync)
+}
+
+// startCollectorVia is startCollector with the collector's requests going
+// through ft (nil: none); ft's held watches are released when the test ends,
+// before the collector stops.
+func startCollectorVia(t *testing.T, ft *faultproxy.Transport, resync time.Duration) (*collector.Collector, string) {
+	t.Helper()
 	label := strconv.FormatInt(collectorSeq.Add(1), 10)
 	cfg := kgcConfig()
+	if ft != nil {
+		cfg.WrapTransport = ft.Wrap
+	}
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -148,6 +160,9 @@ func startCollector(t *testing.T, resync time.Duration) (*collector.Collector, s
 			t.Errorf("collector did not stop within %s", waitTimeout)
 		}
 	})
+	if ft != nil {
+		t.Cleanup(ft.ReleaseWatches) // runs first: the collector's watches must be able to end
+	}
 	poll(t, "collector to sync", c.Synced)
 	return c, label
 }
