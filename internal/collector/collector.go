@@ -22,6 +22,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/metrics"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // ResettableRESTMapper is a RESTMapper whose discovery cache can be dropped.
@@ -32,7 +33,7 @@ type ResettableRESTMapper interface {
 
 // Recorder records events on objects.
 type Recorder interface {
-	Warning(object graph.Identity, reason, message string)
+	Warning(object rules.Identity, reason, message string)
 }
 
 // Config is what a Collector needs. Everything is required unless noted.
@@ -433,7 +434,7 @@ func (c *Collector) apply(ev graph.Event) {
 			// Deletions a relist found never came as events: tell the
 			// rediscoverer (CRDs and APIServices deleted while a watch
 			// was down).
-			c.rediscover.observe(graph.Event{Type: graph.Delete, Object: graph.Object{Identity: id}})
+			c.rediscover.observe(graph.Event{Type: graph.Delete, Object: rules.Object{Identity: id}})
 		}
 	}
 	// Until the workers start, queueing is pointless: the initial
@@ -547,7 +548,7 @@ func (c *Collector) acquireSlot(ctx context.Context) bool {
 func (c *Collector) releaseSlot() { <-c.slots }
 
 // target returns where to write to an observed item.
-func (c *Collector) target(it *graph.Item) (apiops.Target, error) {
+func (c *Collector) target(it *rules.Item) (apiops.Target, error) {
 	gv, err := schema.ParseGroupVersion(it.Identity.APIVersion)
 	if err != nil {
 		return apiops.Target{}, err
@@ -578,11 +579,11 @@ func (c *Collector) target(it *graph.Item) (apiops.Target, error) {
 
 // reportUnresolvable counts a reference kgc cannot resolve and, for a kind no
 // API serves, tells the dependent's owner-to-be once.
-func (c *Collector) reportUnresolvable(dependent graph.Identity, ref *metav1.OwnerReference, state OwnerState) {
+func (c *Collector) reportUnresolvable(dependent rules.Identity, ref *metav1.OwnerReference, state rules.OwnerState) {
 	switch state {
-	case Invalid:
+	case rules.Invalid:
 		c.cfg.Metrics.Unresolvable(metrics.ReasonInvalid)
-	case Unresolvable:
+	case rules.Unresolvable:
 		c.cfg.Metrics.Unresolvable(metrics.ReasonKindNotServed)
 		if c.cfg.Recorder == nil || !c.warned.First([3]string{"kind", string(dependent.UID), string(ref.UID)}) {
 			return
@@ -593,7 +594,7 @@ func (c *Collector) reportUnresolvable(dependent graph.Identity, ref *metav1.Own
 	}
 }
 
-func (c *Collector) reportInvalidNamespace(dependent graph.Identity, ref metav1.OwnerReference, ownerNamespace string) {
+func (c *Collector) reportInvalidNamespace(dependent rules.Identity, ref metav1.OwnerReference, ownerNamespace string) {
 	if c.cfg.Recorder == nil || !c.warned.First([2]types.UID{dependent.UID, ref.UID}) {
 		return
 	}

@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // The collector-level tests run the real pipeline (discovery, metadata
@@ -324,7 +325,7 @@ func testResourceLists() []*metav1.APIResourceList {
 }
 
 type warning struct {
-	object          graph.Identity
+	object          rules.Identity
 	reason, message string
 }
 
@@ -333,7 +334,7 @@ type fakeRecorder struct {
 	warnings []warning
 }
 
-func (r *fakeRecorder) Warning(object graph.Identity, reason, message string) {
+func (r *fakeRecorder) Warning(object rules.Identity, reason, message string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.warnings = append(r.warnings, warning{object, reason, message})
@@ -764,13 +765,13 @@ func TestRunStopsDuringInitialGraphBuild(t *testing.T) {
 		refsA = append(refsA, configMapRef(fmt.Sprintf("a%d", i), types.UID(fmt.Sprintf("a%d", i))))
 		refsB = append(refsB, configMapRef(fmt.Sprintf("b%d", i), types.UID(fmt.Sprintf("b%d", i))))
 	}
-	id := graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "busy", UID: "busy"}
+	id := rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "busy", UID: "busy"}
 	for i := range 40000 {
 		refs := refsA
 		if i%2 == 1 {
 			refs = refsB
 		}
-		c.events.Push(graph.Event{Type: graph.Upsert, Object: graph.Object{Identity: id, ResourceVersion: strconv.Itoa(i), OwnerReferences: refs}})
+		c.events.Push(graph.Event{Type: graph.Upsert, Object: rules.Object{Identity: id, ResourceVersion: strconv.Itoa(i), OwnerReferences: refs}})
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -794,3 +795,5 @@ func TestRunStopsDuringInitialGraphBuild(t *testing.T) {
 		t.Fatalf("Run did not return within %s of cancellation (%d events left in the queue)", testTimeout, c.events.Len())
 	}
 }
+
+func boolPtr(b bool) *bool { return &b }

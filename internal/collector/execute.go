@@ -13,8 +13,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/apiops"
-	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/metrics"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // errRetry asks for a rate-limited re-check without reporting a failure.
@@ -47,15 +47,15 @@ func (c *Collector) planDeleteItem(ctx context.Context, uid types.UID) (write, e
 		}
 		return nil, nil
 	}
-	var a Action
+	var a rules.Action
 	switch {
 	case it.DeletingDependents():
-		a = decideForegroundOwner(&it)
+		a = rules.DecideForegroundOwner(&it)
 	case it.Deleting || len(it.OwnerReferences) == 0:
 		// Being deleted by someone else, or not a dependent at all.
 		return nil, nil
 	default:
-		states := make([]OwnerState, len(it.OwnerReferences))
+		states := make([]rules.OwnerState, len(it.OwnerReferences))
 		var errs []error
 		for i := range it.OwnerReferences {
 			s, err := c.resolver.resolve(ctx, it.Identity, &it.OwnerReferences[i])
@@ -63,7 +63,7 @@ func (c *Collector) planDeleteItem(ctx context.Context, uid types.UID) (write, e
 			switch {
 			case err != nil:
 				errs = append(errs, err)
-			case s == Unresolvable || s == Invalid:
+			case s == rules.Unresolvable || s == rules.Invalid:
 				klog.FromContext(ctx).V(1).Info("Owner reference cannot be resolved; keeping object", "object", it.Identity.String(),
 					"ownerAPIVersion", it.OwnerReferences[i].APIVersion, "ownerKind", it.OwnerReferences[i].Kind, "state", s.String())
 				c.reportUnresolvable(it.Identity, &it.OwnerReferences[i], s)
@@ -72,8 +72,8 @@ func (c *Collector) planDeleteItem(ctx context.Context, uid types.UID) (write, e
 		if err := errors.Join(errs...); err != nil {
 			return nil, err
 		}
-		a = decideDependent(&it, states, CycleCheck(uid, c.graph.WaitsFor))
-		if a.Type == RemoveReferences && slices.Contains(states, Waiting) {
+		a = rules.DecideDependent(&it, states, rules.CycleCheck(uid, c.graph.WaitsFor))
+		if a.Type == rules.RemoveReferences && slices.Contains(states, rules.Waiting) {
 			return c.planConfirmedRemoval(&it, states, a)
 		}
 		a.Waiting = waitingOwners(&it, states)
@@ -103,7 +103,7 @@ func (c *Collector) planDeleteItem(ctx context.Context, uid types.UID) (write, e
 // gone whatever the solid one does, and if it went too, its deletion event
 // re-checks the item. What is left is upstream's window: another client
 // deleting the solid owner between the GET and the patch.
-func (c *Collector) planConfirmedRemoval(it *graph.Item, states []OwnerState, a Action) (write, error) {
+func (c *Collector) planConfirmedRemoval(it *rules.Item, states []rules.OwnerState, a rules.Action) (write, error) {
 	t, err := c.target(it)
 	if err != nil {
 		return nil, err
@@ -115,10 +115,10 @@ func (c *Collector) planConfirmedRemoval(it *graph.Item, states []OwnerState, a 
 	}, nil
 }
 
-func (c *Collector) removeConfirmed(ctx context.Context, it *graph.Item, t apiops.Target, states []OwnerState, a Action) error {
+func (c *Collector) removeConfirmed(ctx context.Context, it *rules.Item, t apiops.Target, states []rules.OwnerState, a rules.Action) error {
 	var owners []types.UID
 	for i, s := range states {
-		if s == Solid && it.OwnerReferences[i].UID != it.Identity.UID {
+		if s == rules.Solid && it.OwnerReferences[i].UID != it.Identity.UID {
 			owners = append(owners, it.OwnerReferences[i].UID)
 		}
 	}
@@ -126,7 +126,7 @@ func (c *Collector) removeConfirmed(ctx context.Context, it *graph.Item, t apiop
 	confirmed := slices.Clone(states)
 	changed := false
 	for i, s := range states {
-		if s != Solid {
+		if s != rules.Solid {
 			continue
 		}
 		cs, err := c.resolver.confirm(ctx, it.Identity, &it.OwnerReferences[i])
@@ -143,8 +143,8 @@ func (c *Collector) removeConfirmed(ctx context.Context, it *graph.Item, t apiop
 		return c.execute(ctx, it, t, a)
 	}
 	unlock()
-	a = decideDependent(it, confirmed, CycleCheck(it.Identity.UID, c.graph.WaitsFor))
-	if a.Type != DeleteItem {
+	a = rules.DecideDependent(it, confirmed, rules.CycleCheck(it.Identity.UID, c.graph.WaitsFor))
+	if a.Type != rules.DeleteItem {
 		return errRetry
 	}
 	a.Waiting = waitingOwners(it, confirmed)
@@ -153,10 +153,10 @@ func (c *Collector) removeConfirmed(ctx context.Context, it *graph.Item, t apiop
 
 // waitingOwners returns the UIDs of the owners states counts as waiting,
 // for DeleteItem decisions (nil otherwise).
-func waitingOwners(it *graph.Item, states []OwnerState) []types.UID {
+func waitingOwners(it *rules.Item, states []rules.OwnerState) []types.UID {
 	var out []types.UID
 	for i, s := range states {
-		if s == Waiting {
+		if s == rules.Waiting {
 			out = append(out, it.OwnerReferences[i].UID)
 		}
 	}
@@ -166,23 +166,23 @@ func waitingOwners(it *graph.Item, states []OwnerState) []types.UID {
 // plan turns a decision into the write that carries it out (nil when the
 // decision needs none). It is the only caller of apiops for the
 // attempt-to-delete path.
-func (c *Collector) plan(ctx context.Context, it *graph.Item, a Action) (write, error) {
+func (c *Collector) plan(ctx context.Context, it *rules.Item, a rules.Action) (write, error) {
 	switch a.Type {
-	case Keep:
+	case rules.Keep:
 		if a.Retry {
 			return nil, errRetry
 		}
 		return nil, nil
-	case CheckDependents:
+	case rules.CheckDependents:
 		for _, uid := range a.Dependents {
 			c.attemptToDelete.Add(uid)
 		}
 		return nil, nil
-	case RemoveForegroundFinalizer:
-		if err := c.negativeFactsReady(ctx, it.Identity, graph.FinalizerForeground); err != nil {
+	case rules.RemoveForegroundFinalizer:
+		if err := c.negativeFactsReady(ctx, it.Identity, rules.FinalizerForeground); err != nil {
 			return nil, err
 		}
-	case RemoveReferences, DeleteItem:
+	case rules.RemoveReferences, rules.DeleteItem:
 	default:
 		return nil, fmt.Errorf("unknown action %d", a.Type)
 	}
@@ -213,17 +213,17 @@ func (c *Collector) plan(ctx context.Context, it *graph.Item, a Action) (write, 
 //   - DeleteItem carries the item's uid and resourceVersion; on a 409 it is
 //     retried only if a quorum read shows the same ownerReferences and
 //     finalizers (deleteItem).
-func (c *Collector) execute(ctx context.Context, it *graph.Item, t apiops.Target, a Action) error {
+func (c *Collector) execute(ctx context.Context, it *rules.Item, t apiops.Target, a rules.Action) error {
 	logger := klog.FromContext(ctx)
 	switch a.Type {
-	case RemoveReferences:
+	case rules.RemoveReferences:
 		if l := logger.V(2); l.Enabled() {
 			l.Info("Removing dangling and waiting owner references", "object", it.Identity.String())
 		}
 		_, err := c.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
 		c.record(metrics.OpRemoveRefs, err)
 		return err
-	case RemoveForegroundFinalizer:
+	case rules.RemoveForegroundFinalizer:
 		if l := logger.V(2); l.Enabled() {
 			l.Info("Dependents gone; removing foregroundDeletion finalizer", "object", it.Identity.String())
 		}
@@ -403,7 +403,7 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, e
 		if len(indices) == 0 {
 			continue
 		}
-		t, err := c.target(&graph.Item{Object: dep})
+		t, err := c.target(&rules.Item{Object: dep})
 		if err != nil {
 			mu.Lock()
 			errs = append(errs, fmt.Errorf("orphaning %s: %w", dep.Identity, err))
@@ -447,7 +447,7 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, e
 	if retry {
 		return nil, errRetry
 	}
-	if err := c.negativeFactsReady(ctx, owner.Identity, graph.FinalizerOrphan); err != nil {
+	if err := c.negativeFactsReady(ctx, owner.Identity, rules.FinalizerOrphan); err != nil {
 		return nil, err
 	}
 	t, err := c.target(&owner)
@@ -462,7 +462,7 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, e
 		// the owner again with another policy makes the apiserver drop
 		// the orphan finalizer, and then its dependents are garbage.
 		c.orphaned.Add(uid)
-		_, err := c.ops.ReplaceFinalizers(ctx, t, owner.Finalizers, withoutFinalizer(owner.Finalizers, graph.FinalizerOrphan))
+		_, err := c.ops.ReplaceFinalizers(ctx, t, owner.Finalizers, rules.WithoutFinalizer(owner.Finalizers, rules.FinalizerOrphan))
 		if err != nil && !apierrors.IsNotFound(err) {
 			c.orphaned.Delete(uid) // still orphaning, or no longer: not ours
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/apiops"
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/metrics"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // nopDeleter is a metadata client whose DELETEs succeed at once, so that a
@@ -55,7 +56,7 @@ func BenchmarkCollectDanglingDependent(b *testing.B) {
 		dep := depA
 		dep.UID, dep.Name = types.UID(fmt.Sprintf("dep-%d", i)), fmt.Sprintf("dep-%d", i)
 		uids[i] = dep.UID
-		g.Apply(graph.Event{Type: graph.Upsert, Object: graph.Object{Identity: dep, ResourceVersion: "7", OwnerReferences: []metav1.OwnerReference{cmRef}}})
+		g.Apply(graph.Event{Type: graph.Upsert, Object: rules.Object{Identity: dep, ResourceVersion: "7", OwnerReferences: []metav1.OwnerReference{cmRef}}})
 	}
 	g.Apply(graph.Event{Type: graph.Delete, Object: ownerObj})
 	m, err := metrics.New(nil, metrics.Sources{

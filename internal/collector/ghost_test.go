@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -13,8 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
-
-	"github.com/kgc-dev/kgc/internal/graph"
 )
 
 // A write addresses an object the graph recorded at a version that is no
@@ -25,7 +24,7 @@ func TestTargetOfAVersionNoLongerServed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	it := &graph.Item{Object: graph.Object{Identity: graph.Identity{APIVersion: "apps/v1beta2", Kind: "Deployment", Namespace: "a", Name: "d", UID: "d"}, ResourceVersion: "7"}}
+	it := &rules.Item{Object: rules.Object{Identity: rules.Identity{APIVersion: "apps/v1beta2", Kind: "Deployment", Namespace: "a", Name: "d", UID: "d"}, ResourceVersion: "7"}}
 	tg, err := c.target(it)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // Scripted interleavings: each test puts the graph and the server in the
@@ -55,16 +56,16 @@ var kindOf = map[schema.GroupVersionResource][2]string{
 func (s *stepper) observe(gvr schema.GroupVersionResource, o *metav1.PartialObjectMetadata) {
 	s.t.Helper()
 	k := kindOf[gvr]
-	id := graph.Identity{APIVersion: k[0], Kind: k[1], Namespace: o.Namespace, Name: o.Name, UID: o.UID}
+	id := rules.Identity{APIVersion: k[0], Kind: k[1], Namespace: o.Namespace, Name: o.Name, UID: o.UID}
 	cur, err := s.srv.get(gvr, o.Namespace, o.Name)
 	if apierrors.IsNotFound(err) {
-		s.c.apply(graph.Event{Type: graph.Delete, Object: graph.Object{Identity: id}})
+		s.c.apply(graph.Event{Type: graph.Delete, Object: rules.Object{Identity: id}})
 		return
 	}
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	s.c.apply(graph.Event{Type: graph.Upsert, Object: graph.Object{
+	s.c.apply(graph.Event{Type: graph.Upsert, Object: rules.Object{
 		Identity: id, ResourceVersion: cur.ResourceVersion, OwnerReferences: cur.OwnerReferences,
 		Finalizers: cur.Finalizers, Deleting: cur.DeletionTimestamp != nil,
 	}})

@@ -7,8 +7,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/metrics"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // listFunc reads one page of a resource's metadata in a namespace ("" for
@@ -48,13 +48,13 @@ type laneKey struct {
 // owners it did not return; those get a GET each.
 type lane struct {
 	busy   bool                          // a resolution serves this lane
-	queued map[graph.Coordinates]*flight // the next round
+	queued map[rules.Coordinates]*flight // the next round
 	size   int                           // objects the last complete LIST returned; 0 unknown
 }
 
 // serveRound answers every lookup of round, from one LIST where that costs
 // fewer calls than a GET per owner.
-func (r *resolver) serveRound(ctx context.Context, gvr schema.GroupVersionResource, l *lane, round map[graph.Coordinates]*flight) {
+func (r *resolver) serveRound(ctx context.Context, gvr schema.GroupVersionResource, l *lane, round map[rules.Coordinates]*flight) {
 	n := len(round)
 	// A LIST may take up to n/2 pages: never more calls than half the GETs
 	// it replaces.
@@ -64,7 +64,7 @@ func (r *resolver) serveRound(ctx context.Context, gvr schema.GroupVersionResour
 		return
 	}
 	var ns string
-	byName := make(map[string][]graph.Coordinates, n)
+	byName := make(map[string][]rules.Coordinates, n)
 	for c := range round {
 		ns = c.Namespace
 		byName[c.Name] = append(byName[c.Name], c)
@@ -82,7 +82,7 @@ func (r *resolver) serveRound(ctx context.Context, gvr schema.GroupVersionResour
 		if err != nil {
 			if ctx.Err() != nil {
 				for c, f := range round {
-					r.answer(c, f, Unresolvable, ctx.Err())
+					r.answer(c, f, rules.Unresolvable, ctx.Err())
 				}
 				return
 			}
@@ -113,13 +113,13 @@ func (r *resolver) serveRound(ctx context.Context, gvr schema.GroupVersionResour
 	// The LIST was complete and did not return these owners.
 	for c, f := range round {
 		r.absent.Add(c)
-		r.answer(c, f, Dangling, nil)
+		r.answer(c, f, rules.Dangling, nil)
 	}
 }
 
 // getEach answers every lookup of round with a GET of its own, in parallel
 // (a round has at most one lookup per waiting worker).
-func (r *resolver) getEach(ctx context.Context, gvr schema.GroupVersionResource, round map[graph.Coordinates]*flight) {
+func (r *resolver) getEach(ctx context.Context, gvr schema.GroupVersionResource, round map[rules.Coordinates]*flight) {
 	var wg sync.WaitGroup
 	for c, f := range round {
 		wg.Add(1)

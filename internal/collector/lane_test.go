@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/kgc-dev/kgc/internal/graph"
 )
 
 // laneAPI is a namespace "a" of ConfigMaps that answers GETs and paginated
@@ -96,7 +95,7 @@ func newLaneFixture(api *laneAPI) *resolverFixture {
 
 // resolveAsync resolves a reference to ConfigMap a/name (uid) from its own
 // dependent, in the background.
-func resolveAsync(f *resolverFixture, wg *sync.WaitGroup, name string, uid types.UID, state *OwnerState, err *error) {
+func resolveAsync(f *resolverFixture, wg *sync.WaitGroup, name string, uid types.UID, state *rules.OwnerState, err *error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -131,7 +130,7 @@ func waitQueued(t *testing.T, f *resolverFixture, n int) {
 func foregroundDeleting(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 	now := metav1.Now()
 	o.DeletionTimestamp = &now
-	o.Finalizers = []string{graph.FinalizerForeground}
+	o.Finalizers = []string{rules.FinalizerForeground}
 	return o
 }
 
@@ -151,22 +150,22 @@ func TestLaneAnswersARoundWithOneLIST(t *testing.T) {
 	owners := []struct {
 		name string
 		uid  types.UID
-		want OwnerState
+		want rules.OwnerState
 	}{
-		{"first", "first", Dangling}, // the GET everyone queues behind
-		{"solid", "solid", Solid},
-		{"waiting", "waiting", Waiting},
-		{"renamed", "renamed", Dangling},
+		{"first", "first", rules.Dangling}, // the GET everyone queues behind
+		{"solid", "solid", rules.Solid},
+		{"waiting", "waiting", rules.Waiting},
+		{"renamed", "renamed", rules.Dangling},
 	}
 	for i := range 6 {
 		n := fmt.Sprintf("gone-%d", i)
 		owners = append(owners, struct {
 			name string
 			uid  types.UID
-			want OwnerState
-		}{n, types.UID(n), Dangling})
+			want rules.OwnerState
+		}{n, types.UID(n), rules.Dangling})
 	}
-	states := make([]OwnerState, len(owners))
+	states := make([]rules.OwnerState, len(owners))
 	errs := make([]error, len(owners))
 	var wg sync.WaitGroup
 	resolveAsync(f, &wg, owners[0].name, owners[0].uid, &states[0], &errs[0])
@@ -184,8 +183,8 @@ func TestLaneAnswersARoundWithOneLIST(t *testing.T) {
 		if errs[i] != nil || states[i] != o.want {
 			t.Errorf("owner %s: %s, %v; want %s", o.name, states[i], errs[i], o.want)
 		}
-		c := graph.Coordinates{Kind: "ConfigMap", Namespace: "a", Name: o.name, UID: o.uid}
-		if got := f.r.absent.Has(c); got != (o.want == Dangling) {
+		c := rules.Coordinates{Kind: "ConfigMap", Namespace: "a", Name: o.name, UID: o.uid}
+		if got := f.r.absent.Has(c); got != (o.want == rules.Dangling) {
 			t.Errorf("owner %s: absent cached = %t", o.name, got)
 		}
 	}
@@ -204,7 +203,7 @@ func TestLaneNeverAnswersFromAnEarlierLIST(t *testing.T) {
 	f := newLaneFixture(api)
 
 	var wg sync.WaitGroup
-	states := make([]OwnerState, 4)
+	states := make([]rules.OwnerState, 4)
 	errs := make([]error, 4)
 	resolveAsync(f, &wg, "first", "first", &states[0], &errs[0])
 	for api.gets.Load() == 0 {
@@ -227,13 +226,13 @@ func TestLaneNeverAnswersFromAnEarlierLIST(t *testing.T) {
 	close(api.holdLIST)
 	wg.Wait()
 
-	want := []OwnerState{Dangling, Dangling, Dangling, Solid}
+	want := []rules.OwnerState{rules.Dangling, rules.Dangling, rules.Dangling, rules.Solid}
 	for i := range want {
 		if errs[i] != nil || states[i] != want[i] {
 			t.Errorf("lookup %d: %s, %v; want %s", i, states[i], errs[i], want[i])
 		}
 	}
-	if f.r.absent.Has(graph.Coordinates{Kind: "ConfigMap", Namespace: "a", Name: "late", UID: "late"}) {
+	if f.r.absent.Has(rules.Coordinates{Kind: "ConfigMap", Namespace: "a", Name: "late", UID: "late"}) {
 		t.Error("the late owner is cached as absent")
 	}
 }
@@ -252,8 +251,8 @@ func TestLaneFallsBackToGETsWhenTheLISTIsLong(t *testing.T) {
 
 	names := []string{"first", "aaa-live", "zzz-live", "gone-1", "gone-2"}
 	api.put(pom("a", "zzz-live", "zzz-live")) // sorts last: beyond the budget
-	want := []OwnerState{Dangling, Solid, Solid, Dangling, Dangling}
-	states := make([]OwnerState, len(names))
+	want := []rules.OwnerState{rules.Dangling, rules.Solid, rules.Solid, rules.Dangling, rules.Dangling}
+	states := make([]rules.OwnerState, len(names))
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
 	resolveAsync(f, &wg, names[0], types.UID(names[0]), &states[0], &errs[0])
@@ -289,8 +288,8 @@ func TestLaneFallsBackToGETsWhenTheLISTFails(t *testing.T) {
 	api.put(pom("a", "live", "live"))
 	f := newLaneFixture(api)
 	names := []string{"first", "live", "gone"}
-	want := []OwnerState{Dangling, Solid, Dangling}
-	states := make([]OwnerState, len(names))
+	want := []rules.OwnerState{rules.Dangling, rules.Solid, rules.Dangling}
+	states := make([]rules.OwnerState, len(names))
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
 	resolveAsync(f, &wg, names[0], types.UID(names[0]), &states[0], &errs[0])

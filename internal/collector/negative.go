@@ -7,8 +7,8 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/metrics"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // negativeFactsReady decides whether owner's finalizer (orphan or
@@ -36,7 +36,7 @@ import (
 // (OwnerState Orphaned). For foregroundDeletion the dependents found later
 // are still deleted, only after their owner. Decisions resting only on
 // positive facts (an owner observed or read absent) never come here.
-func (c *Collector) negativeFactsReady(ctx context.Context, owner graph.Identity, finalizer string) error {
+func (c *Collector) negativeFactsReady(ctx context.Context, owner rules.Identity, finalizer string) error {
 	var unlisted []string
 	for _, r := range c.unlisted() {
 		if owner.Namespace != "" && !r.Namespaced {
@@ -77,7 +77,7 @@ func (c *Collector) negativeFactsReady(ctx context.Context, owner graph.Identity
 // HeldFinalizer is an owner whose orphan or foregroundDeletion finalizer
 // waits (or waited) for resources that have not been listed.
 type HeldFinalizer struct {
-	Owner     graph.Identity
+	Owner     rules.Identity
 	Finalizer string
 	// Unlisted are the resources, as group/version/resource, that were not
 	// listed at the last check.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // missedPrefix names objects whose watch events the fake drops: kgc misses
@@ -102,8 +103,8 @@ func TestPeriodicRecheckFinishesMissedWork(t *testing.T) {
 				// The graph learns of the object, but its effects are lost.
 				// (The test writes to the graph beside the graph builder; the
 				// graph's lock keeps that safe, and nothing else is pending.)
-				_ = e.c.graph.Apply(graph.Event{Type: graph.Upsert, Object: graph.Object{
-					Identity:        graph.Identity{APIVersion: apiVersion, Kind: kind, Namespace: created.Namespace, Name: created.Name, UID: created.UID},
+				_ = e.c.graph.Apply(graph.Event{Type: graph.Upsert, Object: rules.Object{
+					Identity:        rules.Identity{APIVersion: apiVersion, Kind: kind, Namespace: created.Namespace, Name: created.Name, UID: created.UID},
 					ResourceVersion: created.ResourceVersion,
 					OwnerReferences: created.OwnerReferences,
 					Finalizers:      created.Finalizers,

@@ -8,16 +8,17 @@ import (
 
 	"github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 func TestRediscovererExpectations(t *testing.T) {
 	crd := func(typ graph.EventType, name string, deleting bool) graph.Event {
-		return graph.Event{Type: typ, Object: graph.Object{Identity: graph.Identity{
+		return graph.Event{Type: typ, Object: rules.Object{Identity: rules.Identity{
 			APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition", Name: name, UID: types.UID("uid-" + name),
 		}, Deleting: deleting}}
 	}
 	apiService := func(typ graph.EventType, name string) graph.Event {
-		return graph.Event{Type: typ, Object: graph.Object{Identity: graph.Identity{
+		return graph.Event{Type: typ, Object: rules.Object{Identity: rules.Identity{
 			APIVersion: "apiregistration.k8s.io/v1", Kind: "APIService", Name: name,
 		}}}
 	}
@@ -39,7 +40,7 @@ func TestRediscovererExpectations(t *testing.T) {
 	}
 
 	r := newRediscoverer()
-	r.observe(graph.Event{Object: graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Name: "x"}}})
+	r.observe(graph.Event{Object: rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Name: "x"}}})
 	if kicked(r) || r.settle(want(), nil, nil) {
 		t.Fatal("a ConfigMap event triggered rediscovery")
 	}

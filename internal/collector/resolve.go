@@ -15,6 +15,7 @@ import (
 
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/metrics"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // absentCache remembers owners known not to exist, keyed by full
@@ -30,9 +31,9 @@ import (
 // previous old one is dropped, so the cache holds the last size/2 to size
 // entries added. Forgetting an entry costs at most one lookup, never a
 // wrong answer.
-type absentCache = recentSet[graph.Coordinates]
+type absentCache = recentSet[rules.Coordinates]
 
-func newAbsentCache(size int) *absentCache { return newRecentSet[graph.Coordinates](size) }
+func newAbsentCache(size int) *absentCache { return newRecentSet[rules.Coordinates](size) }
 
 // getFunc reads one object's metadata from the API server.
 type getFunc func(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (*metav1.PartialObjectMetadata, error)
@@ -62,7 +63,7 @@ type resolver struct {
 	orphaned *recentSet[types.UID]
 	// invalidNamespace is told when a reference is dangling because its
 	// owner lives in another namespace.
-	invalidNamespace func(dependent graph.Identity, ref metav1.OwnerReference, ownerNamespace string)
+	invalidNamespace func(dependent rules.Identity, ref metav1.OwnerReference, ownerNamespace string)
 
 	// metrics counts lookups; nil records nothing.
 	metrics *metrics.Metrics
@@ -71,7 +72,7 @@ type resolver struct {
 	list listFunc
 
 	flightMu sync.Mutex
-	flights  map[graph.Coordinates]*flight // lookups in flight or queued, by owner
+	flights  map[rules.Coordinates]*flight // lookups in flight or queued, by owner
 	lanes    map[laneKey]*lane             // resources and namespaces being looked up
 }
 
@@ -90,7 +91,7 @@ func (r *resolver) mapping(apiVersion, kind string) (*meta.RESTMapping, error) {
 }
 
 // resolve classifies one ownerReference of dependent.
-func (r *resolver) resolve(ctx context.Context, dependent graph.Identity, ref *metav1.OwnerReference) (OwnerState, error) {
+func (r *resolver) resolve(ctx context.Context, dependent rules.Identity, ref *metav1.OwnerReference) (rules.OwnerState, error) {
 	// Fast path, without the REST mapping (most of a resolution's cost):
 	// the graph observed an object with the reference's UID, group, kind
 	// and name, cluster-scoped or in the dependent's namespace. A monitor
@@ -99,14 +100,14 @@ func (r *resolver) resolve(ctx context.Context, dependent graph.Identity, ref *m
 	// path would compute. Solid and Waiting are as safe from here as below;
 	// Dangling is concluded only for an owner observed deleted at exactly
 	// those coordinates (what the absent cache records).
-	if o, ok := r.graph.Owner(ref.UID); ok && (!o.Virtual || o.Absent) && graph.Matches(o.Identity, ref, dependent.Namespace) {
+	if o, ok := r.graph.Owner(ref.UID); ok && (!o.Virtual || o.Absent) && rules.Matches(o.Identity, ref, dependent.Namespace) {
 		switch {
 		case o.Absent:
 			return r.dangling(ref.UID), nil
 		case o.DeletingDependents:
-			return Waiting, nil
+			return rules.Waiting, nil
 		default:
-			return Solid, nil
+			return rules.Solid, nil
 		}
 	}
 	m, c, s, done, err := r.locate(dependent, ref)
@@ -120,12 +121,12 @@ func (r *resolver) resolve(ctx context.Context, dependent graph.Identity, ref *m
 	}
 	if o, ok := r.graph.Owner(ref.UID); ok && !o.Virtual && o.Identity.Coordinates() == c {
 		if o.DeletingDependents {
-			return Waiting, nil
+			return rules.Waiting, nil
 		}
-		return Solid, nil
+		return rules.Solid, nil
 	}
 	s, err = r.lookup(ctx, m.Resource, c)
-	if s == Dangling {
+	if s == rules.Dangling {
 		r.checkNamespace(dependent, ref, ns)
 		s = r.dangling(ref.UID)
 	}
@@ -135,11 +136,11 @@ func (r *resolver) resolve(ctx context.Context, dependent graph.Identity, ref *m
 // dangling classifies a reference to owner, which does not exist (at the
 // referenced coordinates): Orphaned if kgc saw that owner being deleted
 // with the orphan finalizer, else Dangling.
-func (r *resolver) dangling(owner types.UID) OwnerState {
+func (r *resolver) dangling(owner types.UID) rules.OwnerState {
 	if r.orphaned != nil && r.orphaned.Has(owner) {
-		return Orphaned
+		return rules.Orphaned
 	}
-	return Dangling
+	return rules.Dangling
 }
 
 // lookup asks the API server about the owner at c, once for any number of
@@ -153,7 +154,7 @@ func (r *resolver) dangling(owner types.UID) OwnerState {
 // was created before the GET started or never will be. A GET that finds no
 // such object therefore proves it absent for every later asker too; Solid
 // and Waiting answers only ever keep objects (see resolver).
-func (r *resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource, c graph.Coordinates) (OwnerState, error) {
+func (r *resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates) (rules.OwnerState, error) {
 	r.flightMu.Lock()
 	if f, ok := r.flights[c]; ok {
 		f.waiters++
@@ -162,7 +163,7 @@ func (r *resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource, 
 	}
 	f := &flight{done: make(chan struct{})}
 	if r.flights == nil {
-		r.flights = make(map[graph.Coordinates]*flight)
+		r.flights = make(map[rules.Coordinates]*flight)
 	}
 	r.flights[c] = f
 	if r.list == nil {
@@ -185,7 +186,7 @@ func (r *resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource, 
 		// resource and namespace: join the next round, which will start
 		// after this registration (see lane).
 		if l.queued == nil {
-			l.queued = make(map[graph.Coordinates]*flight)
+			l.queued = make(map[rules.Coordinates]*flight)
 		}
 		l.queued[c] = f
 		r.flightMu.Unlock()
@@ -212,7 +213,7 @@ func (r *resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource, 
 }
 
 // answer completes f, the lookup of c.
-func (r *resolver) answer(c graph.Coordinates, f *flight, s OwnerState, err error) {
+func (r *resolver) answer(c rules.Coordinates, f *flight, s rules.OwnerState, err error) {
 	f.state, f.err = s, err
 	r.flightMu.Lock()
 	delete(r.flights, c)
@@ -223,22 +224,22 @@ func (r *resolver) answer(c graph.Coordinates, f *flight, s OwnerState, err erro
 // flight is one owner lookup that several resolutions wait for.
 type flight struct {
 	done    chan struct{}
-	state   OwnerState
+	state   rules.OwnerState
 	err     error
 	waiters int // guarded by resolver.flightMu (tests)
 }
 
-func (f *flight) wait(ctx context.Context) (OwnerState, error) {
+func (f *flight) wait(ctx context.Context) (rules.OwnerState, error) {
 	select {
 	case <-f.done:
 		return f.state, f.err
 	case <-ctx.Done():
-		return Unresolvable, ctx.Err()
+		return rules.Unresolvable, ctx.Err()
 	}
 }
 
 // getOwner classifies the owner at c from a quorum GET.
-func (r *resolver) getOwner(ctx context.Context, gvr schema.GroupVersionResource, c graph.Coordinates) (OwnerState, error) {
+func (r *resolver) getOwner(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates) (rules.OwnerState, error) {
 	return r.read(ctx, gvr, c, metrics.LookupGet)
 }
 
@@ -247,13 +248,13 @@ func (r *resolver) getOwner(ctx context.Context, gvr schema.GroupVersionResource
 // be wrong, and could not be undone, if an owner the graph shows as solid
 // were gone or waiting by now (see planConfirmedRemoval). A graph fed by watches
 // lags the server: an owner deleted a moment ago still looks solid there.
-func (r *resolver) confirm(ctx context.Context, dependent graph.Identity, ref *metav1.OwnerReference) (OwnerState, error) {
+func (r *resolver) confirm(ctx context.Context, dependent rules.Identity, ref *metav1.OwnerReference) (rules.OwnerState, error) {
 	m, c, s, done, err := r.locate(dependent, ref)
 	if done {
 		return s, err
 	}
 	s, err = r.read(ctx, m.Resource, c, metrics.LookupConfirm)
-	if s == Dangling {
+	if s == rules.Dangling {
 		s = r.dangling(ref.UID)
 	}
 	return s, err
@@ -264,57 +265,57 @@ func (r *resolver) confirm(ctx context.Context, dependent graph.Identity, ref *m
 // settled without them: Invalid (a malformed apiVersion, or a
 // cluster-scoped dependent naming a namespaced kind) or Unresolvable (no
 // API serves the kind; err is set when the mapping failed otherwise).
-func (r *resolver) locate(dependent graph.Identity, ref *metav1.OwnerReference) (m *meta.RESTMapping, c graph.Coordinates, s OwnerState, done bool, err error) {
+func (r *resolver) locate(dependent rules.Identity, ref *metav1.OwnerReference) (m *meta.RESTMapping, c rules.Coordinates, s rules.OwnerState, done bool, err error) {
 	m, err = r.mapping(ref.APIVersion, ref.Kind)
 	switch {
 	case isInvalidReference(err):
-		return nil, c, Invalid, true, nil
+		return nil, c, rules.Invalid, true, nil
 	case meta.IsNoMatchError(err):
-		return nil, c, Unresolvable, true, nil
+		return nil, c, rules.Unresolvable, true, nil
 	case err != nil:
-		return nil, c, Unresolvable, true, fmt.Errorf("mapping owner kind %s %s: %w", ref.APIVersion, ref.Kind, err)
+		return nil, c, rules.Unresolvable, true, fmt.Errorf("mapping owner kind %s %s: %w", ref.APIVersion, ref.Kind, err)
 	}
 	ns := ""
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
 		if dependent.Namespace == "" {
-			return nil, c, Invalid, true, nil
+			return nil, c, rules.Invalid, true, nil
 		}
 		ns = dependent.Namespace
 	}
-	return m, graph.Coordinates{Group: m.GroupVersionKind.Group, Kind: ref.Kind, Namespace: ns, Name: ref.Name, UID: ref.UID}, 0, false, nil
+	return m, rules.Coordinates{Group: m.GroupVersionKind.Group, Kind: ref.Kind, Namespace: ns, Name: ref.Name, UID: ref.UID}, 0, false, nil
 }
 
 // read classifies the owner at c from a quorum GET, counted as verb.
-func (r *resolver) read(ctx context.Context, gvr schema.GroupVersionResource, c graph.Coordinates, verb string) (OwnerState, error) {
+func (r *resolver) read(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates, verb string) (rules.OwnerState, error) {
 	r.metrics.Lookup(verb)
 	obj, err := r.get(ctx, gvr, c.Namespace, c.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		r.absent.Add(c)
-		return Dangling, nil
+		return rules.Dangling, nil
 	case err != nil:
-		return Unresolvable, fmt.Errorf("looking up owner %s: %w", c, err)
+		return rules.Unresolvable, fmt.Errorf("looking up owner %s: %w", c, err)
 	}
 	return r.classify(c, obj)
 }
 
 // classify classifies the owner at c from obj, what a consistent read found
 // at c's name.
-func (r *resolver) classify(c graph.Coordinates, obj *metav1.PartialObjectMetadata) (OwnerState, error) {
+func (r *resolver) classify(c rules.Coordinates, obj *metav1.PartialObjectMetadata) (rules.OwnerState, error) {
 	switch {
 	case obj.UID != c.UID:
 		r.absent.Add(c)
-		return Dangling, nil
-	case obj.DeletionTimestamp != nil && slices.Contains(obj.Finalizers, graph.FinalizerForeground):
-		return Waiting, nil
+		return rules.Dangling, nil
+	case obj.DeletionTimestamp != nil && slices.Contains(obj.Finalizers, rules.FinalizerForeground):
+		return rules.Waiting, nil
 	}
-	return Solid, nil
+	return rules.Solid, nil
 }
 
 // checkNamespace reports a dangling reference whose UID the graph has seen
 // in another namespace: the author most likely meant that object, and
 // namespaced owners must share their dependent's namespace.
-func (r *resolver) checkNamespace(dependent graph.Identity, ref *metav1.OwnerReference, ns string) {
+func (r *resolver) checkNamespace(dependent rules.Identity, ref *metav1.OwnerReference, ns string) {
 	if ns == "" || r.invalidNamespace == nil {
 		return
 	}

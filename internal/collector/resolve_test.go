@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // resettableMapper adds the no-op Reset a ResettableRESTMapper needs.
@@ -95,14 +96,14 @@ func newResolverFixture() *resolverFixture {
 		mapper: newTestMapper(),
 		get:    f.getter.get,
 		absent: newAbsentCache(100),
-		invalidNamespace: func(dependent graph.Identity, ref metav1.OwnerReference, ownerNamespace string) {
+		invalidNamespace: func(dependent rules.Identity, ref metav1.OwnerReference, ownerNamespace string) {
 			f.warnings = append(f.warnings, nsWarning{dependent.UID, ref.UID, ownerNamespace})
 		},
 	}
 	return f
 }
 
-func (f *resolverFixture) observe(t *testing.T, o graph.Object) {
+func (f *resolverFixture) observe(t *testing.T, o rules.Object) {
 	t.Helper()
 	f.g.Apply(graph.Event{Type: graph.Upsert, Object: o})
 	if err := f.g.CheckInvariants(); err != nil {
@@ -111,18 +112,18 @@ func (f *resolverFixture) observe(t *testing.T, o graph.Object) {
 }
 
 var (
-	depA       = graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "dep", UID: "dep"}
-	clusterDep = graph.Identity{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: "cdep", UID: "cdep"}
+	depA       = rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "dep", UID: "dep"}
+	clusterDep = rules.Identity{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: "cdep", UID: "cdep"}
 	cmRef      = metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "owner", UID: "owner"}
-	ownerObj   = graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "owner", UID: "owner"}}
+	ownerObj   = rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "owner", UID: "owner"}}
 )
 
-func (f *resolverFixture) resolve(t *testing.T, dep graph.Identity, ref metav1.OwnerReference) (OwnerState, error) {
+func (f *resolverFixture) resolve(t *testing.T, dep rules.Identity, ref metav1.OwnerReference) (rules.OwnerState, error) {
 	t.Helper()
 	return f.r.resolve(context.Background(), dep, &ref)
 }
 
-func expectState(t *testing.T, got OwnerState, err error, want OwnerState) {
+func expectState(t *testing.T, got rules.OwnerState, err error, want rules.OwnerState) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("resolve: unexpected error %v", err)
@@ -149,16 +150,16 @@ func TestResolveFromGraph(t *testing.T) {
 		f := newResolverFixture()
 		f.observe(t, ownerObj)
 		s, err := f.resolve(t, depA, cmRef)
-		expectState(t, s, err, Solid)
+		expectState(t, s, err, rules.Solid)
 		expectGETs(t, f)
 	})
 	t.Run("owner deleting dependents is waiting without a GET", func(t *testing.T) {
 		f := newResolverFixture()
 		o := ownerObj
-		o.Deleting, o.Finalizers = true, []string{graph.FinalizerForeground}
+		o.Deleting, o.Finalizers = true, []string{rules.FinalizerForeground}
 		f.observe(t, o)
 		s, err := f.resolve(t, depA, cmRef)
-		expectState(t, s, err, Waiting)
+		expectState(t, s, err, rules.Waiting)
 		expectGETs(t, f)
 	})
 	t.Run("owner being deleted in the background is still solid", func(t *testing.T) {
@@ -167,41 +168,41 @@ func TestResolveFromGraph(t *testing.T) {
 		o.Deleting, o.Finalizers = true, []string{"example.com/x"}
 		f.observe(t, o)
 		s, err := f.resolve(t, depA, cmRef)
-		expectState(t, s, err, Solid)
+		expectState(t, s, err, rules.Solid)
 		expectGETs(t, f)
 	})
 	t.Run("cluster-scoped owner of a namespaced dependent", func(t *testing.T) {
 		f := newResolverFixture()
-		f.observe(t, graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "Namespace", Name: "a", UID: "ns-a"}})
+		f.observe(t, rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "Namespace", Name: "a", UID: "ns-a"}})
 		s, err := f.resolve(t, depA, metav1.OwnerReference{APIVersion: "v1", Kind: "Namespace", Name: "a", UID: "ns-a"})
-		expectState(t, s, err, Solid)
+		expectState(t, s, err, rules.Solid)
 		expectGETs(t, f)
 	})
 	t.Run("ref in another served version matches the observed owner", func(t *testing.T) {
 		f := newResolverFixture()
-		f.observe(t, graph.Object{Identity: graph.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "a", Name: "web", UID: "web"}})
+		f.observe(t, rules.Object{Identity: rules.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "a", Name: "web", UID: "web"}})
 		s, err := f.resolve(t, depA, metav1.OwnerReference{APIVersion: "apps/v1beta2", Kind: "Deployment", Name: "web", UID: "web"})
-		expectState(t, s, err, Solid)
+		expectState(t, s, err, rules.Solid)
 		expectGETs(t, f)
 	})
 	t.Run("placeholder owner is looked up", func(t *testing.T) {
 		f := newResolverFixture()
-		f.observe(t, graph.Object{Identity: depA, OwnerReferences: []metav1.OwnerReference{cmRef}}) // owner now a placeholder
+		f.observe(t, rules.Object{Identity: depA, OwnerReferences: []metav1.OwnerReference{cmRef}}) // owner now a placeholder
 		f.getter.objects[getKey{gvConfigMaps, "a", "owner"}] = pom("a", "owner", "owner")
 		s, err := f.resolve(t, depA, cmRef)
-		expectState(t, s, err, Solid)
+		expectState(t, s, err, rules.Solid)
 		expectGETs(t, f, getKey{gvConfigMaps, "a", "owner"})
 	})
 	t.Run("absent placeholder is dangling from the absent cache", func(t *testing.T) {
 		f := newResolverFixture()
 		f.observe(t, ownerObj)
-		f.observe(t, graph.Object{Identity: depA, OwnerReferences: []metav1.OwnerReference{cmRef}})
+		f.observe(t, rules.Object{Identity: depA, OwnerReferences: []metav1.OwnerReference{cmRef}})
 		eff := f.g.Apply(graph.Event{Type: graph.Delete, Object: ownerObj})
 		for _, id := range eff.Absent { // what the graph builder does
 			f.r.absent.Add(id.Coordinates())
 		}
 		s, err := f.resolve(t, depA, cmRef)
-		expectState(t, s, err, Dangling)
+		expectState(t, s, err, rules.Dangling)
 		expectGETs(t, f)
 	})
 	t.Run("observed owner under another name is looked up", func(t *testing.T) {
@@ -210,7 +211,7 @@ func TestResolveFromGraph(t *testing.T) {
 		o.Identity.Name = "renamed"
 		f.observe(t, o)
 		s, err := f.resolve(t, depA, cmRef)
-		expectState(t, s, err, Dangling)
+		expectState(t, s, err, rules.Dangling)
 		expectGETs(t, f, getKey{gvConfigMaps, "a", "owner"})
 		if len(f.warnings) != 0 {
 			t.Errorf("warnings = %v, want none (same namespace)", f.warnings)
@@ -223,37 +224,37 @@ func TestResolveWithGET(t *testing.T) {
 	t.Run("404 is dangling and cached", func(t *testing.T) {
 		f := newResolverFixture()
 		s, err := f.resolve(t, depA, cmRef)
-		expectState(t, s, err, Dangling)
+		expectState(t, s, err, rules.Dangling)
 		expectGETs(t, f, key)
 		s, err = f.resolve(t, depA, cmRef)
-		expectState(t, s, err, Dangling)
+		expectState(t, s, err, rules.Dangling)
 		expectGETs(t, f, key) // no second GET
 		// Another dependent naming the same coordinates uses the cache too.
 		other := depA
 		other.UID, other.Name = "dep2", "dep2"
 		s, err = f.resolve(t, other, cmRef)
-		expectState(t, s, err, Dangling)
+		expectState(t, s, err, rules.Dangling)
 		expectGETs(t, f, key)
 		// The cache is keyed by full coordinates: a different name is looked up.
 		renamed := cmRef
 		renamed.Name = "other"
 		s, err = f.resolve(t, depA, renamed)
-		expectState(t, s, err, Dangling)
+		expectState(t, s, err, rules.Dangling)
 		expectGETs(t, f, key, getKey{gvConfigMaps, "a", "other"})
 		// …and so is the same name in another namespace.
 		inB := depA
 		inB.Namespace = "b"
 		s, err = f.resolve(t, inB, cmRef)
-		expectState(t, s, err, Dangling)
+		expectState(t, s, err, rules.Dangling)
 		expectGETs(t, f, key, getKey{gvConfigMaps, "a", "other"}, getKey{gvConfigMaps, "b", "owner"})
 	})
 	t.Run("another UID at the coordinates is dangling and cached", func(t *testing.T) {
 		f := newResolverFixture()
 		f.getter.objects[key] = pom("a", "owner", "someone-else")
 		s, err := f.resolve(t, depA, cmRef)
-		expectState(t, s, err, Dangling)
+		expectState(t, s, err, rules.Dangling)
 		s, err = f.resolve(t, depA, cmRef)
-		expectState(t, s, err, Dangling)
+		expectState(t, s, err, rules.Dangling)
 		expectGETs(t, f, key)
 	})
 	t.Run("live owner is solid and not cached", func(t *testing.T) {
@@ -261,7 +262,7 @@ func TestResolveWithGET(t *testing.T) {
 		f.getter.objects[key] = pom("a", "owner", "owner")
 		for range 2 {
 			s, err := f.resolve(t, depA, cmRef)
-			expectState(t, s, err, Solid)
+			expectState(t, s, err, rules.Solid)
 		}
 		expectGETs(t, f, key, key)
 	})
@@ -269,46 +270,46 @@ func TestResolveWithGET(t *testing.T) {
 		f := newResolverFixture()
 		o := pom("a", "owner", "owner")
 		o.DeletionTimestamp = &metav1.Time{}
-		o.Finalizers = []string{"example.com/x", graph.FinalizerForeground}
+		o.Finalizers = []string{"example.com/x", rules.FinalizerForeground}
 		f.getter.objects[key] = o
 		s, err := f.resolve(t, depA, cmRef)
-		expectState(t, s, err, Waiting)
+		expectState(t, s, err, rules.Waiting)
 	})
 	t.Run("foreground finalizer without deletionTimestamp is solid", func(t *testing.T) {
 		f := newResolverFixture()
 		o := pom("a", "owner", "owner")
-		o.Finalizers = []string{graph.FinalizerForeground}
+		o.Finalizers = []string{rules.FinalizerForeground}
 		f.getter.objects[key] = o
 		s, err := f.resolve(t, depA, cmRef)
-		expectState(t, s, err, Solid)
+		expectState(t, s, err, rules.Solid)
 	})
 	t.Run("owner being deleted in the background is solid", func(t *testing.T) {
 		f := newResolverFixture()
 		o := pom("a", "owner", "owner")
 		o.DeletionTimestamp = &metav1.Time{}
-		o.Finalizers = []string{graph.FinalizerOrphan}
+		o.Finalizers = []string{rules.FinalizerOrphan}
 		f.getter.objects[key] = o
 		s, err := f.resolve(t, depA, cmRef)
-		expectState(t, s, err, Solid)
+		expectState(t, s, err, rules.Solid)
 	})
 	t.Run("cluster-scoped owner is looked up cluster-wide", func(t *testing.T) {
 		f := newResolverFixture()
 		f.getter.objects[getKey{gvNamespaces, "", "a"}] = pom("", "a", "ns-a")
 		s, err := f.resolve(t, depA, metav1.OwnerReference{APIVersion: "v1", Kind: "Namespace", Name: "a", UID: "ns-a"})
-		expectState(t, s, err, Solid)
+		expectState(t, s, err, rules.Solid)
 		expectGETs(t, f, getKey{gvNamespaces, "", "a"})
 	})
 	t.Run("cluster-scoped dependent, cluster-scoped owner", func(t *testing.T) {
 		f := newResolverFixture()
 		s, err := f.resolve(t, clusterDep, metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: "gone", UID: "gone"})
-		expectState(t, s, err, Dangling)
+		expectState(t, s, err, rules.Dangling)
 		expectGETs(t, f, getKey{gvClusterRole, "", "gone"})
 	})
 	t.Run("ref version not served, kind served in another version", func(t *testing.T) {
 		f := newResolverFixture()
 		f.getter.objects[getKey{gvDeployments, "a", "web"}] = pom("a", "web", "web")
 		s, err := f.resolve(t, depA, metav1.OwnerReference{APIVersion: "apps/v1beta2", Kind: "Deployment", Name: "web", UID: "web"})
-		expectState(t, s, err, Solid)
+		expectState(t, s, err, rules.Solid)
 		expectGETs(t, f, getKey{gvDeployments, "a", "web"})
 	})
 	t.Run("server error is returned and not cached", func(t *testing.T) {
@@ -318,12 +319,12 @@ func TestResolveWithGET(t *testing.T) {
 		if err == nil || !apierrors.IsInternalError(err) {
 			t.Fatalf("resolve error = %v, want a wrapped InternalError", err)
 		}
-		if s == Dangling || s == Solid || s == Waiting {
+		if s == rules.Dangling || s == rules.Solid || s == rules.Waiting {
 			t.Errorf("state on error = %s; must not look decidable", s)
 		}
 		delete(f.getter.errs, key)
 		s, err = f.resolve(t, depA, cmRef)
-		expectState(t, s, err, Dangling)
+		expectState(t, s, err, rules.Dangling)
 		expectGETs(t, f, key, key)
 	})
 	t.Run("forbidden is an error, never dangling", func(t *testing.T) {
@@ -339,15 +340,15 @@ func TestResolveWithGET(t *testing.T) {
 func TestResolveWithoutLookup(t *testing.T) {
 	tests := []struct {
 		name string
-		dep  graph.Identity
+		dep  rules.Identity
 		ref  metav1.OwnerReference
-		want OwnerState
+		want rules.OwnerState
 	}{
-		{"unknown kind", depA, metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "Widget", Name: "w", UID: "w"}, Unresolvable},
-		{"unknown kind in a known group", depA, metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Widget", Name: "w", UID: "w"}, Unresolvable},
-		{"cluster-scoped dependent, namespaced owner kind", clusterDep, cmRef, Invalid},
-		{"cluster-scoped dependent, namespaced owner in another version", clusterDep, metav1.OwnerReference{APIVersion: "apps/v1beta2", Kind: "Deployment", Name: "web", UID: "web"}, Invalid},
-		{"malformed apiVersion", depA, metav1.OwnerReference{APIVersion: "a/b/c", Kind: "ConfigMap", Name: "x", UID: "x"}, Invalid},
+		{"unknown kind", depA, metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "Widget", Name: "w", UID: "w"}, rules.Unresolvable},
+		{"unknown kind in a known group", depA, metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Widget", Name: "w", UID: "w"}, rules.Unresolvable},
+		{"cluster-scoped dependent, namespaced owner kind", clusterDep, cmRef, rules.Invalid},
+		{"cluster-scoped dependent, namespaced owner in another version", clusterDep, metav1.OwnerReference{APIVersion: "apps/v1beta2", Kind: "Deployment", Name: "web", UID: "web"}, rules.Invalid},
+		{"malformed apiVersion", depA, metav1.OwnerReference{APIVersion: "a/b/c", Kind: "ConfigMap", Name: "x", UID: "x"}, rules.Invalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -373,7 +374,7 @@ func TestResolveMapperError(t *testing.T) {
 	f := newResolverFixture()
 	f.r.mapper = failingMapper{}
 	s, err := f.resolve(t, depA, cmRef)
-	if err == nil || s != Unresolvable {
+	if err == nil || s != rules.Unresolvable {
 		t.Fatalf("resolve = %s, %v; want Unresolvable and an error", s, err)
 	}
 	expectGETs(t, f)
@@ -386,7 +387,7 @@ func TestResolveCrossNamespaceOwner(t *testing.T) {
 	inB.Identity.Namespace = "b"
 	f.observe(t, inB)
 	s, err := f.resolve(t, depA, cmRef)
-	expectState(t, s, err, Dangling)
+	expectState(t, s, err, rules.Dangling)
 	expectGETs(t, f, getKey{gvConfigMaps, "a", "owner"})
 	want := nsWarning{dependent: "dep", ref: "owner", ownerNamespace: "b"}
 	if len(f.warnings) != 1 || f.warnings[0] != want {
@@ -395,7 +396,7 @@ func TestResolveCrossNamespaceOwner(t *testing.T) {
 	// From the absent cache: still dangling, no GET; the callback is told
 	// again (the collector's onceSet deduplicates the Warning event).
 	s, err = f.resolve(t, depA, cmRef)
-	expectState(t, s, err, Dangling)
+	expectState(t, s, err, rules.Dangling)
 	expectGETs(t, f, getKey{gvConfigMaps, "a", "owner"})
 	if len(f.warnings) != 2 || f.warnings[1] != want {
 		t.Fatalf("warnings = %+v", f.warnings)
@@ -404,7 +405,7 @@ func TestResolveCrossNamespaceOwner(t *testing.T) {
 	depB := depA
 	depB.Namespace, depB.UID = "b", "depB"
 	s, err = f.resolve(t, depB, cmRef)
-	expectState(t, s, err, Solid)
+	expectState(t, s, err, rules.Solid)
 	if len(f.warnings) != 2 {
 		t.Fatalf("warnings = %+v", f.warnings)
 	}
@@ -417,7 +418,7 @@ func TestResolveCrossNamespaceOwnerNilCallback(t *testing.T) {
 	inB.Identity.Namespace = "b"
 	f.observe(t, inB)
 	s, err := f.resolve(t, depA, cmRef)
-	expectState(t, s, err, Dangling)
+	expectState(t, s, err, rules.Dangling)
 }
 
 func TestOnceSet(t *testing.T) {
@@ -437,7 +438,7 @@ func TestOnceSet(t *testing.T) {
 
 func TestAbsentCache(t *testing.T) {
 	c := newAbsentCache(10)
-	k := graph.Coordinates{Kind: "ConfigMap", Namespace: "a", Name: "x", UID: "u"}
+	k := rules.Coordinates{Kind: "ConfigMap", Namespace: "a", Name: "x", UID: "u"}
 	if c.Has(k) {
 		t.Fatal("empty cache has a key")
 	}
@@ -457,9 +458,9 @@ func TestAbsentCache(t *testing.T) {
 // so eviction is part of the cost).
 func BenchmarkAbsentCacheAdd(b *testing.B) {
 	c := newAbsentCache(16384)
-	keys := make([]graph.Coordinates, 1<<16)
+	keys := make([]rules.Coordinates, 1<<16)
 	for i := range keys {
-		keys[i] = graph.Coordinates{Kind: "ConfigMap", Namespace: "ns", Name: fmt.Sprintf("dep-%06d", i), UID: types.UID(fmt.Sprintf("0b9b3c1e-7d1a-4a43-9c1f-%012d", i))}
+		keys[i] = rules.Coordinates{Kind: "ConfigMap", Namespace: "ns", Name: fmt.Sprintf("dep-%06d", i), UID: types.UID(fmt.Sprintf("0b9b3c1e-7d1a-4a43-9c1f-%012d", i))}
 	}
 	b.ReportAllocs()
 	i := 0
@@ -473,9 +474,9 @@ func BenchmarkAbsentCacheAdd(b *testing.B) {
 // present.
 func BenchmarkAbsentCacheHas(b *testing.B) {
 	c := newAbsentCache(16384)
-	keys := make([]graph.Coordinates, 16384)
+	keys := make([]rules.Coordinates, 16384)
 	for i := range keys {
-		keys[i] = graph.Coordinates{Kind: "ConfigMap", Namespace: "ns", Name: fmt.Sprintf("dep-%06d", i), UID: types.UID(fmt.Sprintf("0b9b3c1e-7d1a-4a43-9c1f-%012d", i))}
+		keys[i] = rules.Coordinates{Kind: "ConfigMap", Namespace: "ns", Name: fmt.Sprintf("dep-%06d", i), UID: types.UID(fmt.Sprintf("0b9b3c1e-7d1a-4a43-9c1f-%012d", i))}
 		if i%2 == 0 {
 			c.Add(keys[i])
 		}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 func TestWriteLog(t *testing.T) {
@@ -103,10 +104,10 @@ func TestResolveSharesOneGETPerOwner(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		owner *metav1.PartialObjectMetadata
-		want  OwnerState
+		want  rules.OwnerState
 	}{
-		{"absent", nil, Dangling},
-		{"present", pom("a", "owner", "owner"), Solid},
+		{"absent", nil, rules.Dangling},
+		{"present", pom("a", "owner", "owner"), rules.Solid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newResolverFixture()
@@ -117,7 +118,7 @@ func TestResolveSharesOneGETPerOwner(t *testing.T) {
 			f.r.get = bg.get
 			const n = 20
 			var wg sync.WaitGroup
-			states := make([]OwnerState, n)
+			states := make([]rules.OwnerState, n)
 			errs := make([]error, n)
 			for i := range n {
 				wg.Add(1)
@@ -164,12 +165,12 @@ func TestResolveSharesOneGETPerOwner(t *testing.T) {
 			if got := bg.calls.Load(); got != 1 {
 				t.Fatalf("%d GETs for %d dependents of one owner", got, n)
 			}
-			if tc.want == Dangling {
+			if tc.want == rules.Dangling {
 				// Absent now cached: no more GETs.
 				before := bg.calls.Load()
 				ref := cmRef
 				s, err := f.r.resolve(context.Background(), depA, &ref)
-				expectState(t, s, err, Dangling)
+				expectState(t, s, err, rules.Dangling)
 				if bg.calls.Load() != before {
 					t.Fatal("absent owner looked up again")
 				}
@@ -220,7 +221,7 @@ func BenchmarkResolveGraphHit(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if s, err := f.r.resolve(ctx, depA, &ref); err != nil || s != Solid {
+		if s, err := f.r.resolve(ctx, depA, &ref); err != nil || s != rules.Solid {
 			b.Fatal(s, err)
 		}
 	}
@@ -232,7 +233,7 @@ func BenchmarkResolveGraphHit(b *testing.B) {
 func BenchmarkResolveAbsentHit(b *testing.B) {
 	f := newResolverFixture()
 	f.g.Apply(graph.Event{Type: graph.Upsert, Object: ownerObj})
-	f.g.Apply(graph.Event{Type: graph.Upsert, Object: graph.Object{Identity: depA, ResourceVersion: "1", OwnerReferences: []metav1.OwnerReference{cmRef}}})
+	f.g.Apply(graph.Event{Type: graph.Upsert, Object: rules.Object{Identity: depA, ResourceVersion: "1", OwnerReferences: []metav1.OwnerReference{cmRef}}})
 	f.g.Apply(graph.Event{Type: graph.Delete, Object: ownerObj})
 	f.r.get = func(context.Context, schema.GroupVersionResource, string, string) (*metav1.PartialObjectMetadata, error) {
 		b.Fatal("GET for an owner observed deleted")
@@ -242,7 +243,7 @@ func BenchmarkResolveAbsentHit(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if s, err := f.r.resolve(ctx, depA, &ref); err != nil || s != Dangling {
+		if s, err := f.r.resolve(ctx, depA, &ref); err != nil || s != rules.Dangling {
 			b.Fatal(s, err)
 		}
 	}
@@ -261,7 +262,7 @@ func BenchmarkResolveAbsentCacheHit(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if s, err := f.r.resolve(ctx, depA, &ref); err != nil || s != Dangling {
+		if s, err := f.r.resolve(ctx, depA, &ref); err != nil || s != rules.Dangling {
 			b.Fatal(s, err)
 		}
 	}
@@ -277,17 +278,17 @@ func TestResolveFastPath(t *testing.T) {
 		return nil, nil
 	}
 	f.observe(t, ownerObj)
-	f.observe(t, graph.Object{Identity: depA, ResourceVersion: "1", OwnerReferences: []metav1.OwnerReference{cmRef}})
+	f.observe(t, rules.Object{Identity: depA, ResourceVersion: "1", OwnerReferences: []metav1.OwnerReference{cmRef}})
 	s, err := f.resolve(t, depA, cmRef)
-	expectState(t, s, err, Solid)
+	expectState(t, s, err, rules.Solid)
 	deleting := ownerObj
-	deleting.Deleting, deleting.Finalizers = true, []string{graph.FinalizerForeground}
+	deleting.Deleting, deleting.Finalizers = true, []string{rules.FinalizerForeground}
 	f.observe(t, deleting)
 	s, err = f.resolve(t, depA, cmRef)
-	expectState(t, s, err, Waiting)
+	expectState(t, s, err, rules.Waiting)
 	f.g.Apply(graph.Event{Type: graph.Delete, Object: deleting})
 	s, err = f.resolve(t, depA, cmRef)
-	expectState(t, s, err, Dangling)
+	expectState(t, s, err, rules.Dangling)
 
 	// Same UID, other name: not the referenced object; ask the server.
 	other := newResolverFixture()
@@ -295,21 +296,21 @@ func TestResolveFastPath(t *testing.T) {
 	wrongName := cmRef
 	wrongName.Name = "other"
 	s, err = other.resolve(t, depA, wrongName)
-	expectState(t, s, err, Dangling)
+	expectState(t, s, err, rules.Dangling)
 	expectGETs(t, other, getKey{gvConfigMaps, "a", "other"})
 }
 
 // BenchmarkDecideDependent decides for a dependent with one dangling and
 // one solid owner (the reference-removal case, the most work decide does).
 func BenchmarkDecideDependent(b *testing.B) {
-	it := &graph.Item{Object: graph.Object{
+	it := &rules.Item{Object: rules.Object{
 		Identity:        depA,
 		OwnerReferences: []metav1.OwnerReference{cmRef, {APIVersion: "v1", Kind: "ConfigMap", Name: "gone", UID: "gone"}},
 	}}
-	states := []OwnerState{Solid, Dangling}
+	states := []rules.OwnerState{rules.Solid, rules.Dangling}
 	b.ReportAllocs()
 	for b.Loop() {
-		if a := decideDependent(it, states, nil); a.Type != RemoveReferences {
+		if a := rules.DecideDependent(it, states, nil); a.Type != rules.RemoveReferences {
 			b.Fatal(a)
 		}
 	}
@@ -321,7 +322,7 @@ func BenchmarkDecideDependent(b *testing.B) {
 func BenchmarkCheckSolidDependent(b *testing.B) {
 	f := newResolverFixture()
 	f.g.Apply(graph.Event{Type: graph.Upsert, Object: ownerObj})
-	f.g.Apply(graph.Event{Type: graph.Upsert, Object: graph.Object{Identity: depA, ResourceVersion: "1", OwnerReferences: []metav1.OwnerReference{cmRef}}})
+	f.g.Apply(graph.Event{Type: graph.Upsert, Object: rules.Object{Identity: depA, ResourceVersion: "1", OwnerReferences: []metav1.OwnerReference{cmRef}}})
 	f.r.get = func(context.Context, schema.GroupVersionResource, string, string) (*metav1.PartialObjectMetadata, error) {
 		b.Fatal("GET for a dependent of an observed owner")
 		return nil, nil
@@ -342,14 +343,14 @@ func BenchmarkCheckSolidDependent(b *testing.B) {
 func BenchmarkForegroundOwnerCheckBlocked(b *testing.B) {
 	g := graph.New()
 	owner := ownerObj
-	owner.Deleting, owner.Finalizers = true, []string{graph.FinalizerForeground}
+	owner.Deleting, owner.Finalizers = true, []string{rules.FinalizerForeground}
 	g.Apply(graph.Event{Type: graph.Upsert, Object: owner})
 	blockRef := cmRef
 	blockRef.BlockOwnerDeletion = boolPtr(true)
 	for i := range 20000 {
 		dep := depA
 		dep.UID, dep.Name = types.UID(fmt.Sprintf("dep-%d", i)), fmt.Sprintf("dep-%d", i)
-		g.Apply(graph.Event{Type: graph.Upsert, Object: graph.Object{Identity: dep, ResourceVersion: "1", OwnerReferences: []metav1.OwnerReference{blockRef}}})
+		g.Apply(graph.Event{Type: graph.Upsert, Object: rules.Object{Identity: dep, ResourceVersion: "1", OwnerReferences: []metav1.OwnerReference{blockRef}}})
 	}
 	c := &Collector{graph: g}
 	c.attemptToDelete = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.UID]())

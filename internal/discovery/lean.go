@@ -4,9 +4,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/kgc-dev/kgc/internal/graph"
 )
 
 // leanObject converts one listed or watched object of a monitor's resource
@@ -17,9 +16,9 @@ import (
 // interned, and the two *bool values of owner references are shared, so
 // the decoded object can be dropped as soon as it is converted: the graph
 // is the only copy kgc keeps of an object.
-func leanObject(pom *metav1.PartialObjectMetadata, apiVersion, kind string) graph.Object {
-	o := graph.Object{
-		Identity: graph.Identity{
+func leanObject(pom *metav1.PartialObjectMetadata, apiVersion, kind string) rules.Object {
+	o := rules.Object{
+		Identity: rules.Identity{
 			APIVersion: apiVersion, Kind: kind,
 			Namespace: interned.get(pom.Namespace), Name: pom.Name, UID: pom.UID,
 		},

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 func TestLeanObject(t *testing.T) {
@@ -38,8 +39,8 @@ func TestLeanObject(t *testing.T) {
 	}
 	before := in.DeepCopy()
 	o := leanObject(in, "v1", "Secret")
-	want := graph.Object{
-		Identity:        graph.Identity{APIVersion: "v1", Kind: "Secret", Namespace: "a", Name: "s", UID: "u"},
+	want := rules.Object{
+		Identity:        rules.Identity{APIVersion: "v1", Kind: "Secret", Namespace: "a", Name: "s", UID: "u"},
 		ResourceVersion: "9",
 		OwnerReferences: before.OwnerReferences,
 		Finalizers:      before.Finalizers,

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // Monitors runs one list-and-watch loop per resource and feeds every
@@ -467,7 +468,7 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 			gen := nextListGen()
 			mon.progressed()
 			mon.gen = gen
-			mon.observe(graph.Event{Type: graph.Relisted, Object: graph.Object{Identity: graph.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
+			mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
 			mon.sweep = true
 			mon.listed(gen)
 			mon.mu.Lock()
@@ -486,7 +487,7 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 		if l.Continue == "" {
 			mon.gen = gen
 			if mon.sweep {
-				mon.observe(graph.Event{Type: graph.Relisted, Object: graph.Object{Identity: graph.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
+				mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
 			}
 			mon.sweep = true
 			mon.listed(gen)
@@ -507,7 +508,7 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 // never be applied before its monitor knows it.
 func (mon *monitor) listed(gen uint32) {
 	mon.listGen.Store(gen)
-	mon.observe(graph.Event{Type: graph.Listed, Object: graph.Object{Identity: graph.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
+	mon.observe(graph.Event{Type: graph.Listed, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
 }
 
 // watch watches the resource from rv and hands each event to observe. It
@@ -698,7 +699,7 @@ func (m *Monitors) prove(ctx context.Context, r Resource, p *prover) {
 		if apierrors.IsNotFound(err) {
 			m.mu.Lock()
 			if ctx.Err() == nil {
-				m.observe(graph.Event{Type: graph.Relisted, Object: graph.Object{Identity: graph.Identity{APIVersion: r.APIVersion(), Kind: r.Kind}}, Gen: nextListGen()})
+				m.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: r.APIVersion(), Kind: r.Kind}}, Gen: nextListGen()})
 				if m.provers[r.GroupKind()] == p {
 					delete(m.provers, r.GroupKind())
 				}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 const monitorTimeout = 10 * time.Second
@@ -134,14 +135,14 @@ func TestMonitorsDeliverMetadataEvents(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // let a wrongly delivered extra event show up
 	evs := rec.get()
 	wantEvents := []graph.Event{
-		{Type: graph.Upsert, Object: graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "old", UID: "old-uid"}, ResourceVersion: "1"}},
-		{Type: graph.Upsert, Object: graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "new", UID: "new-uid"}, ResourceVersion: "2"}},
-		{Type: graph.Upsert, Object: graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "new", UID: "new-uid"}, ResourceVersion: "2"}},
-		{Type: graph.Upsert, Object: graph.Object{
-			Identity:        graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "new", UID: "new-uid"},
+		{Type: graph.Upsert, Object: rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "old", UID: "old-uid"}, ResourceVersion: "1"}},
+		{Type: graph.Upsert, Object: rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "new", UID: "new-uid"}, ResourceVersion: "2"}},
+		{Type: graph.Upsert, Object: rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "new", UID: "new-uid"}, ResourceVersion: "2"}},
+		{Type: graph.Upsert, Object: rules.Object{
+			Identity:        rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "new", UID: "new-uid"},
 			ResourceVersion: "3", OwnerReferences: []metav1.OwnerReference{ref}, Finalizers: []string{"example.com/f"}, Deleting: true,
 		}},
-		{Type: graph.Delete, Object: graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "old", UID: "old-uid"}, ResourceVersion: "1"}},
+		{Type: graph.Delete, Object: rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "old", UID: "old-uid"}, ResourceVersion: "1"}},
 	}
 	if len(evs) != len(wantEvents) {
 		t.Fatalf("got %d events, want %d: %+v", len(evs), len(wantEvents), evs)

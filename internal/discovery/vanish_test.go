@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 var (
@@ -102,9 +103,9 @@ func newWidget(name string, rv string) *metav1.PartialObjectMetadata {
 }
 
 // dependentOf returns a ConfigMap owned by the widget named owner.
-func dependentOf(owner string) graph.Object {
-	return graph.Object{
-		Identity:        graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "dep-" + owner, UID: types.UID("dep-" + owner)},
+func dependentOf(owner string) rules.Object {
+	return rules.Object{
+		Identity:        rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "dep-" + owner, UID: types.UID("dep-" + owner)},
 		ResourceVersion: "100",
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Widget", Name: owner, UID: types.UID(owner)}},
 	}

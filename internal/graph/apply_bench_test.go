@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // BenchmarkApply replays an informer's life on one core: every object is
@@ -20,7 +21,7 @@ import (
 func BenchmarkApply(b *testing.B) {
 	const objects = 10_000
 	var stream []graph.Event
-	mk := func(i int, version string) graph.Object {
+	mk := func(i int, version string) rules.Object {
 		o := obj(fmt.Sprintf("o-%05d", i), rv(version))
 		if i%10 != 0 {
 			o.OwnerReferences = []metav1.OwnerReference{ref(fmt.Sprintf("o-%05d", i-i%10), block)}

@@ -1,42 +1,11 @@
 package graph
 
 import (
-	"slices"
-	"strings"
 	"sync"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"github.com/kgc-dev/kgc/internal/rules"
 	"k8s.io/apimachinery/pkg/types"
 )
-
-// Finalizers the apiserver adds for the Orphan and Foreground policies.
-const (
-	FinalizerOrphan     = metav1.FinalizerOrphanDependents // "orphan"
-	FinalizerForeground = metav1.FinalizerDeleteDependents // "foregroundDeletion"
-)
-
-// Object is what the graph keeps of an observed object: its identity and the
-// metadata the collector decides from. Nothing else (labels, annotations,
-// managedFields, bodies) is ever stored.
-type Object struct {
-	Identity        Identity
-	ResourceVersion string
-	OwnerReferences []metav1.OwnerReference
-	Finalizers      []string
-	Deleting        bool // deletionTimestamp is set
-}
-
-// DeletingDependents reports whether the object waits for its dependents:
-// being deleted with the foregroundDeletion finalizer.
-func (o *Object) DeletingDependents() bool {
-	return o.Deleting && slices.Contains(o.Finalizers, FinalizerForeground)
-}
-
-// Orphaning reports whether the object waits for its dependents to be
-// orphaned: being deleted with the orphan finalizer.
-func (o *Object) Orphaning() bool {
-	return o.Deleting && slices.Contains(o.Finalizers, FinalizerOrphan)
-}
 
 // EventType says what an informer observed.
 type EventType int
@@ -68,7 +37,7 @@ const (
 // Event is one monitor observation, in the order the monitor saw it.
 type Event struct {
 	Type   EventType
-	Object Object
+	Object rules.Object
 	// Gen is the list generation of the monitor that observed the event: a
 	// number unique to one list of one monitor (0: none). Upserts record
 	// it on their node; Relisted removes the resource's nodes that carry
@@ -86,7 +55,7 @@ type Effects struct {
 	AttemptToOrphan []types.UID
 	// Absent lists identities observed deleted: they never come back (UIDs
 	// are unique), so the collector may remember them as absent owners.
-	Absent []Identity
+	Absent []rules.Identity
 	// CascadeStarted lists owners that, with dependents, were observed
 	// deleted or started deleting their dependents; CascadeDone lists such
 	// owners whose last dependent just went. (For metrics.)
@@ -137,7 +106,7 @@ func (g *Graph) Apply(ev Event) Effects {
 	return eff
 }
 
-func (g *Graph) upsert(obj *Object, gen uint32, eff *Effects) {
+func (g *Graph) upsert(obj *rules.Object, gen uint32, eff *Effects) {
 	uid := g.keyFor(obj.Identity.UID)
 	n := g.nodes[uid]
 	var old []ownerRef
@@ -286,40 +255,7 @@ func (g *Graph) needsAttention(n *node) bool {
 	return false
 }
 
-// Matches reports whether the observed owner identity is the object ref names
-// when seen from a dependent in namespace ns: same group, kind and name, and
-// either cluster-scoped or in ns.
-func Matches(owner Identity, ref *metav1.OwnerReference, ns string) bool {
-	if owner.UID != ref.UID || owner.Name != ref.Name || owner.Kind != ref.Kind {
-		return false
-	}
-	if owner.Namespace != "" && owner.Namespace != ns {
-		return false
-	}
-	return sameGroup(owner.APIVersion, ref.APIVersion)
-}
-
-// sameGroup reports whether two apiVersions name the same group; equal
-// apiVersions (the common case) are decided without parsing.
-func sameGroup(a, b string) bool {
-	if a == b {
-		return true
-	}
-	return groupOf(a) == groupOf(b)
-}
-
-// groupOf returns the group of an apiVersion ("" for the core group's "v1"),
-// without allocating: a sweep calls it for every node of the graph. It
-// agrees with schema.ParseGroupVersion on every valid apiVersion.
-func groupOf(apiVersion string) string {
-	group, _, ok := strings.Cut(apiVersion, "/")
-	if !ok {
-		return ""
-	}
-	return group
-}
-
-func (g *Graph) remove(obj *Object, eff *Effects) {
+func (g *Graph) remove(obj *rules.Object, eff *Effects) {
 	if n := g.node(obj.Identity.UID); n != nil && !n.virtual {
 		g.removeNode(n, eff)
 	}
@@ -355,10 +291,10 @@ func (g *Graph) removeNode(n *node, eff *Effects) {
 // the nodes an older version's monitor recorded in the graph forever,
 // observed and solid to their dependents, once they are deleted unseen.
 func (g *Graph) sweep(apiVersion, k string, gen uint32, eff *Effects) {
-	group := groupOf(apiVersion)
+	group := rules.GroupOf(apiVersion)
 	var gone []*node
 	for _, n := range g.nodes {
-		if !n.virtual && n.gen != gen && n.kind.kind == k && groupOf(n.kind.apiVersion) == group {
+		if !n.virtual && n.gen != gen && n.kind.kind == k && rules.GroupOf(n.kind.apiVersion) == group {
 			gone = append(gone, n)
 		}
 	}

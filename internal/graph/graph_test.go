@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // The scenario tests speak in short UIDs ("o", "d1", …). Unless an option
@@ -23,11 +24,11 @@ import (
 // namespace testNS, and a reference names exactly that object.
 const testNS = "ns"
 
-type objOpt func(*graph.Object)
+type objOpt func(*rules.Object)
 
-func obj(uid string, opts ...objOpt) graph.Object {
-	o := graph.Object{
-		Identity:        graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: testNS, Name: "name-" + uid, UID: types.UID(uid)},
+func obj(uid string, opts ...objOpt) rules.Object {
+	o := rules.Object{
+		Identity:        rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: testNS, Name: "name-" + uid, UID: types.UID(uid)},
 		ResourceVersion: nextRV(),
 	}
 	for _, f := range opts {
@@ -37,22 +38,22 @@ func obj(uid string, opts ...objOpt) graph.Object {
 }
 
 func owners(refs ...metav1.OwnerReference) objOpt {
-	return func(o *graph.Object) { o.OwnerReferences = refs }
+	return func(o *rules.Object) { o.OwnerReferences = refs }
 }
 
 // deleting sets deletionTimestamp with the given finalizers.
 func deleting(finalizers ...string) objOpt {
-	return func(o *graph.Object) { o.Deleting, o.Finalizers = true, finalizers }
+	return func(o *rules.Object) { o.Deleting, o.Finalizers = true, finalizers }
 }
 
-func finalizers(f ...string) objOpt { return func(o *graph.Object) { o.Finalizers = f } }
+func finalizers(f ...string) objOpt { return func(o *rules.Object) { o.Finalizers = f } }
 
-func rv(v string) objOpt { return func(o *graph.Object) { o.ResourceVersion = v } }
+func rv(v string) objOpt { return func(o *rules.Object) { o.ResourceVersion = v } }
 
-func namespace(ns string) objOpt { return func(o *graph.Object) { o.Identity.Namespace = ns } }
+func namespace(ns string) objOpt { return func(o *rules.Object) { o.Identity.Namespace = ns } }
 
 func kind(apiVersion, k string) objOpt {
-	return func(o *graph.Object) { o.Identity.APIVersion, o.Identity.Kind = apiVersion, k }
+	return func(o *rules.Object) { o.Identity.APIVersion, o.Identity.Kind = apiVersion, k }
 }
 
 type refOpt func(*metav1.OwnerReference)
@@ -77,9 +78,9 @@ func refKind(apiVersion, k string) refOpt {
 
 func ptr[T any](v T) *T { return &v }
 
-func upsert(o graph.Object) graph.Event { return graph.Event{Type: graph.Upsert, Object: o} }
+func upsert(o rules.Object) graph.Event { return graph.Event{Type: graph.Upsert, Object: o} }
 
-func del(o graph.Object) graph.Event { return graph.Event{Type: graph.Delete, Object: o} }
+func del(o rules.Object) graph.Event { return graph.Event{Type: graph.Delete, Object: o} }
 
 // nodeWant is the expected state of one node after a step.
 type nodeWant struct {
@@ -106,7 +107,7 @@ func set[T ~string](in []T) []string {
 	return slices.Compact(out)
 }
 
-func absentUIDs(ids []graph.Identity) []string {
+func absentUIDs(ids []rules.Identity) []string {
 	out := make([]types.UID, 0, len(ids))
 	for _, id := range ids {
 		out = append(out, id.UID)
@@ -164,8 +165,8 @@ func runSteps(t *testing.T, steps []step) *graph.Graph {
 }
 
 func TestScenarios(t *testing.T) {
-	fg := graph.FinalizerForeground
-	orphan := graph.FinalizerOrphan
+	fg := rules.FinalizerForeground
+	orphan := rules.FinalizerOrphan
 	tests := []struct {
 		name  string
 		steps []step
@@ -508,7 +509,7 @@ func TestManyOwnerReferences(t *testing.T) {
 	// Every owner observed: d is fine now.
 	steps = append(steps, step{ev: upsert(obj("d", owners(refs...), rv("2")))})
 	// One owner starts foreground deletion, then d drops half its refs.
-	steps = append(steps, step{ev: upsert(obj("o000", deleting(graph.FinalizerForeground), rv("2"))), wantDelete: []string{"o000", "d"}})
+	steps = append(steps, step{ev: upsert(obj("o000", deleting(rules.FinalizerForeground), rv("2"))), wantDelete: []string{"o000", "d"}})
 	steps = append(steps, step{
 		ev:         upsert(obj("d", owners(refs[n/2:]...), rv("3"))),
 		wantDelete: []string{"o000"},
@@ -553,12 +554,12 @@ func TestManyOwnerReferencesToPlaceholders(t *testing.T) {
 }
 
 func TestMatches(t *testing.T) {
-	owner := graph.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "a", Name: "web", UID: "u"}
-	cluster := graph.Identity{APIVersion: "v1", Kind: "Namespace", Name: "a", UID: "n"}
+	owner := rules.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "a", Name: "web", UID: "u"}
+	cluster := rules.Identity{APIVersion: "v1", Kind: "Namespace", Name: "a", UID: "n"}
 	good := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "u"}
 	tests := []struct {
 		name  string
-		owner graph.Identity
+		owner rules.Identity
 		ref   metav1.OwnerReference
 		ns    string
 		want  bool
@@ -576,7 +577,7 @@ func TestMatches(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := graph.Matches(tc.owner, &tc.ref, tc.ns); got != tc.want {
+			if got := rules.Matches(tc.owner, &tc.ref, tc.ns); got != tc.want {
 				t.Errorf("Matches = %v, want %v", got, tc.want)
 			}
 		})
@@ -584,17 +585,17 @@ func TestMatches(t *testing.T) {
 }
 
 func TestIdentity(t *testing.T) {
-	id := graph.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "a", Name: "web", UID: "u"}
+	id := rules.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "a", Name: "web", UID: "u"}
 	if got, want := id.GroupKind(), (schema.GroupKind{Group: "apps", Kind: "Deployment"}); got != want {
 		t.Errorf("GroupKind = %v, want %v", got, want)
 	}
-	if got, want := id.Coordinates(), (graph.Coordinates{Group: "apps", Kind: "Deployment", Namespace: "a", Name: "web", UID: "u"}); got != want {
+	if got, want := id.Coordinates(), (rules.Coordinates{Group: "apps", Kind: "Deployment", Namespace: "a", Name: "web", UID: "u"}); got != want {
 		t.Errorf("Coordinates = %v, want %v", got, want)
 	}
 	if got, want := id.String(), "Deployment.apps/v1 a/web (uid u)"; got != want {
 		t.Errorf("String = %q, want %q", got, want)
 	}
-	core := graph.Identity{APIVersion: "v1", Kind: "Namespace", Name: "a", UID: "n"}
+	core := rules.Identity{APIVersion: "v1", Kind: "Namespace", Name: "a", UID: "n"}
 	if got, want := core.String(), "Namespace.v1 a (uid n)"; got != want {
 		t.Errorf("String = %q, want %q", got, want)
 	}
@@ -619,7 +620,7 @@ func TestSnapshot(t *testing.T) {
 		upsert(obj("a")),
 		upsert(obj("b", owners(ref("a")))),
 		upsert(obj("c", owners(ref("b"), ref("v")))),
-		upsert(obj("x", deleting(graph.FinalizerForeground))),
+		upsert(obj("x", deleting(rules.FinalizerForeground))),
 		upsert(obj("y", owners(ref("x", block)))),
 		upsert(obj("z")),
 	} {
@@ -773,7 +774,7 @@ func TestAbsentIdentity(t *testing.T) {
 
 const randomUIDs = 300
 
-func randomIdentity(i int) graph.Identity {
+func randomIdentity(i int) rules.Identity {
 	// Half the UIDs are UUIDs as the apiserver makes them, half are not:
 	// the graph keys them differently (uid.go).
 	uid := types.UID(fmt.Sprintf("u%03d", i))
@@ -782,27 +783,27 @@ func randomIdentity(i int) graph.Identity {
 	}
 	switch {
 	case i%10 == 0:
-		return graph.Identity{APIVersion: "v1", Kind: "Namespace", Name: "n-" + string(uid), UID: uid}
+		return rules.Identity{APIVersion: "v1", Kind: "Namespace", Name: "n-" + string(uid), UID: uid}
 	case i%10 == 1:
-		return graph.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "a", Name: "d-" + string(uid), UID: uid}
+		return rules.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "a", Name: "d-" + string(uid), UID: uid}
 	default:
-		return graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: []string{"a", "b"}[i%2], Name: "c-" + string(uid), UID: uid}
+		return rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: []string{"a", "b"}[i%2], Name: "c-" + string(uid), UID: uid}
 	}
 }
 
 type model struct {
-	objs   map[types.UID]graph.Object
+	objs   map[types.UID]rules.Object
 	absent map[types.UID]bool
 	// deps indexes objs by referenced UID: deps[owner][dependent] = blocking.
 	deps map[types.UID]map[types.UID]bool
 }
 
 func newModel() *model {
-	return &model{objs: map[types.UID]graph.Object{}, absent: map[types.UID]bool{}, deps: map[types.UID]map[types.UID]bool{}}
+	return &model{objs: map[types.UID]rules.Object{}, absent: map[types.UID]bool{}, deps: map[types.UID]map[types.UID]bool{}}
 }
 
 // set records o (or, with ok false, the absence of uid) in objs and deps.
-func (m *model) set(uid types.UID, o graph.Object, ok bool) {
+func (m *model) set(uid types.UID, o rules.Object, ok bool) {
 	if old, had := m.objs[uid]; had {
 		for owner := range refsByUID(old.OwnerReferences) {
 			delete(m.deps[owner], uid)
@@ -840,14 +841,14 @@ func (m *model) dd(uid types.UID) bool {
 // dependents are the observed objects referencing uid, with whether they block.
 func (m *model) dependents(uid types.UID) map[types.UID]bool { return m.deps[uid] }
 
-func modelMatches(owner graph.Identity, r metav1.OwnerReference, ns string) bool {
+func modelMatches(owner rules.Identity, r metav1.OwnerReference, ns string) bool {
 	rgv, _ := schema.ParseGroupVersion(r.APIVersion)
 	ogv, _ := schema.ParseGroupVersion(owner.APIVersion)
 	return owner.Name == r.Name && owner.Kind == r.Kind && ogv.Group == rgv.Group &&
 		(owner.Namespace == "" || owner.Namespace == ns)
 }
 
-func (m *model) needsAttention(o graph.Object) bool {
+func (m *model) needsAttention(o rules.Object) bool {
 	if o.Deleting || len(o.OwnerReferences) == 0 {
 		return false
 	}
@@ -862,7 +863,7 @@ func (m *model) needsAttention(o graph.Object) bool {
 
 // expectUpsert applies an upsert to the model and returns the exact effects
 // the graph must report.
-func (m *model) expectUpsert(o graph.Object) (del, orphan []types.UID) {
+func (m *model) expectUpsert(o rules.Object) (del, orphan []types.UID) {
 	uid := o.Identity.UID
 	old, wasObserved := m.objs[uid]
 	m.set(uid, o, true)
@@ -906,7 +907,7 @@ func (m *model) expectDelete(uid types.UID) (del []types.UID, absent []types.UID
 			del = append(del, owner)
 		}
 	}
-	m.set(uid, graph.Object{}, false)
+	m.set(uid, rules.Object{}, false)
 	deps := m.dependents(uid)
 	for d := range deps {
 		del = append(del, d)
@@ -988,8 +989,8 @@ var rvs atomic.Int64
 
 func nextRV() string { return strconv.FormatInt(rvs.Add(1), 10) }
 
-func randomObject(r *rand.Rand, i int) graph.Object {
-	o := graph.Object{Identity: randomIdentity(i), ResourceVersion: nextRV()}
+func randomObject(r *rand.Rand, i int) rules.Object {
+	o := rules.Object{Identity: randomIdentity(i), ResourceVersion: nextRV()}
 	nrefs := []int{0, 1, 1, 1, 2, 2, 3, 4}[r.IntN(8)]
 	for range nrefs {
 		target := randomIdentity(r.IntN(randomUIDs))
@@ -1019,7 +1020,7 @@ func randomObject(r *rand.Rand, i int) graph.Object {
 		o.OwnerReferences = append(o.OwnerReferences, or)
 	}
 	var fins []string
-	for _, f := range []string{graph.FinalizerOrphan, graph.FinalizerForeground, "example.com/x"} {
+	for _, f := range []string{rules.FinalizerOrphan, rules.FinalizerForeground, "example.com/x"} {
 		if r.IntN(3) == 0 {
 			fins = append(fins, f)
 		}
@@ -1072,7 +1073,7 @@ func TestRandomized(t *testing.T) {
 			ev = upsert(randomObject(r, idx))
 			wantDel, wantOrphan = m.expectUpsert(ev.Object)
 		} else {
-			ev = del(graph.Object{Identity: randomIdentity(idx)})
+			ev = del(rules.Object{Identity: randomIdentity(idx)})
 			wantDel, wantAbsent, _ = m.expectDelete(ev.Object.Identity.UID)
 			ignore = ev.Object.Identity.UID
 		}
@@ -1169,13 +1170,13 @@ func BenchmarkApplyDelete(b *testing.B) {
 // 20,000 dependents.
 func BenchmarkItemLargeOwner(b *testing.B) {
 	g := graph.New()
-	owner := graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "owner", UID: "owner"}}
+	owner := rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "owner", UID: "owner"}}
 	g.Apply(graph.Event{Type: graph.Upsert, Object: owner})
 	t := true
 	for i := range 20000 {
 		uid := types.UID(fmt.Sprintf("dep-%d", i))
-		g.Apply(graph.Event{Type: graph.Upsert, Object: graph.Object{
-			Identity:        graph.Identity{APIVersion: "v1", Kind: "Pod", Namespace: "ns", Name: string(uid), UID: uid},
+		g.Apply(graph.Event{Type: graph.Upsert, Object: rules.Object{
+			Identity:        rules.Identity{APIVersion: "v1", Kind: "Pod", Namespace: "ns", Name: string(uid), UID: uid},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "owner", UID: "owner", BlockOwnerDeletion: &t}},
 		}})
 	}

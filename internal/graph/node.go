@@ -3,6 +3,7 @@ package graph
 import (
 	"slices"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -99,14 +100,14 @@ type node struct {
 }
 
 // identity returns n's identity. Caller holds mu.
-func (g *Graph) identity(n *node) Identity {
-	return Identity{APIVersion: n.kind.apiVersion, Kind: n.kind.kind, Namespace: n.namespace, Name: n.name, UID: g.uidOf(n.uid)}
+func (g *Graph) identity(n *node) rules.Identity {
+	return rules.Identity{APIVersion: n.kind.apiVersion, Kind: n.kind.kind, Namespace: n.namespace, Name: n.name, UID: g.uidOf(n.uid)}
 }
 
 // object returns a copy of what the node holds of its object, sharing
 // nothing a reader could change. Caller holds mu.
-func (g *Graph) object(n *node) Object {
-	return Object{
+func (g *Graph) object(n *node) rules.Object {
+	return rules.Object{
 		Identity:        g.identity(n),
 		ResourceVersion: n.rv,
 		OwnerReferences: g.expandRefs(n.refs),
@@ -117,12 +118,12 @@ func (g *Graph) object(n *node) Object {
 
 // deletingDependents: see Object.DeletingDependents.
 func (n *node) deletingDependents() bool {
-	return n.deleting && slices.Contains(n.finalizerList(), FinalizerForeground)
+	return n.deleting && slices.Contains(n.finalizerList(), rules.FinalizerForeground)
 }
 
 // orphaning: see Object.Orphaning.
 func (n *node) orphaning() bool {
-	return n.deleting && slices.Contains(n.finalizerList(), FinalizerOrphan)
+	return n.deleting && slices.Contains(n.finalizerList(), rules.FinalizerOrphan)
 }
 
 // finalizerList returns the node's finalizers (shared: not to be changed).
@@ -253,5 +254,5 @@ func matches(o *node, ref *ownerRef, ns string) bool {
 	if o.namespace != "" && o.namespace != ns {
 		return false
 	}
-	return o.kind == ref.kind || sameGroup(o.kind.apiVersion, ref.kind.apiVersion)
+	return o.kind == ref.kind || rules.SameGroup(o.kind.apiVersion, ref.kind.apiVersion)
 }

@@ -4,29 +4,14 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Dependent is what an owner's check needs to know about one dependent.
-type Dependent struct {
-	UID                types.UID
-	Blocking           bool // its reference to the owner has blockOwnerDeletion=true
-	Deleting           bool
-	DeletingDependents bool
-}
-
-// Item is a copy of one node, for a worker to decide from.
-type Item struct {
-	Object
-	Virtual    bool
-	Absent     bool
-	Dependents []Dependent
-}
-
 // OwnerView is a copy of what the graph knows about a (possible) owner.
 type OwnerView struct {
-	Identity           Identity
+	Identity           rules.Identity
 	Virtual            bool
 	Absent             bool
 	Deleting           bool
@@ -34,21 +19,21 @@ type OwnerView struct {
 }
 
 // Item returns a copy of the node with uid, with its dependents.
-func (g *Graph) Item(uid types.UID) (Item, bool) {
+func (g *Graph) Item(uid types.UID) (rules.Item, bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	n := g.node(uid)
 	if n == nil {
-		return Item{}, false
+		return rules.Item{}, false
 	}
-	it := Item{Object: g.object(n), Virtual: n.virtual, Absent: n.absent}
-	it.Dependents = make([]Dependent, 0, n.dependents.len())
+	it := rules.Item{Object: g.object(n), Virtual: n.virtual, Absent: n.absent}
+	it.Dependents = make([]rules.Dependent, 0, n.dependents.len())
 	for depUID := range n.dependents.all() {
 		d := g.nodes[depUID]
 		if d == nil {
 			continue
 		}
-		it.Dependents = append(it.Dependents, Dependent{
+		it.Dependents = append(it.Dependents, rules.Dependent{
 			UID:                g.uidOf(depUID),
 			Blocking:           blocksOwner(depUID, d.refs, n.uid),
 			Deleting:           d.deleting,
@@ -114,7 +99,7 @@ func (g *Graph) Len() int {
 
 // NodeView is one node for display.
 type NodeView struct {
-	Identity           Identity
+	Identity           rules.Identity
 	Virtual            bool
 	Absent             bool
 	Deleting           bool
@@ -248,12 +233,12 @@ func (g *Graph) CheckInvariants() error {
 
 // Object returns a copy of the observed object with uid; ok is false for
 // unknown UIDs and placeholders.
-func (g *Graph) Object(uid types.UID) (obj Object, ok bool) {
+func (g *Graph) Object(uid types.UID) (obj rules.Object, ok bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	n := g.node(uid)
 	if n == nil || n.virtual {
-		return Object{}, false
+		return rules.Object{}, false
 	}
 	return g.object(n), true
 }

@@ -5,12 +5,13 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
-func cm(uid types.UID, rv string, owners ...types.UID) Object {
-	o := Object{Identity: Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "cm-" + string(uid), UID: uid}, ResourceVersion: rv}
+func cm(uid types.UID, rv string, owners ...types.UID) rules.Object {
+	o := rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "cm-" + string(uid), UID: uid}, ResourceVersion: rv}
 	for _, ow := range owners {
 		o.OwnerReferences = append(o.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "cm-" + string(ow), UID: ow})
 	}
@@ -43,15 +44,15 @@ func TestRelistedSweepsUnseenNodes(t *testing.T) {
 	g.Apply(Event{Type: Upsert, Object: cm("owner", "1"), Gen: 1})
 	g.Apply(Event{Type: Upsert, Object: cm("kept", "2", "ghost"), Gen: 1})
 	g.Apply(Event{Type: Upsert, Object: cm("gone", "3"), Gen: 1})
-	secret := Object{Identity: Identity{APIVersion: "v1", Kind: "Secret", Namespace: "a", Name: "s", UID: "s"}, ResourceVersion: "4"}
+	secret := rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "Secret", Namespace: "a", Name: "s", UID: "s"}, ResourceVersion: "4"}
 	g.Apply(Event{Type: Upsert, Object: secret, Gen: 7})
-	dep := Object{Identity: Identity{APIVersion: "v1", Kind: "Secret", Namespace: "a", Name: "dep", UID: "dep"}, ResourceVersion: "5",
+	dep := rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "Secret", Namespace: "a", Name: "dep", UID: "dep"}, ResourceVersion: "5",
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "cm-owner", UID: "owner"}}}
 	g.Apply(Event{Type: Upsert, Object: dep, Gen: 7})
 
 	// The relist (generation 9) sees kept (unchanged) only.
 	g.Apply(Event{Type: Upsert, Object: cm("kept", "2", "ghost"), Gen: 9})
-	eff := g.Apply(Event{Type: Relisted, Object: Object{Identity: Identity{APIVersion: "v1", Kind: "ConfigMap"}}, Gen: 9})
+	eff := g.Apply(Event{Type: Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "ConfigMap"}}, Gen: 9})
 
 	var absent []types.UID
 	for _, id := range eff.Absent {
@@ -101,11 +102,11 @@ func TestSharedTablesAreBounded(t *testing.T) {
 	}
 }
 
-func widget(apiVersion string, uid types.UID, rv string) Object {
-	return Object{Identity: Identity{APIVersion: apiVersion, Kind: "Widget", Name: "w-" + string(uid), UID: uid}, ResourceVersion: rv}
+func widget(apiVersion string, uid types.UID, rv string) rules.Object {
+	return rules.Object{Identity: rules.Identity{APIVersion: apiVersion, Kind: "Widget", Name: "w-" + string(uid), UID: uid}, ResourceVersion: rv}
 }
 
-func ownedBy(o Object, owner Object) Object {
+func ownedBy(o rules.Object, owner rules.Object) rules.Object {
 	o.OwnerReferences = append(o.OwnerReferences, metav1.OwnerReference{
 		APIVersion: owner.Identity.APIVersion, Kind: owner.Identity.Kind, Name: owner.Identity.Name, UID: owner.Identity.UID,
 	})
@@ -137,22 +138,22 @@ func TestVersionSwitchRelistSweepsNodesOfTheOldVersion(t *testing.T) {
 	g.Apply(Event{Type: Upsert, Object: later, Gen: 1})
 	// Other resources of the same kind or group are not the resource.
 	otherGroup := widget("other.example.com/v1", "other-group", "8")
-	otherKind := Object{Identity: Identity{APIVersion: "example.com/v1", Kind: "Gadget", Name: "g", UID: "other-kind"}, ResourceVersion: "9"}
+	otherKind := rules.Object{Identity: rules.Identity{APIVersion: "example.com/v1", Kind: "Gadget", Name: "g", UID: "other-kind"}, ResourceVersion: "9"}
 	g.Apply(Event{Type: Upsert, Object: otherGroup, Gen: 2})
 	g.Apply(Event{Type: Upsert, Object: otherKind, Gen: 3})
-	for _, owner := range []Object{kept, gone, later} {
+	for _, owner := range []rules.Object{kept, gone, later} {
 		g.Apply(Event{Type: Upsert, Object: ownedBy(cm("dep-"+owner.Identity.UID, "10"), owner), Gen: 4})
 	}
 
 	// The v2 monitor's first list: kept and later, unchanged; gone was
 	// deleted during the switch.
-	for _, o := range []Object{kept, later} {
+	for _, o := range []rules.Object{kept, later} {
 		o.Identity.APIVersion = "example.com/v2"
 		if eff := g.Apply(Event{Type: Upsert, Object: o, Gen: 5}); len(eff.AttemptToDelete)+len(eff.Absent) != 0 {
 			t.Errorf("an unchanged object listed at a new version has effects: %+v", eff)
 		}
 	}
-	eff := g.Apply(Event{Type: Relisted, Object: Object{Identity: Identity{APIVersion: "example.com/v2", Kind: "Widget"}}, Gen: 5})
+	eff := g.Apply(Event{Type: Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: "example.com/v2", Kind: "Widget"}}, Gen: 5})
 	if got := absentUIDs(eff); !slices.Equal(got, []types.UID{"gone"}) {
 		t.Errorf("swept %v, want [gone]", got)
 	}
@@ -168,7 +169,7 @@ func TestVersionSwitchRelistSweepsNodesOfTheOldVersion(t *testing.T) {
 	k := kept
 	k.Identity.APIVersion = "example.com/v2"
 	g.Apply(Event{Type: Upsert, Object: k, Gen: 6})
-	eff = g.Apply(Event{Type: Relisted, Object: Object{Identity: Identity{APIVersion: "example.com/v2", Kind: "Widget"}}, Gen: 6})
+	eff = g.Apply(Event{Type: Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: "example.com/v2", Kind: "Widget"}}, Gen: 6})
 	if got := absentUIDs(eff); !slices.Equal(got, []types.UID{"later"}) {
 		t.Errorf("swept %v, want [later]", got)
 	}
@@ -199,7 +200,7 @@ func TestRelistedWithFreshGenerationRemovesTheResource(t *testing.T) {
 	g.Apply(Event{Type: Upsert, Object: a, Gen: 1})
 	g.Apply(Event{Type: Upsert, Object: b, Gen: 2})
 	g.Apply(Event{Type: Upsert, Object: ownedBy(cm("dep", "3"), a), Gen: 3})
-	eff := g.Apply(Event{Type: Relisted, Object: Object{Identity: Identity{APIVersion: "example.com/v1", Kind: "Widget"}}, Gen: 99})
+	eff := g.Apply(Event{Type: Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: "example.com/v1", Kind: "Widget"}}, Gen: 99})
 	if got := absentUIDs(eff); !slices.Equal(got, []types.UID{"a", "b"}) {
 		t.Errorf("swept %v, want [a b]", got)
 	}
@@ -216,8 +217,8 @@ func TestRelistedWithFreshGenerationRemovesTheResource(t *testing.T) {
 
 func TestGroupOf(t *testing.T) {
 	for _, v := range []string{"", "v1", "apps/v1", "example.com/v1beta1", "x/y/z"} {
-		if got, want := groupOf(v), (Identity{APIVersion: v}).GroupKind().Group; got != want && v != "x/y/z" {
-			t.Errorf("groupOf(%q) = %q, want %q", v, got, want)
+		if got, want := rules.GroupOf(v), (rules.Identity{APIVersion: v}).GroupKind().Group; got != want && v != "x/y/z" {
+			t.Errorf("rules.GroupOf(%q) = %q, want %q", v, got, want)
 		}
 	}
 }

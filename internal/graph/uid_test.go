@@ -3,6 +3,7 @@ package graph
 import (
 	"testing"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -44,7 +45,7 @@ func TestUUIDKeys(t *testing.T) {
 func TestSyntheticKeys(t *testing.T) {
 	g := New()
 	obj := func(uid, owner types.UID) Event {
-		o := Object{Identity: Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: string(uid), UID: uid}, ResourceVersion: "1"}
+		o := rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: string(uid), UID: uid}, ResourceVersion: "1"}
 		if owner != "" {
 			o.OwnerReferences = append(o.OwnerReferences, ownerReference(owner))
 		}
@@ -60,13 +61,13 @@ func TestSyntheticKeys(t *testing.T) {
 	if err := g.CheckInvariants(); err != nil {
 		t.Fatal(err)
 	}
-	g.Apply(Event{Type: Delete, Object: Object{Identity: Identity{UID: "DEP"}}})
+	g.Apply(Event{Type: Delete, Object: rules.Object{Identity: rules.Identity{UID: "DEP"}}})
 	if len(g.odd) != 0 || len(g.oddUIDs) != 0 || len(g.nodes) != 0 {
 		t.Fatalf("after the delete: %d nodes, synthetic keys %v", len(g.nodes), g.odd)
 	}
 	// Unknown UIDs are not assigned keys by reads or deletes.
 	g.Item("nope")
-	g.Apply(Event{Type: Delete, Object: Object{Identity: Identity{UID: "nope"}}})
+	g.Apply(Event{Type: Delete, Object: rules.Object{Identity: rules.Identity{UID: "nope"}}})
 	if len(g.odd) != 0 {
 		t.Fatalf("a read or a delete assigned keys: %v", g.odd)
 	}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -74,7 +75,7 @@ func batchSize() int {
 // writer may apply events between batches, so the result is not one
 // instant's state, but each node is copied whole and appears at most once.
 // keep runs with the lock held and must not call into the graph.
-func (g *Graph) ScanViews(keep func(*Identity) bool) (out []ViewNode, total int) {
+func (g *Graph) ScanViews(keep func(*rules.Identity) bool) (out []ViewNode, total int) {
 	batch := batchSize()
 	// out grows only while the lock is released, by at least a batch, so no
 	// hold pays for copying what was already copied.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -24,18 +25,18 @@ func bigGraph(n int) *Graph {
 	yes := true
 	for i := 0; i < n/5; i++ {
 		ns := "ns-" + strconv.Itoa(i%10)
-		owner := Object{Identity: Identity{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: ns, Name: "rs-" + strconv.Itoa(i), UID: types.UID(fmt.Sprintf("owner-%07d", i))}}
+		owner := rules.Object{Identity: rules.Identity{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: ns, Name: "rs-" + strconv.Itoa(i), UID: types.UID(fmt.Sprintf("owner-%07d", i))}}
 		if i%5 == 0 {
 			owner.Identity.Namespace, owner.Identity.Kind, owner.Identity.APIVersion = "", "ClusterThing", "example.com/v1"
 		}
 		if i%50 == 0 {
-			owner.Deleting, owner.Finalizers = true, []string{FinalizerForeground}
+			owner.Deleting, owner.Finalizers = true, []string{rules.FinalizerForeground}
 		}
 		g.Apply(Event{Type: Upsert, Object: owner})
 		for j := 0; j < 4; j++ {
 			k := i*4 + j
-			dep := Object{
-				Identity: Identity{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: "pod-" + strconv.Itoa(k), UID: types.UID(fmt.Sprintf("dep-%07d", k))},
+			dep := rules.Object{
+				Identity: rules.Identity{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: "pod-" + strconv.Itoa(k), UID: types.UID(fmt.Sprintf("dep-%07d", k))},
 				OwnerReferences: []metav1.OwnerReference{{
 					APIVersion: owner.Identity.APIVersion, Kind: owner.Identity.Kind, Name: owner.Identity.Name, UID: owner.Identity.UID,
 					Controller: &yes, BlockOwnerDeletion: &yes,
@@ -77,7 +78,7 @@ func TestViewsMatchSnapshot(t *testing.T) {
 	}
 	for i := range all {
 		v := &all[i]
-		if v.DeletingDependents != (v.Deleting && slices.Contains(v.Finalizers, FinalizerForeground)) {
+		if v.DeletingDependents != (v.Deleting && slices.Contains(v.Finalizers, rules.FinalizerForeground)) {
 			t.Errorf("%s: DeletingDependents %v with finalizers %v", v.Identity, v.DeletingDependents, v.Finalizers)
 		}
 		if !slices.IsSorted(v.Dependents) {
@@ -93,7 +94,7 @@ func TestViewsMatchSnapshot(t *testing.T) {
 	if want := g.Snapshot(roots...); !slices.EqualFunc(nodeViews(comp), want, nodeViewEqual) {
 		t.Errorf("ComponentViews = %d nodes, Snapshot = %d", len(comp), len(want))
 	}
-	ns, _ := g.ScanViews(func(id *Identity) bool { return id.Namespace == "ns-3" })
+	ns, _ := g.ScanViews(func(id *rules.Identity) bool { return id.Namespace == "ns-3" })
 	for _, v := range ns {
 		if v.Identity.Namespace != "ns-3" {
 			t.Errorf("namespace scan kept %s", v.Identity)
@@ -131,7 +132,7 @@ func TestScanViewsReleasesLockBetweenBatches(t *testing.T) {
 		g.mu.Unlock()
 		// The single writer goes on while the view is being taken.
 		added++
-		g.Apply(Event{Type: Upsert, Object: Object{Identity: Identity{APIVersion: "v1", Kind: "Pod", Namespace: "ns-new", Name: "new", UID: types.UID(fmt.Sprintf("new-%04d", added))}}})
+		g.Apply(Event{Type: Upsert, Object: rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "Pod", Namespace: "ns-new", Name: "new", UID: types.UID(fmt.Sprintf("new-%04d", added))}}})
 		victim := types.UID(fmt.Sprintf("dep-%07d", rng.IntN(n*4/5)))
 		if o, ok := g.Object(victim); ok {
 			g.Apply(Event{Type: Delete, Object: o})
@@ -193,7 +194,7 @@ func stall(g *Graph, read func()) (maxApply, readTime time.Duration) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		o := Object{Identity: Identity{APIVersion: "v1", Kind: "Pod", Namespace: "w", Name: "w", UID: "writer"}}
+		o := rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "Pod", Namespace: "w", Name: "w", UID: "writer"}}
 		for i := 0; !stop.Load(); i++ {
 			o.ResourceVersion = strconv.Itoa(i)
 			start := time.Now()
@@ -260,7 +261,7 @@ func BenchmarkNamespaceScan100k(b *testing.B) {
 	g := bigGraph(100_000)
 	b.ReportAllocs()
 	for b.Loop() {
-		g.ScanViews(func(id *Identity) bool { return id.Namespace == "ns-3" })
+		g.ScanViews(func(id *rules.Identity) bool { return id.Namespace == "ns-3" })
 	}
 }
 

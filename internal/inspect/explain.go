@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/kgc-dev/kgc/internal/collector"
 )
 
 // Verdicts: what kgc does (or waits for) with an object.
@@ -154,8 +153,8 @@ func decide(o *Object, deps []*Object, res []Resolution, waitsFor func(types.UID
 	var d Decision
 	switch {
 	case o.DeletingDependents():
-		a := collector.DecideForegroundOwner(&item)
-		if a.Type == collector.RemoveForegroundFinalizer {
+		a := rules.DecideForegroundOwner(&item)
+		if a.Type == rules.RemoveForegroundFinalizer {
 			d.Verdict = VerdictRemoveForegroundFinalizer
 			d.Why = append(d.Why, "it is being deleted in the foreground and no dependent with blockOwnerDeletion=true remains: kgc removes the foregroundDeletion finalizer")
 		} else {
@@ -190,8 +189,8 @@ func decide(o *Object, deps []*Object, res []Resolution, waitsFor func(types.UID
 		d.Verdict = VerdictKeep
 		d.Why = append(d.Why, "it has no ownerReferences: it is not anyone's dependent, so kgc never deletes it; it goes only when someone deletes it")
 	default:
-		a := collector.DecideDependent(&item, states(res), collector.CycleCheck(o.UID, waitsFor))
-		d.decideDependent(o, res, a, len(deps))
+		a := rules.DecideDependent(&item, states(res), rules.CycleCheck(o.UID, waitsFor))
+		d.DecideDependent(o, res, a, len(deps))
 	}
 	switch d.Verdict {
 	case VerdictDelete, VerdictRemoveReferences, VerdictRemoveForegroundFinalizer, VerdictOrphanDependents:
@@ -203,8 +202,8 @@ func decide(o *Object, deps []*Object, res []Resolution, waitsFor func(types.UID
 	return d
 }
 
-func (d *Decision) decideDependent(o *Object, res []Resolution, a collector.Action, ndeps int) {
-	describe := func(want ...collector.OwnerState) []string {
+func (d *Decision) DecideDependent(o *Object, res []Resolution, a rules.Action, ndeps int) {
+	describe := func(want ...rules.OwnerState) []string {
 		var out []string
 		for i, r := range res {
 			for _, s := range want {
@@ -217,20 +216,20 @@ func (d *Decision) decideDependent(o *Object, res []Resolution, a collector.Acti
 		return out
 	}
 	switch a.Type {
-	case collector.Keep:
+	case rules.Keep:
 		if a.Retry {
 			d.Verdict = VerdictRetry
-			d.Why = append(d.Why, fmt.Sprintf("kgc keeps it and checks again later: it never collects an object on a reference it cannot resolve: %s", strings.Join(describe(collector.Unresolvable), ", ")))
+			d.Why = append(d.Why, fmt.Sprintf("kgc keeps it and checks again later: it never collects an object on a reference it cannot resolve: %s", strings.Join(describe(rules.Unresolvable), ", ")))
 			return
 		}
 		d.Verdict = VerdictKeep
-		if s := describe(collector.Solid); len(s) > 0 {
+		if s := describe(rules.Solid); len(s) > 0 {
 			d.Why = append(d.Why, fmt.Sprintf("kgc keeps it: it has a live owner: %s", strings.Join(s, ", ")))
 		}
-		if s := describe(collector.Invalid); len(s) > 0 {
+		if s := describe(rules.Invalid); len(s) > 0 {
 			d.Why = append(d.Why, fmt.Sprintf("kgc never collects it on an invalid reference: %s", strings.Join(s, ", ")))
 		}
-	case collector.RemoveReferences:
+	case rules.RemoveReferences:
 		d.Verdict = VerdictRemoveReferences
 		kept := map[types.UID]bool{}
 		for _, r := range a.Refs {
@@ -242,14 +241,14 @@ func (d *Decision) decideDependent(o *Object, res []Resolution, a collector.Acti
 			}
 		}
 		d.Why = append(d.Why, fmt.Sprintf("kgc keeps it: it has a live owner: %s; it removes the references to owners that are gone or being deleted: %s",
-			strings.Join(describe(collector.Solid, collector.Invalid), ", "), strings.Join(describe(collector.Dangling, collector.Waiting), ", ")))
-	case collector.DeleteItem:
+			strings.Join(describe(rules.Solid, rules.Invalid), ", "), strings.Join(describe(rules.Dangling, rules.Waiting), ", ")))
+	case rules.DeleteItem:
 		d.Verdict = VerdictDelete
 		d.Policy = string(a.Policy)
 		d.Unblock = a.Unblock
-		d.Why = append(d.Why, fmt.Sprintf("none of its owners is alive: %s", strings.Join(describe(collector.Dangling, collector.Waiting), ", ")))
+		d.Why = append(d.Why, fmt.Sprintf("none of its owners is alive: %s", strings.Join(describe(rules.Dangling, rules.Waiting), ", ")))
 		switch {
-		case a.Policy == metav1.DeletePropagationForeground && len(describe(collector.Waiting)) > 0 && ndeps > 0:
+		case a.Policy == metav1.DeletePropagationForeground && len(describe(rules.Waiting)) > 0 && ndeps > 0:
 			d.Why = append(d.Why, fmt.Sprintf("kgc deletes it in the foreground: an owner is being deleted in the foreground and it has %d dependent(s) of its own, which go first", ndeps))
 		case a.Policy == metav1.DeletePropagationOrphan:
 			d.Why = append(d.Why, "kgc deletes it with the orphan policy, as its own orphan finalizer asks: its dependents stay")

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 
-	"github.com/kgc-dev/kgc/internal/collector"
 	"github.com/kgc-dev/kgc/internal/discovery"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // Defaults for LiveView's bounds.
@@ -166,32 +166,32 @@ func ownerMapping(mapper meta.RESTMapper, apiVersion, kind string) (*meta.RESTMa
 // ResolveOwner implements View, with the collector's rules.
 func (v *LiveView) ResolveOwner(ctx context.Context, dep *Object, ref metav1.OwnerReference) (Resolution, error) {
 	if _, err := schema.ParseGroupVersion(ref.APIVersion); err != nil {
-		return Resolution{State: collector.Invalid, Reason: fmt.Sprintf("the reference's apiVersion %q is malformed", ref.APIVersion)}, nil
+		return Resolution{State: rules.Invalid, Reason: fmt.Sprintf("the reference's apiVersion %q is malformed", ref.APIVersion)}, nil
 	}
 	m, err := ownerMapping(v.mapper, ref.APIVersion, ref.Kind)
 	switch {
 	case meta.IsNoMatchError(err):
-		return Resolution{State: collector.Unresolvable, Reason: fmt.Sprintf("no API serves kind %s (%s); kgc keeps the object and checks again later", ref.Kind, ref.APIVersion)}, nil
+		return Resolution{State: rules.Unresolvable, Reason: fmt.Sprintf("no API serves kind %s (%s); kgc keeps the object and checks again later", ref.Kind, ref.APIVersion)}, nil
 	case err != nil:
-		return Resolution{State: collector.Unresolvable, Reason: fmt.Sprintf("kind %s (%s) cannot be resolved now: %v", ref.Kind, ref.APIVersion, err)}, nil
+		return Resolution{State: rules.Unresolvable, Reason: fmt.Sprintf("kind %s (%s) cannot be resolved now: %v", ref.Kind, ref.APIVersion, err)}, nil
 	}
 	ns := ""
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
 		if dep.Namespace == "" {
-			return Resolution{State: collector.Invalid, Reason: fmt.Sprintf("a cluster-scoped object cannot be owned by a namespaced %s; kgc never collects it on this reference", ref.Kind)}, nil
+			return Resolution{State: rules.Invalid, Reason: fmt.Sprintf("a cluster-scoped object cannot be owned by a namespaced %s; kgc never collects it on this reference", ref.Kind)}, nil
 		}
 		ns = dep.Namespace
 	}
 	owner, err := v.get(ctx, m, ns, ref.Name)
 	switch {
 	case apierrors.IsNotFound(err):
-		res := Resolution{State: collector.Dangling, Reason: fmt.Sprintf("no %s named %q exists%s", kindGroup(ref.APIVersion, ref.Kind), ref.Name, inNamespace(ns))}
+		res := Resolution{State: rules.Dangling, Reason: fmt.Sprintf("no %s named %q exists%s", kindGroup(ref.APIVersion, ref.Kind), ref.Name, inNamespace(ns))}
 		v.elsewhere(ctx, m, ref.UID, ns, &res)
 		return res, nil
 	case err != nil:
 		return Resolution{}, fmt.Errorf("looking up owner %s %q: %w", m.Resource.GroupResource(), ref.Name, err)
 	case owner.UID != ref.UID:
-		res := Resolution{State: collector.Dangling, Reason: fmt.Sprintf("%s %q%s is a different object (uid %s; the reference names uid %s)", kindGroup(ref.APIVersion, ref.Kind), ref.Name, inNamespace(ns), owner.UID, ref.UID)}
+		res := Resolution{State: rules.Dangling, Reason: fmt.Sprintf("%s %q%s is a different object (uid %s; the reference names uid %s)", kindGroup(ref.APIVersion, ref.Kind), ref.Name, inNamespace(ns), owner.UID, ref.UID)}
 		v.elsewhere(ctx, m, ref.UID, ns, &res)
 		return res, nil
 	}
@@ -203,13 +203,13 @@ func (v *LiveView) ResolveOwner(ctx context.Context, dep *Object, ref metav1.Own
 func classifyExisting(owner *Object) Resolution {
 	switch {
 	case owner.DeletingDependents():
-		return Resolution{State: collector.Waiting, Owner: owner, Reason: "the owner is being deleted in the foreground and waits for its dependents"}
+		return Resolution{State: rules.Waiting, Owner: owner, Reason: "the owner is being deleted in the foreground and waits for its dependents"}
 	case owner.Orphaning():
-		return Resolution{State: collector.Solid, Owner: owner, Reason: "the owner exists; it is being deleted with the orphan policy, so kgc will remove this reference instead of deleting the object"}
+		return Resolution{State: rules.Solid, Owner: owner, Reason: "the owner exists; it is being deleted with the orphan policy, so kgc will remove this reference instead of deleting the object"}
 	case owner.Deleting:
-		return Resolution{State: collector.Solid, Owner: owner, Reason: "the owner exists (being deleted, but not in the foreground: it counts as alive until it is gone)"}
+		return Resolution{State: rules.Solid, Owner: owner, Reason: "the owner exists (being deleted, but not in the foreground: it counts as alive until it is gone)"}
 	}
-	return Resolution{State: collector.Solid, Owner: owner, Reason: "the owner exists"}
+	return Resolution{State: rules.Solid, Owner: owner, Reason: "the owner exists"}
 }
 
 func inNamespace(ns string) string {

@@ -6,11 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
-
-	"github.com/kgc-dev/kgc/internal/collector"
 )
 
 // TestResolveOwnerTable pins the live classification to the collector's
@@ -38,23 +37,23 @@ func TestResolveOwnerTable(t *testing.T) {
 		name      string
 		dep       *Object
 		ref       metav1.OwnerReference
-		want      collector.OwnerState
+		want      rules.OwnerState
 		reason    string
 		elsewhere string
 	}{
-		{"solid", nsDep, r("apps/v1", "ReplicaSet", "rs", string(rs.UID)), collector.Solid, "exists", ""},
-		{"solid via an unserved version of a served kind", nsDep, r("apps/v9", "ReplicaSet", "rs", string(rs.UID)), collector.Solid, "exists", ""},
-		{"waiting: foreground deletion", nsDep, r("apps/v1", "Deployment", "fg", string(fg.UID)), collector.Waiting, "foreground", ""},
-		{"owner held by a custom finalizer is solid", nsDep, r("apps/v1", "Deployment", "held", string(held.UID)), collector.Solid, "not in the foreground", ""},
-		{"orphaning owner is solid", nsDep, r("apps/v1", "Deployment", "orph", string(orphaning.UID)), collector.Solid, "orphan", ""},
-		{"dangling: missing", nsDep, r("apps/v1", "ReplicaSet", "gone", "uid-gone"), collector.Dangling, "no ReplicaSet.apps named \"gone\"", ""},
-		{"dangling: other uid at the coordinates", nsDep, r("v1", "ConfigMap", "reused", "uid-old"), collector.Dangling, "different object", ""},
-		{"dangling: uid in another namespace", nsDep, r("v1", "ConfigMap", "elsewhere", string(other.UID)), collector.Dangling, "OwnerRefInvalidNamespace", "b"},
-		{"unresolvable kind", nsDep, r("example.com/v1", "Widget", "w", "uid-w"), collector.Unresolvable, "no API serves", ""},
-		{"invalid apiVersion", nsDep, r("a/b/c", "Widget", "w", "uid-w"), collector.Invalid, "malformed", ""},
-		{"invalid: cluster-scoped dependent, namespaced owner", clDep, r("apps/v1", "ReplicaSet", "rs", string(rs.UID)), collector.Invalid, "cluster-scoped", ""},
-		{"cluster-scoped owner of a namespaced dependent", nsDep, r("v1", "Namespace", "a", string(ns.UID)), collector.Solid, "exists", ""},
-		{"cluster-scoped owner of a cluster-scoped dependent", clDep, r("rbac.authorization.k8s.io/v1", "ClusterRole", "cr", string(cr.UID)), collector.Solid, "exists", ""},
+		{"solid", nsDep, r("apps/v1", "ReplicaSet", "rs", string(rs.UID)), rules.Solid, "exists", ""},
+		{"solid via an unserved version of a served kind", nsDep, r("apps/v9", "ReplicaSet", "rs", string(rs.UID)), rules.Solid, "exists", ""},
+		{"waiting: foreground deletion", nsDep, r("apps/v1", "Deployment", "fg", string(fg.UID)), rules.Waiting, "foreground", ""},
+		{"owner held by a custom finalizer is solid", nsDep, r("apps/v1", "Deployment", "held", string(held.UID)), rules.Solid, "not in the foreground", ""},
+		{"orphaning owner is solid", nsDep, r("apps/v1", "Deployment", "orph", string(orphaning.UID)), rules.Solid, "orphan", ""},
+		{"dangling: missing", nsDep, r("apps/v1", "ReplicaSet", "gone", "uid-gone"), rules.Dangling, "no ReplicaSet.apps named \"gone\"", ""},
+		{"dangling: other uid at the coordinates", nsDep, r("v1", "ConfigMap", "reused", "uid-old"), rules.Dangling, "different object", ""},
+		{"dangling: uid in another namespace", nsDep, r("v1", "ConfigMap", "elsewhere", string(other.UID)), rules.Dangling, "OwnerRefInvalidNamespace", "b"},
+		{"unresolvable kind", nsDep, r("example.com/v1", "Widget", "w", "uid-w"), rules.Unresolvable, "no API serves", ""},
+		{"invalid apiVersion", nsDep, r("a/b/c", "Widget", "w", "uid-w"), rules.Invalid, "malformed", ""},
+		{"invalid: cluster-scoped dependent, namespaced owner", clDep, r("apps/v1", "ReplicaSet", "rs", string(rs.UID)), rules.Invalid, "cluster-scoped", ""},
+		{"cluster-scoped owner of a namespaced dependent", nsDep, r("v1", "Namespace", "a", string(ns.UID)), rules.Solid, "exists", ""},
+		{"cluster-scoped owner of a cluster-scoped dependent", clDep, r("rbac.authorization.k8s.io/v1", "ClusterRole", "cr", string(cr.UID)), rules.Solid, "exists", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := v.ResolveOwner(ctx, tc.dep, tc.ref)
@@ -70,7 +69,7 @@ func TestResolveOwnerTable(t *testing.T) {
 			if got.ElsewhereNamespace != tc.elsewhere {
 				t.Errorf("elsewhere = %q, want %q", got.ElsewhereNamespace, tc.elsewhere)
 			}
-			if (got.State == collector.Solid || got.State == collector.Waiting) != (got.Owner != nil) {
+			if (got.State == rules.Solid || got.State == rules.Waiting) != (got.Owner != nil) {
 				t.Errorf("owner = %v for state %s", got.Owner, got.State)
 			}
 		})

@@ -11,14 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kgc-dev/kgc/internal/collector"
-	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // Finalizers the collector handles; any other finalizer is someone else's.
 const (
-	FinalizerOrphan     = graph.FinalizerOrphan
-	FinalizerForeground = graph.FinalizerForeground
+	FinalizerOrphan     = rules.FinalizerOrphan
+	FinalizerForeground = rules.FinalizerForeground
 )
 
 // Object is the metadata of one object, as a View sees it.
@@ -89,10 +88,10 @@ func (o *Object) blocks(owner types.UID) bool {
 	return false
 }
 
-func (o *Object) item(deps []graph.Dependent) graph.Item {
-	return graph.Item{
-		Object: graph.Object{
-			Identity:        graph.Identity{APIVersion: o.APIVersion, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, UID: o.UID},
+func (o *Object) item(deps []rules.Dependent) rules.Item {
+	return rules.Item{
+		Object: rules.Object{
+			Identity:        rules.Identity{APIVersion: o.APIVersion, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, UID: o.UID},
 			ResourceVersion: o.ResourceVersion,
 			OwnerReferences: o.OwnerReferences,
 			Finalizers:      o.Finalizers,
@@ -102,17 +101,17 @@ func (o *Object) item(deps []graph.Dependent) graph.Item {
 	}
 }
 
-func dependentsOf(owner *Object, deps []*Object) []graph.Dependent {
-	out := make([]graph.Dependent, 0, len(deps))
+func dependentsOf(owner *Object, deps []*Object) []rules.Dependent {
+	out := make([]rules.Dependent, 0, len(deps))
 	for _, d := range deps {
-		out = append(out, graph.Dependent{UID: d.UID, Blocking: d.blocks(owner.UID), Deleting: d.Deleting, DeletingDependents: d.DeletingDependents()})
+		out = append(out, rules.Dependent{UID: d.UID, Blocking: d.blocks(owner.UID), Deleting: d.Deleting, DeletingDependents: d.DeletingDependents()})
 	}
 	return out
 }
 
 // Resolution is how one ownerReference of a dependent classifies.
 type Resolution struct {
-	State collector.OwnerState
+	State rules.OwnerState
 	// Owner is the object the reference resolves to (nil unless the state
 	// is solid or waiting).
 	Owner *Object
@@ -173,8 +172,8 @@ func resolveAll(ctx context.Context, v View, o *Object) ([]Resolution, error) {
 	return out, nil
 }
 
-func states(rs []Resolution) []collector.OwnerState {
-	out := make([]collector.OwnerState, len(rs))
+func states(rs []Resolution) []rules.OwnerState {
+	out := make([]rules.OwnerState, len(rs))
 	for i, r := range rs {
 		out[i] = r.State
 	}

@@ -10,8 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kgc-dev/kgc/internal/collector"
-	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // Step operations of a preview.
@@ -155,7 +154,7 @@ func (s *simulation) load(ctx context.Context, target *Object) error {
 				if err != nil {
 					return err
 				}
-				if (r.State == collector.Solid || r.State == collector.Waiting) && r.Owner != nil && r.Owner.UID == ref.UID {
+				if (r.State == rules.Solid || r.State == rules.Waiting) && r.Owner != nil && r.Owner.UID == ref.UID {
 					continue // follows the simulation
 				}
 				so.static[ref.UID] = r
@@ -251,10 +250,10 @@ func (s *simulation) liveDependents(uid types.UID) []*simObject {
 	return out
 }
 
-func (s *simulation) graphDependents(uid types.UID) []graph.Dependent {
-	var out []graph.Dependent
+func (s *simulation) graphDependents(uid types.UID) []rules.Dependent {
+	var out []rules.Dependent
 	for _, d := range s.liveDependents(uid) {
-		out = append(out, graph.Dependent{UID: d.obj.UID, Blocking: d.obj.blocks(uid), Deleting: d.obj.Deleting, DeletingDependents: d.obj.DeletingDependents()})
+		out = append(out, rules.Dependent{UID: d.obj.UID, Blocking: d.obj.blocks(uid), Deleting: d.obj.Deleting, DeletingDependents: d.obj.DeletingDependents()})
 	}
 	return out
 }
@@ -271,23 +270,23 @@ func (s *simulation) waitsFor(uid types.UID) []types.UID {
 }
 
 // state of one reference in the simulation's current state.
-func (s *simulation) state(so *simObject, ref metav1.OwnerReference) collector.OwnerState {
+func (s *simulation) state(so *simObject, ref metav1.OwnerReference) rules.OwnerState {
 	if r, ok := so.static[ref.UID]; ok {
 		return r.State
 	}
 	owner := s.objs[ref.UID]
 	switch {
 	case owner == nil || owner.gone:
-		return collector.Dangling
+		return rules.Dangling
 	case owner.obj.DeletingDependents():
-		return collector.Waiting
+		return rules.Waiting
 	}
-	return collector.Solid
+	return rules.Solid
 }
 
 type action struct {
 	so *simObject
-	a  collector.Action
+	a  rules.Action
 	// orphan: an orphaning owner whose dependents lose their reference.
 	orphan bool
 }
@@ -305,20 +304,20 @@ func (s *simulation) round(level int) bool {
 		switch {
 		case o.DeletingDependents():
 			it := o.item(s.graphDependents(uid))
-			if a := collector.DecideForegroundOwner(&it); a.Type == collector.RemoveForegroundFinalizer {
+			if a := rules.DecideForegroundOwner(&it); a.Type == rules.RemoveForegroundFinalizer {
 				acts = append(acts, action{so: so, a: a})
 			}
 		case o.Orphaning():
 			acts = append(acts, action{so: so, orphan: true})
 		case o.Deleting || len(o.OwnerReferences) == 0:
 		default:
-			states := make([]collector.OwnerState, len(o.OwnerReferences))
+			states := make([]rules.OwnerState, len(o.OwnerReferences))
 			for i, ref := range o.OwnerReferences {
 				states[i] = s.state(so, ref)
 			}
 			it := o.item(s.graphDependents(uid))
-			a := collector.DecideDependent(&it, states, collector.CycleCheck(uid, s.waitsFor))
-			if a.Type == collector.RemoveReferences || a.Type == collector.DeleteItem {
+			a := rules.DecideDependent(&it, states, rules.CycleCheck(uid, s.waitsFor))
+			if a.Type == rules.RemoveReferences || a.Type == rules.DeleteItem {
 				acts = append(acts, action{so: so, a: a})
 			}
 		}
@@ -335,11 +334,11 @@ func (s *simulation) round(level int) bool {
 			o.Finalizers = slices.DeleteFunc(o.Finalizers, func(f string) bool { return f == FinalizerOrphan })
 			s.step(level, OpRemoveFinalizer, so, "", FinalizerOrphan)
 			s.maybeGone(level, so)
-		case act.a.Type == collector.RemoveForegroundFinalizer:
+		case act.a.Type == rules.RemoveForegroundFinalizer:
 			o.Finalizers = act.a.Finalizers
 			s.step(level, OpRemoveFinalizer, so, "", FinalizerForeground)
 			s.maybeGone(level, so)
-		case act.a.Type == collector.RemoveReferences:
+		case act.a.Type == rules.RemoveReferences:
 			var removed []string
 			for _, r := range o.OwnerReferences {
 				if !slices.ContainsFunc(act.a.Refs, func(k metav1.OwnerReference) bool { return k.UID == r.UID }) {
@@ -349,7 +348,7 @@ func (s *simulation) round(level int) bool {
 			o.OwnerReferences = slices.Clone(act.a.Refs)
 			so.lost = true
 			s.step(level, OpRemoveReference, so, "", "kept by a live owner; reference(s) to "+strings.Join(removed, ", ")+" removed")
-		case act.a.Type == collector.DeleteItem:
+		case act.a.Type == rules.DeleteItem:
 			if act.a.Unblock {
 				o.OwnerReferences = cloneObject(&Object{OwnerReferences: act.a.Refs}).OwnerReferences
 				s.step(level, OpUnblock, so, "", "blockOwnerDeletion cleared to break a cycle")
@@ -406,7 +405,7 @@ func (s *simulation) keptWhy(so *simObject) string {
 	for _, ref := range so.obj.OwnerReferences {
 		name := kindGroup(ref.APIVersion, ref.Kind) + "/" + ref.Name
 		switch st := s.state(so, ref); st {
-		case collector.Solid:
+		case rules.Solid:
 			solid = append(solid, name)
 		default:
 			other = append(other, name+" ("+st.String()+")")

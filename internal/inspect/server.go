@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kgc-dev/kgc/internal/collector"
 	"github.com/kgc-dev/kgc/internal/graphapi"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // GraphPath is where kgc serves its ownership graph.
@@ -249,7 +249,7 @@ func (s *ServerView) Lookup(ctx context.Context, kind, namespace, name string) (
 func (s *ServerView) ResolveOwner(ctx context.Context, dep *Object, ref metav1.OwnerReference) (Resolution, error) {
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
-		return Resolution{State: collector.Invalid, Reason: fmt.Sprintf("the reference's apiVersion %q is malformed", ref.APIVersion)}, nil
+		return Resolution{State: rules.Invalid, Reason: fmt.Sprintf("the reference's apiVersion %q is malformed", ref.APIVersion)}, nil
 	}
 	if err := s.component(ctx, ref.UID); err != nil {
 		return Resolution{}, err
@@ -257,17 +257,17 @@ func (s *ServerView) ResolveOwner(ctx context.Context, dep *Object, ref metav1.O
 	n, ok := s.nodes[ref.UID]
 	switch {
 	case !ok || n.State == graphapi.StateAbsent:
-		return Resolution{State: collector.Dangling, Reason: fmt.Sprintf("kgc knows no live object with uid %s (%s %q does not exist)", ref.UID, kindGroup(ref.APIVersion, ref.Kind), ref.Name)}, nil
+		return Resolution{State: rules.Dangling, Reason: fmt.Sprintf("kgc knows no live object with uid %s (%s %q does not exist)", ref.UID, kindGroup(ref.APIVersion, ref.Kind), ref.Name)}, nil
 	case n.State == graphapi.StatePlaceholder:
-		return Resolution{State: collector.Dangling, Reason: fmt.Sprintf("kgc has never observed %s %q (a placeholder): it looks the owner up before acting, and treats it as dangling if it is not there (or keeps the object if no API serves the kind)", kindGroup(ref.APIVersion, ref.Kind), ref.Name)}, nil
+		return Resolution{State: rules.Dangling, Reason: fmt.Sprintf("kgc has never observed %s %q (a placeholder): it looks the owner up before acting, and treats it as dangling if it is not there (or keeps the object if no API serves the kind)", kindGroup(ref.APIVersion, ref.Kind), ref.Name)}, nil
 	}
 	ngv, _ := schema.ParseGroupVersion(n.APIVersion)
 	if n.Namespace != "" && dep.Namespace == "" {
-		return Resolution{State: collector.Invalid, Reason: fmt.Sprintf("a cluster-scoped object cannot be owned by a namespaced %s; kgc never collects it on this reference", ref.Kind)}, nil
+		return Resolution{State: rules.Invalid, Reason: fmt.Sprintf("a cluster-scoped object cannot be owned by a namespaced %s; kgc never collects it on this reference", ref.Kind)}, nil
 	}
 	owner := nodeObject(n)
 	if ngv.Group != gv.Group || n.Kind != ref.Kind || n.Name != ref.Name || (n.Namespace != "" && n.Namespace != dep.Namespace) {
-		res := Resolution{State: collector.Dangling, Reason: fmt.Sprintf("no %s named %q%s has uid %s", kindGroup(ref.APIVersion, ref.Kind), ref.Name, inNamespace(dep.Namespace), ref.UID)}
+		res := Resolution{State: rules.Dangling, Reason: fmt.Sprintf("no %s named %q%s has uid %s", kindGroup(ref.APIVersion, ref.Kind), ref.Name, inNamespace(dep.Namespace), ref.UID)}
 		if n.Namespace != "" && n.Namespace != dep.Namespace {
 			res.ElsewhereNamespace = n.Namespace
 			res.Reason += fmt.Sprintf("; the UID belongs to %s in namespace %q, but a namespaced owner must be in its dependent's namespace (kgc records a Warning event OwnerRefInvalidNamespace)", owner.Ref(), n.Namespace)

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kgc-dev/kgc/internal/collector"
 	"github.com/kgc-dev/kgc/internal/graphapi"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // fakeKGC serves a graph like kgc's JSON graph endpoint: ?uid= returns the
@@ -99,7 +99,7 @@ func TestServerViewClassification(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []collector.OwnerState{collector.Waiting, collector.Dangling, collector.Dangling, collector.Dangling, collector.Solid}
+	want := []rules.OwnerState{rules.Waiting, rules.Dangling, rules.Dangling, rules.Dangling, rules.Solid}
 	for i, ref := range pod.OwnerReferences {
 		r, err := v.ResolveOwner(ctx, pod, ref)
 		if err != nil {
@@ -119,7 +119,7 @@ func TestServerViewClassification(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := v.ResolveOwner(ctx, cr, cr.OwnerReferences[0]); r.State != collector.Invalid {
+	if r, _ := v.ResolveOwner(ctx, cr, cr.OwnerReferences[0]); r.State != rules.Invalid {
 		t.Errorf("cluster-scoped dependent of a namespaced owner: %+v", r)
 	}
 	for _, kind := range []string{"deployment", "Deployment", "deployments", "deployments.apps", "deployments.v1.apps"} {

@@ -4,9 +4,8 @@ import (
 	"context"
 	"strings"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/kgc-dev/kgc/internal/collector"
 )
 
 // TreeNode is one object of an ownership tree.
@@ -80,7 +79,7 @@ func owners(ctx context.Context, v View, o *Object, seen map[types.UID]bool, dep
 			n.Markers = markers(r.Owner)
 		} else {
 			ns := ""
-			if r.State == collector.Dangling {
+			if r.State == rules.Dangling {
 				ns = o.Namespace
 			}
 			n.Object = &Object{APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name, UID: ref.UID, Namespace: ns, Placeholder: true}

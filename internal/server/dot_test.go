@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 const dotString = `"(?:[^"\\]|\\.)*"`
@@ -87,7 +88,7 @@ func TestWriteDOTQuoting(t *testing.T) {
 	for _, name := range nasty {
 		t.Run(name, func(t *testing.T) {
 			var b strings.Builder
-			nodes := []graph.NodeView{{Identity: graph.Identity{APIVersion: "example.com/v1", Kind: `K"ind`, Namespace: name, Name: name, UID: "u"}}}
+			nodes := []graph.NodeView{{Identity: rules.Identity{APIVersion: "example.com/v1", Kind: `K"ind`, Namespace: name, Name: name, UID: "u"}}}
 			if err := WriteDOT(&b, nodes); err != nil {
 				t.Fatal(err)
 			}
@@ -118,8 +119,8 @@ func TestWriteDOTQuoting(t *testing.T) {
 func TestWriteDOTEdges(t *testing.T) {
 	ref := func(uid string) metav1.OwnerReference { return metav1.OwnerReference{UID: types.UID(uid)} }
 	nodes := []graph.NodeView{
-		{Identity: graph.Identity{APIVersion: "v1", Kind: "A", Name: "a", UID: "a"}},
-		{Identity: graph.Identity{APIVersion: "v1", Kind: "B", Name: "b", UID: "b"}, Owners: []metav1.OwnerReference{ref("a"), ref("a"), ref("outside"), ref("b")}},
+		{Identity: rules.Identity{APIVersion: "v1", Kind: "A", Name: "a", UID: "a"}},
+		{Identity: rules.Identity{APIVersion: "v1", Kind: "B", Name: "b", UID: "b"}, Owners: []metav1.OwnerReference{ref("a"), ref("a"), ref("outside"), ref("b")}},
 	}
 	var b strings.Builder
 	if err := WriteDOT(&b, nodes); err != nil {
@@ -143,9 +144,9 @@ func TestWriteDOTEdges(t *testing.T) {
 func TestWriteDOTUpstreamShape(t *testing.T) {
 
 	nodes := []graph.NodeView{
-		{Identity: graph.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "web", UID: "uid-1"}},
+		{Identity: rules.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "web", UID: "uid-1"}},
 		{
-			Identity: graph.Identity{APIVersion: "v1", Kind: "Pod", Namespace: "default", Name: "web-x", UID: "uid-2"},
+			Identity: rules.Identity{APIVersion: "v1", Kind: "Pod", Namespace: "default", Name: "web-x", UID: "uid-2"},
 			Deleting: true,
 			Owners:   []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "uid-1"}},
 		},

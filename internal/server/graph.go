@@ -16,6 +16,7 @@ import (
 
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/graphapi"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // GraphProvider is implemented by sources that expose the graph itself. The
@@ -54,7 +55,7 @@ func (o *objectRef) String() string {
 	return s + " " + o.name
 }
 
-func (o *objectRef) matches(id *graph.Identity) bool {
+func (o *objectRef) matches(id *rules.Identity) bool {
 	if id.Name != o.name || id.Namespace != o.namespace || !strings.EqualFold(id.Kind, o.kind) {
 		return false
 	}
@@ -137,7 +138,7 @@ func acceptsJSON(values []string) bool {
 // store is where views are read from: the graph itself in batches, or one
 // Snapshot held in memory.
 type store interface {
-	scan(keep func(*graph.Identity) bool) (nodes []graph.ViewNode, total int)
+	scan(keep func(*rules.Identity) bool) (nodes []graph.ViewNode, total int)
 	components(uids []types.UID) []graph.ViewNode
 	views(uids []types.UID) []graph.ViewNode
 	count() int
@@ -145,7 +146,7 @@ type store interface {
 
 type graphStore struct{ g *graph.Graph }
 
-func (s graphStore) scan(keep func(*graph.Identity) bool) ([]graph.ViewNode, int) {
+func (s graphStore) scan(keep func(*rules.Identity) bool) ([]graph.ViewNode, int) {
 	return s.g.ScanViews(keep)
 }
 func (s graphStore) components(uids []types.UID) []graph.ViewNode { return s.g.ComponentViews(uids) }
@@ -176,7 +177,7 @@ func newMemStore(snap []graph.NodeView) *memStore {
 	return s
 }
 
-func (s *memStore) scan(keep func(*graph.Identity) bool) ([]graph.ViewNode, int) {
+func (s *memStore) scan(keep func(*rules.Identity) bool) ([]graph.ViewNode, int) {
 	var out []graph.ViewNode
 	for i := range s.nodes {
 		if keep == nil || keep(&s.nodes[i].Identity) {
@@ -233,7 +234,7 @@ func selectNodes(st store, q *graphQuery) (nodes []graph.ViewNode, total int, er
 		return nil, st.count(), nil // upstream: ?uid= with no value selects nothing
 	case q.inNS:
 		ns := q.namespace
-		nodes, total = st.scan(func(id *graph.Identity) bool { return id.Namespace == ns })
+		nodes, total = st.scan(func(id *rules.Identity) bool { return id.Namespace == ns })
 		have := make(map[types.UID]bool, len(nodes))
 		for i := range nodes {
 			have[nodes[i].Identity.UID] = true

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/graphapi"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // providerSource also exposes the graph, as pkg/kgc's source does: the
@@ -31,17 +32,17 @@ func (s *providerSource) Graph() *graph.Graph { return s.g }
 //	dep (other, deleting with a custom finalizer) -> releaser (other, orphan finalizer)
 func richGraph(t *testing.T) *graph.Graph {
 	g := testGraph(t)
-	upsert(t, g, graph.Object{
-		Identity:        graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "other", Name: "cm-a", UID: "uid-10"},
+	upsert(t, g, rules.Object{
+		Identity:        rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "other", Name: "cm-a", UID: "uid-10"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Namespace", Name: "lonely", UID: "uid-6"}},
 	})
-	upsert(t, g, graph.Object{
-		Identity:   graph.Identity{APIVersion: "v1", Kind: "Pod", Namespace: "other", Name: "releaser", UID: "uid-11"},
-		Finalizers: []string{graph.FinalizerOrphan},
+	upsert(t, g, rules.Object{
+		Identity:   rules.Identity{APIVersion: "v1", Kind: "Pod", Namespace: "other", Name: "releaser", UID: "uid-11"},
+		Finalizers: []string{rules.FinalizerOrphan},
 		Deleting:   true,
 	})
-	upsert(t, g, graph.Object{
-		Identity:        graph.Identity{APIVersion: "example.com/v1", Kind: "Widget", Namespace: "other", Name: "dep", UID: "uid-12"},
+	upsert(t, g, rules.Object{
+		Identity:        rules.Identity{APIVersion: "example.com/v1", Kind: "Widget", Namespace: "other", Name: "dep", UID: "uid-12"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "releaser", UID: "uid-11", BlockOwnerDeletion: boolPtr(true), Controller: boolPtr(true)}},
 		Finalizers:      []string{"example.com/hold"},
 		Deleting:        true,
@@ -123,7 +124,7 @@ func TestGraphJSONStatesAndDetails(t *testing.T) {
 			if rs.Kind != "ReplicaSet" || rs.APIVersion != "apps/v1" || rs.Namespace != "default" || rs.Name != "web-abc" {
 				t.Errorf("uid-2 identity: %+v", rs)
 			}
-			if full && !slices.Equal(rs.Finalizers, []string{graph.FinalizerForeground}) {
+			if full && !slices.Equal(rs.Finalizers, []string{rules.FinalizerForeground}) {
 				t.Errorf("uid-2 finalizers %v", rs.Finalizers)
 			}
 			if len(rs.OwnerReferences) != 1 || rs.OwnerReferences[0].UID != "uid-1" || !*rs.OwnerReferences[0].BlockOwnerDeletion || !*rs.OwnerReferences[0].Controller {
@@ -266,12 +267,12 @@ func bigSource(b *testing.B) *providerSource {
 	yes := true
 	for i := 0; i < 20_000; i++ {
 		ns := "ns-" + strconv.Itoa(i%10)
-		owner := graph.Identity{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: ns, Name: "rs-" + strconv.Itoa(i), UID: types.UID(fmt.Sprintf("owner-%07d", i))}
-		g.Apply(graph.Event{Type: graph.Upsert, Object: graph.Object{Identity: owner}})
+		owner := rules.Identity{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: ns, Name: "rs-" + strconv.Itoa(i), UID: types.UID(fmt.Sprintf("owner-%07d", i))}
+		g.Apply(graph.Event{Type: graph.Upsert, Object: rules.Object{Identity: owner}})
 		for j := 0; j < 4; j++ {
 			k := i*4 + j
-			g.Apply(graph.Event{Type: graph.Upsert, Object: graph.Object{
-				Identity:        graph.Identity{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: "pod-" + strconv.Itoa(k), UID: types.UID(fmt.Sprintf("dep-%07d", k))},
+			g.Apply(graph.Event{Type: graph.Upsert, Object: rules.Object{
+				Identity:        rules.Identity{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: "pod-" + strconv.Itoa(k), UID: types.UID(fmt.Sprintf("dep-%07d", k))},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: owner.Name, UID: owner.UID, Controller: &yes, BlockOwnerDeletion: &yes}},
 				Finalizers:      []string{"example.com/keep"},
 			}})

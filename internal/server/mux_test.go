@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -46,7 +47,7 @@ func (s *fakeSource) Snapshot(uids ...types.UID) []graph.NodeView {
 
 func boolPtr(b bool) *bool { return &b }
 
-func upsert(t *testing.T, g *graph.Graph, o graph.Object) {
+func upsert(t *testing.T, g *graph.Graph, o rules.Object) {
 	t.Helper()
 	g.Apply(graph.Event{Type: graph.Upsert, Object: o})
 	if err := g.CheckInvariants(); err != nil {
@@ -61,29 +62,29 @@ func upsert(t *testing.T, g *graph.Graph, o graph.Object) {
 //	lonely (Namespace, cluster-scoped)
 func testGraph(t *testing.T) *graph.Graph {
 	g := graph.New()
-	upsert(t, g, graph.Object{Identity: graph.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "web", UID: "uid-1"}})
-	upsert(t, g, graph.Object{
-		Identity:        graph.Identity{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "default", Name: "web-abc", UID: "uid-2"},
+	upsert(t, g, rules.Object{Identity: rules.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "web", UID: "uid-1"}})
+	upsert(t, g, rules.Object{
+		Identity:        rules.Identity{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "default", Name: "web-abc", UID: "uid-2"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "uid-1", Controller: boolPtr(true), BlockOwnerDeletion: boolPtr(true)}},
-		Finalizers:      []string{graph.FinalizerForeground},
+		Finalizers:      []string{rules.FinalizerForeground},
 		Deleting:        true,
 	})
-	upsert(t, g, graph.Object{
-		Identity: graph.Identity{APIVersion: "v1", Kind: "Pod", Namespace: "default", Name: "web-abc-x", UID: "uid-3"},
+	upsert(t, g, rules.Object{
+		Identity: rules.Identity{APIVersion: "v1", Kind: "Pod", Namespace: "default", Name: "web-abc-x", UID: "uid-3"},
 		OwnerReferences: []metav1.OwnerReference{
 			{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-abc", UID: "uid-2", BlockOwnerDeletion: boolPtr(true)},
 			{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "ghost", UID: "uid-9"},
 			{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-abc", UID: "uid-2"}, // duplicate: one edge
 		},
 	})
-	gone := graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "Secret", Namespace: "default", Name: "gone", UID: "uid-4"}}
+	gone := rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "Secret", Namespace: "default", Name: "gone", UID: "uid-4"}}
 	upsert(t, g, gone)
-	upsert(t, g, graph.Object{
-		Identity:        graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "default", Name: "settings", UID: "uid-5"},
+	upsert(t, g, rules.Object{
+		Identity:        rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "default", Name: "settings", UID: "uid-5"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Secret", Name: "gone", UID: "uid-4"}},
 	})
 	g.Apply(graph.Event{Type: graph.Delete, Object: gone})
-	upsert(t, g, graph.Object{Identity: graph.Identity{APIVersion: "v1", Kind: "Namespace", Name: "lonely", UID: "uid-6"}})
+	upsert(t, g, rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "Namespace", Name: "lonely", UID: "uid-6"}})
 	return g
 }
 

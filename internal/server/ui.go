@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // UIPath is where kgc serves its web view of the ownership graph.
@@ -69,7 +69,7 @@ func registerUI(mux *http.ServeMux, h *handler) {
 func (h *handler) serveNamespaces(w http.ResponseWriter, _ *http.Request) {
 	counts := map[string]int{}
 	var total int
-	count := func(id *graph.Identity) bool {
+	count := func(id *rules.Identity) bool {
 		if id.Namespace != "" {
 			counts[id.Namespace]++
 		}

@@ -1,4 +1,4 @@
-package collector
+package rules
 
 import (
 	"reflect"
@@ -7,8 +7,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/kgc-dev/kgc/internal/graph"
 )
 
 func boolPtr(b bool) *bool { return &b }
@@ -17,10 +15,10 @@ func oref(uid string, blocking *bool) metav1.OwnerReference {
 	return metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "name-" + uid, UID: types.UID(uid), BlockOwnerDeletion: blocking}
 }
 
-func item(refs []metav1.OwnerReference, finalizers []string, deps ...graph.Dependent) *graph.Item {
-	return &graph.Item{
-		Object: graph.Object{
-			Identity:        graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "item", UID: "item"},
+func item(refs []metav1.OwnerReference, finalizers []string, deps ...Dependent) *Item {
+	return &Item{
+		Object: Object{
+			Identity:        Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "item", UID: "item"},
 			ResourceVersion: "7",
 			OwnerReferences: refs,
 			Finalizers:      finalizers,
@@ -31,11 +29,11 @@ func item(refs []metav1.OwnerReference, finalizers []string, deps ...graph.Depen
 
 func TestDecideDependent(t *testing.T) {
 	a, b, c, d := oref("a", nil), oref("b", boolPtr(true)), oref("c", boolPtr(false)), oref("d", boolPtr(true))
-	plainDep := graph.Dependent{UID: "dep", Blocking: true}
-	cycleDep := graph.Dependent{UID: "cyc", Blocking: true, Deleting: true, DeletingDependents: true}
+	plainDep := Dependent{UID: "dep", Blocking: true}
+	cycleDep := Dependent{UID: "cyc", Blocking: true, Deleting: true, DeletingDependents: true}
 	tests := []struct {
 		name   string
-		item   *graph.Item
+		item   *Item
 		states []OwnerState
 		want   Action
 	}{
@@ -93,12 +91,12 @@ func TestDecideDependent(t *testing.T) {
 		},
 		{
 			"waiting and dangling with dependents",
-			item([]metav1.OwnerReference{a, b}, []string{graph.FinalizerOrphan}, plainDep), []OwnerState{Dangling, Waiting},
+			item([]metav1.OwnerReference{a, b}, []string{FinalizerOrphan}, plainDep), []OwnerState{Dangling, Waiting},
 			Action{Type: DeleteItem, Policy: metav1.DeletePropagationForeground},
 		},
 		{
 			"waiting with non-blocking dependents only",
-			item([]metav1.OwnerReference{b}, nil, graph.Dependent{UID: "x"}), []OwnerState{Waiting},
+			item([]metav1.OwnerReference{b}, nil, Dependent{UID: "x"}), []OwnerState{Waiting},
 			Action{Type: DeleteItem, Policy: metav1.DeletePropagationForeground},
 		},
 		{
@@ -108,7 +106,7 @@ func TestDecideDependent(t *testing.T) {
 		},
 		{
 			"dependent merely deleting is not a cycle",
-			item([]metav1.OwnerReference{b}, nil, graph.Dependent{UID: "x", Blocking: true, Deleting: true}), []OwnerState{Waiting},
+			item([]metav1.OwnerReference{b}, nil, Dependent{UID: "x", Blocking: true, Deleting: true}), []OwnerState{Waiting},
 			Action{Type: DeleteItem, Policy: metav1.DeletePropagationForeground},
 		},
 		// Otherwise: the item's own finalizers choose, orphan > foreground > background.
@@ -120,11 +118,11 @@ func TestDecideDependent(t *testing.T) {
 			Action{Type: DeleteItem, Policy: metav1.DeletePropagationBackground},
 		},
 		{"waiting without dependents", item([]metav1.OwnerReference{b}, nil), []OwnerState{Waiting}, Action{Type: DeleteItem, Policy: metav1.DeletePropagationBackground}},
-		{"orphan finalizer", item([]metav1.OwnerReference{a}, []string{graph.FinalizerOrphan}), []OwnerState{Dangling}, Action{Type: DeleteItem, Policy: metav1.DeletePropagationOrphan}},
-		{"foreground finalizer", item([]metav1.OwnerReference{a}, []string{"example.com/x", graph.FinalizerForeground}), []OwnerState{Dangling}, Action{Type: DeleteItem, Policy: metav1.DeletePropagationForeground}},
+		{"orphan finalizer", item([]metav1.OwnerReference{a}, []string{FinalizerOrphan}), []OwnerState{Dangling}, Action{Type: DeleteItem, Policy: metav1.DeletePropagationOrphan}},
+		{"foreground finalizer", item([]metav1.OwnerReference{a}, []string{"example.com/x", FinalizerForeground}), []OwnerState{Dangling}, Action{Type: DeleteItem, Policy: metav1.DeletePropagationForeground}},
 		{
 			"orphan beats foreground",
-			item([]metav1.OwnerReference{a}, []string{graph.FinalizerForeground, graph.FinalizerOrphan}), []OwnerState{Waiting},
+			item([]metav1.OwnerReference{a}, []string{FinalizerForeground, FinalizerOrphan}), []OwnerState{Waiting},
 			Action{Type: DeleteItem, Policy: metav1.DeletePropagationOrphan},
 		},
 		{"unrelated finalizer", item([]metav1.OwnerReference{a}, []string{"example.com/x"}), []OwnerState{Dangling}, Action{Type: DeleteItem, Policy: metav1.DeletePropagationBackground}},
@@ -132,12 +130,12 @@ func TestDecideDependent(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := deepCopyItem(tc.item)
-			got := decideDependent(tc.item, tc.states, nil)
+			got := DecideDependent(tc.item, tc.states, nil)
 			if !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("decideDependent =\n  %+v\nwant\n  %+v", got, tc.want)
+				t.Errorf("DecideDependent =\n  %+v\nwant\n  %+v", got, tc.want)
 			}
 			if !reflect.DeepEqual(tc.item, before) {
-				t.Errorf("decideDependent changed its input:\n  %+v\nwas\n  %+v", tc.item, before)
+				t.Errorf("DecideDependent changed its input:\n  %+v\nwas\n  %+v", tc.item, before)
 			}
 		})
 	}
@@ -147,13 +145,13 @@ func TestDecideDependent(t *testing.T) {
 // owners that really wait for the item (issue 14, item 7b).
 func TestDecideDependentCycles(t *testing.T) {
 	a, b, c, d, e := oref("a", nil), oref("b", boolPtr(true)), oref("c", boolPtr(false)), oref("d", boolPtr(true)), oref("e", boolPtr(true))
-	dep := graph.Dependent{UID: "dep", Blocking: true}
+	dep := Dependent{UID: "dep", Blocking: true}
 	on := func(uids ...types.UID) func(types.UID) bool {
 		return func(u types.UID) bool { return slices.Contains(uids, u) }
 	}
 	tests := []struct {
 		name    string
-		item    *graph.Item
+		item    *Item
 		states  []OwnerState
 		onCycle func(types.UID) bool
 		want    Action
@@ -178,11 +176,11 @@ func TestDecideDependentCycles(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := deepCopyItem(tc.item)
-			if got := decideDependent(tc.item, tc.states, tc.onCycle); !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("decideDependent =\n  %+v\nwant\n  %+v", got, tc.want)
+			if got := DecideDependent(tc.item, tc.states, tc.onCycle); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("DecideDependent =\n  %+v\nwant\n  %+v", got, tc.want)
 			}
 			if !reflect.DeepEqual(tc.item, before) {
-				t.Errorf("decideDependent changed its input")
+				t.Errorf("DecideDependent changed its input")
 			}
 		})
 	}
@@ -212,7 +210,7 @@ func TestCycleCheck(t *testing.T) {
 
 // deepCopyItem copies an item including the ownerReferences' pointer
 // fields, so that a decision writing through them is caught.
-func deepCopyItem(it *graph.Item) *graph.Item {
+func deepCopyItem(it *Item) *Item {
 	out := *it
 	out.OwnerReferences = nil
 	for _, r := range it.OwnerReferences {
@@ -224,15 +222,15 @@ func deepCopyItem(it *graph.Item) *graph.Item {
 }
 
 func TestDecideForegroundOwner(t *testing.T) {
-	owner := func(finalizers []string, deps ...graph.Dependent) *graph.Item {
+	owner := func(finalizers []string, deps ...Dependent) *Item {
 		it := item(nil, finalizers, deps...)
 		it.Deleting = true
 		return it
 	}
-	fg := graph.FinalizerForeground
+	fg := FinalizerForeground
 	tests := []struct {
 		name string
-		item *graph.Item
+		item *Item
 		want Action
 	}{
 		{"no dependents", owner([]string{fg}), Action{Type: RemoveForegroundFinalizer, Finalizers: []string{}}},
@@ -243,43 +241,43 @@ func TestDecideForegroundOwner(t *testing.T) {
 		},
 		{
 			"duplicate foreground finalizers all go",
-			owner([]string{fg, graph.FinalizerOrphan, fg}),
-			Action{Type: RemoveForegroundFinalizer, Finalizers: []string{graph.FinalizerOrphan}},
+			owner([]string{fg, FinalizerOrphan, fg}),
+			Action{Type: RemoveForegroundFinalizer, Finalizers: []string{FinalizerOrphan}},
 		},
 		{
 			"non-blocking dependents never block",
-			owner([]string{fg}, graph.Dependent{UID: "x"}, graph.Dependent{UID: "y", Deleting: true, DeletingDependents: true}),
+			owner([]string{fg}, Dependent{UID: "x"}, Dependent{UID: "y", Deleting: true, DeletingDependents: true}),
 			Action{Type: RemoveForegroundFinalizer, Finalizers: []string{}},
 		},
 		{
 			"blocking dependents are re-checked",
-			owner([]string{fg}, graph.Dependent{UID: "x", Blocking: true}, graph.Dependent{UID: "y"}, graph.Dependent{UID: "z", Blocking: true, Deleting: true}),
+			owner([]string{fg}, Dependent{UID: "x", Blocking: true}, Dependent{UID: "y"}, Dependent{UID: "z", Blocking: true, Deleting: true}),
 			Action{Type: CheckDependents, Dependents: []types.UID{"x", "z"}},
 		},
 		{
 			"blocking dependents deleting dependents block but are not re-checked",
-			owner([]string{fg}, graph.Dependent{UID: "x", Blocking: true}, graph.Dependent{UID: "w", Blocking: true, Deleting: true, DeletingDependents: true}),
+			owner([]string{fg}, Dependent{UID: "x", Blocking: true}, Dependent{UID: "w", Blocking: true, Deleting: true, DeletingDependents: true}),
 			Action{Type: CheckDependents, Dependents: []types.UID{"x"}},
 		},
 		{
 			"only a blocking dependent deleting dependents",
-			owner([]string{fg}, graph.Dependent{UID: "w", Blocking: true, Deleting: true, DeletingDependents: true}),
+			owner([]string{fg}, Dependent{UID: "w", Blocking: true, Deleting: true, DeletingDependents: true}),
 			Action{Type: CheckDependents},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := deepCopyItem(tc.item)
-			got := decideForegroundOwner(tc.item)
+			got := DecideForegroundOwner(tc.item)
 			if got.Type != tc.want.Type || !slices.Equal(got.Finalizers, tc.want.Finalizers) ||
 				!slices.Equal(got.Dependents, tc.want.Dependents) || got.Refs != nil || got.Unblock || got.Retry {
-				t.Errorf("decideForegroundOwner =\n  %+v\nwant\n  %+v", got, tc.want)
+				t.Errorf("DecideForegroundOwner =\n  %+v\nwant\n  %+v", got, tc.want)
 			}
 			if got.Type == RemoveForegroundFinalizer && slices.Contains(got.Finalizers, fg) {
 				t.Errorf("finalizers to write = %#v still hold %s", got.Finalizers, fg)
 			}
 			if !reflect.DeepEqual(tc.item, before) {
-				t.Errorf("decideForegroundOwner changed its input")
+				t.Errorf("DecideForegroundOwner changed its input")
 			}
 		})
 	}
@@ -298,8 +296,8 @@ func TestPolicyFromFinalizers(t *testing.T) {
 		{[]string{"Orphan", "foreground"}, metav1.DeletePropagationBackground}, // exact names only
 	}
 	for _, tc := range tests {
-		if got := policyFromFinalizers(tc.fins); got != tc.want {
-			t.Errorf("policyFromFinalizers(%q) = %s, want %s", tc.fins, got, tc.want)
+		if got := PolicyFromFinalizers(tc.fins); got != tc.want {
+			t.Errorf("PolicyFromFinalizers(%q) = %s, want %s", tc.fins, got, tc.want)
 		}
 	}
 }
@@ -340,9 +338,9 @@ func FuzzDecideDependent(f *testing.F) {
 			// Some refs share a UID, as duplicates do.
 			refs[i] = oref(string(rune('a'+int(b/15)%8)), blocking)
 		}
-		var deps []graph.Dependent
+		var deps []Dependent
 		for i := range int(depBits & 3) {
-			deps = append(deps, graph.Dependent{
+			deps = append(deps, Dependent{
 				UID:                types.UID(rune('p' + i)),
 				Blocking:           depBits&(4<<i) != 0,
 				DeletingDependents: depBits&(32<<i) != 0,
@@ -350,14 +348,14 @@ func FuzzDecideDependent(f *testing.F) {
 		}
 		var fins []string
 		if finBits&1 != 0 {
-			fins = append(fins, graph.FinalizerOrphan)
+			fins = append(fins, FinalizerOrphan)
 		}
 		if finBits&2 != 0 {
-			fins = append(fins, graph.FinalizerForeground)
+			fins = append(fins, FinalizerForeground)
 		}
 		it := item(refs, fins, deps...)
 		before := deepCopyItem(it)
-		a := decideDependent(it, states, nil)
+		a := DecideDependent(it, states, nil)
 
 		if !reflect.DeepEqual(it, before) {
 			t.Fatalf("input changed")
@@ -407,7 +405,7 @@ func FuzzDecideDependent(f *testing.F) {
 				t.Fatalf("states %v with dependents: policy %s, want Foreground", states, a.Policy)
 			}
 		default:
-			t.Fatalf("decideDependent returned %+v", a)
+			t.Fatalf("DecideDependent returned %+v", a)
 		}
 	})
 }

@@ -1,12 +1,10 @@
-package collector
+package rules
 
 import (
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/kgc-dev/kgc/internal/graph"
 )
 
 // OwnerState classifies one ownerReference of an item.
@@ -92,9 +90,9 @@ type Action struct {
 	Waiting []types.UID
 }
 
-// decideForegroundOwner decides for an item that is being deleted with the
+// DecideForegroundOwner decides for an item that is being deleted with the
 // foregroundDeletion finalizer: it may go once no dependent blocks it.
-func decideForegroundOwner(item *graph.Item) Action {
+func DecideForegroundOwner(item *Item) Action {
 	blocked := false
 	var check []types.UID
 	for _, d := range item.Dependents {
@@ -111,13 +109,13 @@ func decideForegroundOwner(item *graph.Item) Action {
 	if !blocked {
 		return Action{
 			Type:       RemoveForegroundFinalizer,
-			Finalizers: withoutFinalizer(item.Finalizers, graph.FinalizerForeground),
+			Finalizers: WithoutFinalizer(item.Finalizers, FinalizerForeground),
 		}
 	}
 	return Action{Type: CheckDependents, Dependents: check}
 }
 
-// decideDependent decides for a live item with ownerReferences, given the
+// DecideDependent decides for a live item with ownerReferences, given the
 // state of each reference (states[i] belongs to item.OwnerReferences[i]).
 // onCycle reports whether an owner of the item sits on a cycle of blocking
 // references through the item (see CycleCheck); nil: no cycle is known.
@@ -139,7 +137,7 @@ func decideForegroundOwner(item *graph.Item) Action {
 // Orphaned references (owners deleted with the Orphan policy) never make an
 // item garbage: they are removed like dangling ones, and an item left with
 // no other reason to go is kept without them.
-func decideDependent(item *graph.Item, states []OwnerState, onCycle func(owner types.UID) bool) Action {
+func DecideDependent(item *Item, states []OwnerState, onCycle func(owner types.UID) bool) Action {
 	var solid, waiting, dangling, unresolvable, invalid, orphaned int
 	for _, s := range states {
 		switch s {
@@ -199,7 +197,7 @@ func decideDependent(item *graph.Item, states []OwnerState, onCycle func(owner t
 		}
 		return a
 	default:
-		return Action{Type: DeleteItem, Policy: policyFromFinalizers(item.Finalizers)}
+		return Action{Type: DeleteItem, Policy: PolicyFromFinalizers(item.Finalizers)}
 	}
 }
 
@@ -208,7 +206,7 @@ func decideDependent(item *graph.Item, states []OwnerState, onCycle func(owner t
 // than release an owner early on a guess.
 const maxCycleSearch = 100_000
 
-// CycleCheck returns onCycle for decideDependent: whether owner is reachable
+// CycleCheck returns onCycle for DecideDependent: whether owner is reachable
 // from item by following blocking dependents (waitsFor returns the
 // dependents of an object whose reference to it has blockOwnerDeletion set,
 // other than itself). If the item is deleted in the Foreground, it waits
@@ -236,19 +234,19 @@ func CycleCheck(item types.UID, waitsFor func(types.UID) []types.UID) func(types
 	}
 }
 
-// policyFromFinalizers honours what the item's own finalizers ask for.
-func policyFromFinalizers(finalizers []string) metav1.DeletionPropagation {
+// PolicyFromFinalizers honours what the item's own finalizers ask for.
+func PolicyFromFinalizers(finalizers []string) metav1.DeletionPropagation {
 	switch {
-	case slices.Contains(finalizers, graph.FinalizerOrphan):
+	case slices.Contains(finalizers, FinalizerOrphan):
 		return metav1.DeletePropagationOrphan
-	case slices.Contains(finalizers, graph.FinalizerForeground):
+	case slices.Contains(finalizers, FinalizerForeground):
 		return metav1.DeletePropagationForeground
 	default:
 		return metav1.DeletePropagationBackground
 	}
 }
 
-// withoutFinalizer returns a copy of finalizers without f.
-func withoutFinalizer(finalizers []string, f string) []string {
+// WithoutFinalizer returns a copy of finalizers without f.
+func WithoutFinalizer(finalizers []string, f string) []string {
 	return slices.DeleteFunc(slices.Clone(finalizers), func(x string) bool { return x == f })
 }
