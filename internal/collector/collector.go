@@ -351,7 +351,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			c.runWorker(ctx, workCtx, c.attemptToDelete, c.planDeleteItem)
+			c.runWorker(ctx, workCtx, c.attemptToDelete, one(c.planDeleteItem))
 		}()
 		go func() {
 			defer wg.Done()
@@ -467,24 +467,41 @@ func (c *Collector) apply(ev graph.Event) {
 	}
 }
 
-// runWorker processes one queue until it shuts down. plan decides an item
-// and returns the API write that carries the decision out, if any.
+// planner decides an item and returns the API writes that carry the
+// decision out, if any; it never writes itself.
+type planner func(context.Context, types.UID) ([]write, error)
+
+// one adapts a planner of at most one write.
+func one(plan func(context.Context, types.UID) (write, error)) planner {
+	return func(ctx context.Context, uid types.UID) ([]write, error) {
+		w, err := plan(ctx, uid)
+		if w == nil {
+			return nil, err
+		}
+		return []write{w}, err
+	}
+}
+
+// runWorker processes one queue until it shuts down.
 //
-// A decided write runs on its own goroutine once a slot is free (at most
+// Each decided write runs on its own goroutine once a slot is free (at most
 // MaxWritesInFlight across the collector), and the worker goes on to decide
-// its next item. A write takes milliseconds and a decision microseconds, so
-// a worker that waited for its write would leave the apiserver idle for
-// most of each item's turn: with one write per collected object, the
-// workers' count, not the apiserver, would bound the deletion rate. The
-// item is marked done only when its write finished, so the queue never
-// hands out an item whose write is in flight (an item added meanwhile is
-// decided again afterwards, from the graph as it is then).
+// its next item once its writes have started. A write takes milliseconds
+// and a decision microseconds, so a worker that waited for its writes would
+// leave the apiserver idle for most of each item's turn: with one write per
+// collected object, the workers' count, not the apiserver, would bound the
+// deletion rate. An orphaning owner's fan-out (one patch per dependent)
+// takes its slots like any other writes. The item is marked done only when
+// all its writes finished, so the queue never hands out an item whose
+// writes are in flight (an item added meanwhile is decided again
+// afterwards, from the graph as it is then).
 //
-// nil from the item (plan, or its write) forgets it; an error retries it
-// with per-item exponential backoff. Once ctx is done the worker starts no
-// new item and no new write (the queue hands out what it still holds;
-// those are dropped); a write already started finishes on workCtx.
-func (c *Collector) runWorker(ctx, workCtx context.Context, q workqueue.TypedRateLimitingInterface[types.UID], plan func(context.Context, types.UID) (write, error)) {
+// nil from the item (plan, or its writes) forgets it; errAgain decides it
+// again at once; an error retries it with per-item exponential backoff.
+// Once ctx is done the worker starts no new item and no new write (the
+// queue hands out what it still holds; those are dropped); a write already
+// started finishes on workCtx.
+func (c *Collector) runWorker(ctx, workCtx context.Context, q workqueue.TypedRateLimitingInterface[types.UID], plan planner) {
 	for {
 		uid, shutdown := q.Get()
 		if shutdown {
@@ -495,24 +512,70 @@ func (c *Collector) runWorker(ctx, workCtx context.Context, q workqueue.TypedRat
 			q.Done(uid)
 			continue
 		}
-		w, err := plan(workCtx, uid)
-		if err != nil || w == nil {
+		ws, err := plan(workCtx, uid)
+		if err != nil || len(ws) == 0 {
 			c.finish(ctx, q, uid, err)
 			continue
 		}
-		if !c.acquireSlot(ctx) {
-			q.Forget(uid)
-			q.Done(uid)
-			continue
+		// The worker holds one share of the item's outcome until every
+		// write has started (or shutdown stopped the rest), so the item
+		// finishes exactly once, after its last write.
+		o := &outcome{left: len(ws) + 1}
+		started := 0
+		for _, w := range ws {
+			if !c.acquireSlot(ctx) {
+				break
+			}
+			started++
+			c.pending.Add(1)
+			go func() {
+				defer c.pending.Done()
+				err := w(workCtx)
+				c.releaseSlot()
+				if o.add(err, 1) {
+					c.finish(ctx, q, uid, o.err)
+				}
+			}()
 		}
-		c.pending.Add(1)
-		go func() {
-			defer c.pending.Done()
-			err := w(workCtx)
-			c.releaseSlot()
-			c.finish(ctx, q, uid, err)
-		}()
+		var err2 error
+		if started < len(ws) {
+			err2 = ctx.Err() // shutdown: finish forgets the item
+		}
+		if o.add(err2, 1+len(ws)-started) {
+			c.finish(ctx, q, uid, o.err)
+		}
 	}
+}
+
+// outcome combines the results of one item's writes: a failure wins over
+// errRetry, which wins over errAgain, which wins over success.
+type outcome struct {
+	mu   sync.Mutex
+	left int
+	err  error
+}
+
+// add records err for n shares and reports whether they were the last.
+func (o *outcome) add(err error, n int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if rank(err) > rank(o.err) {
+		o.err = err
+	}
+	o.left -= n
+	return o.left == 0
+}
+
+func rank(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errAgain):
+		return 1
+	case errors.Is(err, errRetry):
+		return 2
+	}
+	return 3
 }
 
 // finish ends an item's turn with its outcome.
@@ -522,6 +585,10 @@ func (c *Collector) finish(ctx context.Context, q workqueue.TypedRateLimitingInt
 		q.Forget(uid)
 	case ctx.Err() != nil:
 		q.Forget(uid)
+	case errors.Is(err, errAgain):
+		// Added while processing: the queue hands it out again once Done.
+		q.Forget(uid)
+		q.Add(uid)
 	default:
 		if !errors.Is(err, errRetry) {
 			klog.FromContext(ctx).V(2).Info("Will retry", "uid", uid, "err", err.Error(), "retries", q.NumRequeues(uid))
@@ -577,28 +644,37 @@ func (c *Collector) target(it *rules.Item) (apiops.Target, error) {
 	}, nil
 }
 
-// reportUnresolvable counts a reference kgc cannot resolve and, for a kind no
-// API serves, tells the dependent's owner-to-be once.
+// reportUnresolvable counts a reference kgc cannot resolve and tells the
+// dependent's owner-to-be once: a kind no API serves, or (as upstream) a
+// cluster-scoped dependent naming a namespaced kind.
 func (c *Collector) reportUnresolvable(dependent rules.Identity, ref *metav1.OwnerReference, state rules.OwnerState) {
 	switch state {
 	case rules.Invalid:
 		c.cfg.Metrics.Unresolvable(metrics.ReasonInvalid)
+		if _, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || dependent.Namespace != "" {
+			return // a malformed apiVersion: the author's typo, not an owner elsewhere
+		}
+		c.warn(dependent, "OwnerRefInvalidNamespace", [3]string{"scope", string(dependent.UID), string(ref.UID)}, fmt.Sprintf(
+			"ownerRef [%s, Kind=%s, Name=%s, UID=%s] names a namespaced kind, which a cluster-scoped object cannot be owned by; the object is never garbage collected on it",
+			ref.APIVersion, ref.Kind, ref.Name, ref.UID))
 	case rules.Unresolvable:
 		c.cfg.Metrics.Unresolvable(metrics.ReasonKindNotServed)
-		if c.cfg.Recorder == nil || !c.warned.First([3]string{"kind", string(dependent.UID), string(ref.UID)}) {
-			return
-		}
-		c.cfg.Recorder.Warning(dependent, "OwnerRefKindNotServed", fmt.Sprintf(
+		c.warn(dependent, "OwnerRefKindNotServed", [3]string{"kind", string(dependent.UID), string(ref.UID)}, fmt.Sprintf(
 			"ownerRef [%s, Kind=%s, Name=%s, UID=%s] names a kind no API serves; the object is kept and checked again later",
 			ref.APIVersion, ref.Kind, ref.Name, ref.UID))
 	}
 }
 
-func (c *Collector) reportInvalidNamespace(dependent rules.Identity, ref metav1.OwnerReference, ownerNamespace string) {
-	if c.cfg.Recorder == nil || !c.warned.First([2]types.UID{dependent.UID, ref.UID}) {
+// warn records a Warning event on object once per key.
+func (c *Collector) warn(object rules.Identity, reason string, key any, message string) {
+	if c.cfg.Recorder == nil || !c.warned.First(key) {
 		return
 	}
-	c.cfg.Recorder.Warning(dependent, "OwnerRefInvalidNamespace", fmt.Sprintf(
+	c.cfg.Recorder.Warning(object, reason, message)
+}
+
+func (c *Collector) reportInvalidNamespace(dependent rules.Identity, ref metav1.OwnerReference, ownerNamespace string) {
+	c.warn(dependent, "OwnerRefInvalidNamespace", [2]types.UID{dependent.UID, ref.UID}, fmt.Sprintf(
 		"ownerRef [%s, Kind=%s, Name=%s, UID=%s] does not exist in namespace %q (an object with that UID exists in namespace %q)",
 		ref.APIVersion, ref.Kind, ref.Name, ref.UID, dependent.Namespace, ownerNamespace))
 }

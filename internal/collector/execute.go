@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +18,11 @@ import (
 
 // errRetry asks for a rate-limited re-check without reporting a failure.
 var errRetry = errors.New("re-check later")
+
+// errAgain asks for the item to be decided again at once: its writes
+// succeeded and its next step can follow (an orphaning owner whose
+// dependents were just orphaned).
+var errAgain = errors.New("decide again")
 
 // write is an API write that carries out a decision: it makes the call,
 // records it, and returns the item's outcome (see conflictOrNil).
@@ -343,19 +347,19 @@ func conflictOrNil(err error) error {
 	return err
 }
 
-// orphanConcurrency bounds the ownerReference patches one orphaning owner
-// has in flight: as many as there are workers (the parallelism a background
-// cascade's decisions get), so one owner keeps the client's budget busy
-// without one goroutine (and connection) per dependent, and without taking
-// every write slot from the other cascades.
-func (c *Collector) orphanConcurrency() int { return max(c.cfg.Workers, 1) }
-
-// planOrphanItem removes an orphaning owner's references from its
-// dependents and returns the write that then removes its orphan finalizer.
-// Each patch is decided from the graph and carries the dependent's uid and
-// resourceVersion, so a dependent that changed since is rejected (409) and
-// the owner is re-checked. Each patch takes a write slot while it runs.
-func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, error) {
+// planOrphanItem decides for an owner being deleted with the orphan
+// finalizer (rules.DecideOrphan) and returns the writes that carry the
+// decision out: one ownerReference patch per dependent that still
+// references it, each taking a write slot like every other write; or, once
+// none does, the removal of its orphan finalizer. Nothing has been written
+// when it returns. After the patches succeed the owner is decided again at
+// once (errAgain), and then finds every dependent orphaned: the write log
+// records what each patch removed, so the graph need not have caught up.
+//
+// Each patch removes the references by the owner's UID and carries the
+// dependent's uid (apiops.RemoveOwnerReference), so whatever else changed
+// on the dependent meanwhile, only this owner's reference goes.
+func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) ([]write, error) {
 	owner, ok := c.graph.Item(uid)
 	if !ok || owner.Virtual || !owner.Orphaning() {
 		return nil, nil
@@ -366,22 +370,15 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, e
 		}
 		return nil, nil
 	}
-	var (
-		mu    sync.Mutex
-		errs  []error
-		retry bool
-		wg    sync.WaitGroup
-		sem   = make(chan struct{}, c.orphanConcurrency())
-	)
+	deps := make([]rules.Object, 0, len(owner.Dependents))
+	uncertain := false
 	for _, d := range owner.Dependents {
 		dep, ok := c.graph.Object(d.UID)
-		if !ok {
-			continue
-		}
-		if c.writes.orphaned(dep.Identity.UID, dep.ResourceVersion, uid) {
-			continue // kgc's own patch removed the reference, or found it gone
-		}
-		if skip, _ := c.writes.check(dep.Identity.UID, dep.ResourceVersion); skip {
+		switch {
+		case !ok:
+		case c.writes.orphaned(dep.Identity.UID, dep.ResourceVersion, uid):
+			// kgc's own patch removed the reference, or found it gone.
+		case c.writes.wrote(dep.Identity.UID, dep.ResourceVersion):
 			// kgc wrote to this dependent at the version the graph still
 			// shows, but not to remove this owner's reference (another
 			// owner's orphaning, a reference removal): the graph cannot
@@ -389,62 +386,16 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, e
 			// server. The finalizer must wait until the graph shows the
 			// dependent's newer version; skipping it here lost orphans
 			// (issue 14, item 1).
-			mu.Lock()
-			retry = true
-			mu.Unlock()
-			continue
+			uncertain = true
+		default:
+			deps = append(deps, dep)
 		}
-		var indices []int
-		for i, r := range dep.OwnerReferences {
-			if r.UID == uid {
-				indices = append(indices, i)
-			}
-		}
-		if len(indices) == 0 {
-			continue
-		}
-		t, err := c.target(&rules.Item{Object: dep})
-		if err != nil {
-			mu.Lock()
-			errs = append(errs, fmt.Errorf("orphaning %s: %w", dep.Identity, err))
-			mu.Unlock()
-			continue
-		}
-		sem <- struct{}{}
-		if !c.acquireSlot(ctx) {
-			<-sem
-			mu.Lock()
-			errs = append(errs, ctx.Err())
-			mu.Unlock()
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			_, err := c.ops.RemoveOwnerReference(ctx, t, uid, indices)
-			c.releaseSlot()
-			c.record(metrics.OpOrphan, err)
-			c.writes.recordOrphan(dep.Identity.UID, dep.ResourceVersion, uid, err)
-			// Success (or 404) proves the dependent no longer references
-			// this owner: the patch removes the reference by the owner's
-			// UID whatever else the object holds.
-			if err = conflictOrNil(err); err != nil {
-				mu.Lock()
-				if errors.Is(err, errRetry) {
-					retry = true
-				} else {
-					errs = append(errs, fmt.Errorf("orphaning %s: %w", dep.Identity, err))
-				}
-				mu.Unlock()
-			}
-		}()
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	if retry {
+	a := rules.DecideOrphan(&owner.Object, deps)
+	switch {
+	case a.Type == rules.OrphanDependents:
+		return c.orphanWrites(uid, a.Orphan)
+	case uncertain:
 		return nil, errRetry
 	}
 	if err := c.negativeFactsReady(ctx, owner.Identity, rules.FinalizerOrphan); err != nil {
@@ -454,22 +405,48 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) (write, e
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) error {
-		klog.FromContext(ctx).V(2).Info("Dependents orphaned; removing orphan finalizer", "object", owner.Identity.String(), "dependents", len(owner.Dependents))
+	return []write{func(ctx context.Context) error {
+		klog.FromContext(ctx).V(2).Info("Dependents orphaned; removing orphan finalizer", "object", owner.Identity.String())
 		// Recorded before the write: the owner's deletion may reach the
 		// graph, and a lagging dependent be checked, before this call
 		// returns. Only kgc's own removal counts: a client that deletes
 		// the owner again with another policy makes the apiserver drop
 		// the orphan finalizer, and then its dependents are garbage.
 		c.orphaned.Add(uid)
-		_, err := c.ops.ReplaceFinalizers(ctx, t, owner.Finalizers, rules.WithoutFinalizer(owner.Finalizers, rules.FinalizerOrphan))
+		_, err := c.ops.ReplaceFinalizers(ctx, t, owner.Finalizers, a.Finalizers)
 		if err != nil && !apierrors.IsNotFound(err) {
 			c.orphaned.Delete(uid) // still orphaning, or no longer: not ours
 		}
 		c.record(metrics.OpRemoveFinalizer, err)
 		c.writes.record(uid, owner.ResourceVersion, err)
 		return conflictOrNil(err)
-	}, nil
+	}}, nil
+}
+
+// orphanWrites returns one write per dependent of owner to orphan. Each
+// succeeds with errAgain: the owner is decided again once all are done.
+func (c *Collector) orphanWrites(owner types.UID, orphans []rules.Orphan) ([]write, error) {
+	ws := make([]write, 0, len(orphans))
+	for _, o := range orphans {
+		dep := o.Dependent
+		t, err := c.target(&rules.Item{Object: *dep})
+		if err != nil {
+			return nil, fmt.Errorf("orphaning %s: %w", dep.Identity, err)
+		}
+		ws = append(ws, func(ctx context.Context) error {
+			_, err := c.ops.RemoveOwnerReference(ctx, t, owner, o.Indices)
+			c.record(metrics.OpOrphan, err)
+			// Success (or 404) proves the dependent no longer references
+			// this owner: the patch removes the reference by the owner's
+			// UID whatever else the object holds.
+			c.writes.recordOrphan(dep.Identity.UID, dep.ResourceVersion, owner, err)
+			if err = conflictOrNil(err); err != nil {
+				return err
+			}
+			return errAgain
+		})
+	}
+	return ws, nil
 }
 
 // record counts one write and its outcome.

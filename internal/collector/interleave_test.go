@@ -71,17 +71,27 @@ func (s *stepper) observe(gvr schema.GroupVersionResource, o *metav1.PartialObje
 	}})
 }
 
-// step runs one worker turn of plan on uid, and the write it decides.
-func (s *stepper) step(plan func(context.Context, types.UID) (write, error), uid types.UID) error {
+// step runs one worker turn of plan on uid and the writes it decides, one
+// after the other, and again at once while the item asks for it
+// (errAgain), as the worker's queue does.
+func (s *stepper) step(plan planner, uid types.UID) error {
 	s.t.Helper()
-	w, err := plan(s.ctx, uid)
-	if err != nil || w == nil {
-		return err
+	for {
+		ws, err := plan(s.ctx, uid)
+		if err != nil || len(ws) == 0 {
+			return err
+		}
+		o := &outcome{left: len(ws)}
+		for _, w := range ws {
+			o.add(w(s.ctx), 1)
+		}
+		if !errors.Is(o.err, errAgain) {
+			return o.err
+		}
 	}
-	return w(s.ctx)
 }
 
-func (s *stepper) deleteStep(uid types.UID) error { return s.step(s.c.planDeleteItem, uid) }
+func (s *stepper) deleteStep(uid types.UID) error { return s.step(one(s.c.planDeleteItem), uid) }
 func (s *stepper) orphanStep(uid types.UID) error { return s.step(s.c.planOrphanItem, uid) }
 
 // deleteWith deletes an object as a client would, with a policy.

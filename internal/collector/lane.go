@@ -100,8 +100,7 @@ func (r *resolver) serveRound(ctx context.Context, gvr schema.GroupVersionResour
 					continue
 				}
 				delete(round, c)
-				s, err := r.classify(c, obj)
-				r.answer(c, f, s, err)
+				r.answer(c, f, r.settle(c, obj), nil)
 			}
 		}
 		if list.Continue == "" {
@@ -112,8 +111,7 @@ func (r *resolver) serveRound(ctx context.Context, gvr schema.GroupVersionResour
 	l.size = seen
 	// The LIST was complete and did not return these owners.
 	for c, f := range round {
-		r.absent.Add(c)
-		r.answer(c, f, rules.Dangling, nil)
+		r.answer(c, f, r.settle(c, nil), nil)
 	}
 }
 

@@ -108,7 +108,7 @@ func noUID(t *testing.T, ch <-chan types.UID, what string) {
 func (p *pipelineProbe) run(t *testing.T, c *Collector, q workqueue.TypedRateLimitingInterface[types.UID]) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); c.runWorker(ctx, context.Background(), q, p.plan) }()
+	go func() { defer close(done); c.runWorker(ctx, context.Background(), q, one(p.plan)) }()
 	t.Cleanup(func() {
 		cancel()
 		q.ShutDown()
@@ -225,7 +225,7 @@ func TestShutdownFinishesStartedWritesOnly(t *testing.T) {
 	workCtx, cancelWork := context.WithCancel(context.Background())
 	defer cancelWork()
 	done := make(chan struct{})
-	go func() { defer close(done); c.runWorker(ctx, workCtx, q, p.plan) }()
+	go func() { defer close(done); c.runWorker(ctx, workCtx, q, one(p.plan)) }()
 
 	if uid := recvUID(t, p.started, "the first write"); uid != "a" {
 		t.Fatalf("first write = %s", uid)

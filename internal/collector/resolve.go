@@ -3,7 +3,6 @@ package collector
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -76,20 +75,6 @@ type resolver struct {
 	lanes    map[laneKey]*lane             // resources and namespaces being looked up
 }
 
-// mapping resolves a reference's kind, accepting any served version of it.
-func (r *resolver) mapping(apiVersion, kind string) (*meta.RESTMapping, error) {
-	gv, err := schema.ParseGroupVersion(apiVersion)
-	if err != nil {
-		return nil, fmt.Errorf("%w: apiVersion %q: %w", errInvalidReference, apiVersion, err)
-	}
-	gk := schema.GroupKind{Group: gv.Group, Kind: kind}
-	m, err := r.mapper.RESTMapping(gk, gv.Version)
-	if meta.IsNoMatchError(err) {
-		m, err = r.mapper.RESTMapping(gk)
-	}
-	return m, err
-}
-
 // resolve classifies one ownerReference of dependent.
 func (r *resolver) resolve(ctx context.Context, dependent rules.Identity, ref *metav1.OwnerReference) (rules.OwnerState, error) {
 	// Fast path, without the REST mapping (most of a resolution's cost):
@@ -101,46 +86,38 @@ func (r *resolver) resolve(ctx context.Context, dependent rules.Identity, ref *m
 	// Dangling is concluded only for an owner observed deleted at exactly
 	// those coordinates (what the absent cache records).
 	if o, ok := r.graph.Owner(ref.UID); ok && (!o.Virtual || o.Absent) && rules.Matches(o.Identity, ref, dependent.Namespace) {
-		switch {
-		case o.Absent:
-			return r.dangling(ref.UID), nil
-		case o.DeletingDependents:
-			return rules.Waiting, nil
-		default:
-			return rules.Solid, nil
-		}
+		s, _ := rules.Classify(ref.UID, observed(o), r.isOrphaned)
+		return s, nil
 	}
 	m, c, s, done, err := r.locate(dependent, ref)
 	if done {
 		return s, err
 	}
-	ns := c.Namespace
 	if r.absent.Has(c) {
-		r.checkNamespace(dependent, ref, ns)
-		return r.dangling(ref.UID), nil
+		r.checkNamespace(dependent, ref, c.Namespace)
+		s, _ := rules.Classify(ref.UID, rules.Found{}, r.isOrphaned)
+		return s, nil
 	}
 	if o, ok := r.graph.Owner(ref.UID); ok && !o.Virtual && o.Identity.Coordinates() == c {
-		if o.DeletingDependents {
-			return rules.Waiting, nil
-		}
-		return rules.Solid, nil
+		s, _ := rules.Classify(ref.UID, observed(o), r.isOrphaned)
+		return s, nil
 	}
 	s, err = r.lookup(ctx, m.Resource, c)
-	if s == rules.Dangling {
-		r.checkNamespace(dependent, ref, ns)
-		s = r.dangling(ref.UID)
+	if s == rules.Dangling || s == rules.Orphaned {
+		r.checkNamespace(dependent, ref, c.Namespace)
 	}
 	return s, err
 }
 
-// dangling classifies a reference to owner, which does not exist (at the
-// referenced coordinates): Orphaned if kgc saw that owner being deleted
-// with the orphan finalizer, else Dangling.
-func (r *resolver) dangling(owner types.UID) rules.OwnerState {
-	if r.orphaned != nil && r.orphaned.Has(owner) {
-		return rules.Orphaned
-	}
-	return rules.Dangling
+// observed is what the graph found at an owner's coordinates.
+func observed(o graph.OwnerView) rules.Found {
+	return rules.Found{Exists: !o.Absent, UID: o.Identity.UID, Deleting: o.Deleting, DeletingDependents: o.DeletingDependents}
+}
+
+// isOrphaned reports whether kgc removed the orphan finalizer of owner
+// (see OwnerState Orphaned).
+func (r *resolver) isOrphaned(owner types.UID) bool {
+	return r.orphaned != nil && r.orphaned.Has(owner)
 }
 
 // lookup asks the API server about the owner at c, once for any number of
@@ -253,36 +230,20 @@ func (r *resolver) confirm(ctx context.Context, dependent rules.Identity, ref *m
 	if done {
 		return s, err
 	}
-	s, err = r.read(ctx, m.Resource, c, metrics.LookupConfirm)
-	if s == rules.Dangling {
-		s = r.dangling(ref.UID)
-	}
-	return s, err
+	return r.read(ctx, m.Resource, c, metrics.LookupConfirm)
 }
 
-// locate maps ref's kind (any served version) and returns the full
-// coordinates of its owner as seen from dependent. done reports a state
-// settled without them: Invalid (a malformed apiVersion, or a
-// cluster-scoped dependent naming a namespaced kind) or Unresolvable (no
-// API serves the kind; err is set when the mapping failed otherwise).
+// locate maps ref's kind and returns the full coordinates of its owner as
+// seen from dependent (rules.Locate). done reports a state settled without
+// them: Invalid or Unresolvable (err is set when the mapping failed for
+// another reason than an unserved kind, to be retried).
 func (r *resolver) locate(dependent rules.Identity, ref *metav1.OwnerReference) (m *meta.RESTMapping, c rules.Coordinates, s rules.OwnerState, done bool, err error) {
-	m, err = r.mapping(ref.APIVersion, ref.Kind)
-	switch {
-	case isInvalidReference(err):
-		return nil, c, rules.Invalid, true, nil
-	case meta.IsNoMatchError(err):
-		return nil, c, rules.Unresolvable, true, nil
-	case err != nil:
-		return nil, c, rules.Unresolvable, true, fmt.Errorf("mapping owner kind %s %s: %w", ref.APIVersion, ref.Kind, err)
+	m, err = rules.OwnerMapping(r.mapper, ref.APIVersion, ref.Kind)
+	c, s, why, done := rules.Locate(dependent, ref, m, err)
+	if why == rules.ReasonKindUnknown {
+		return nil, c, s, true, fmt.Errorf("mapping owner kind %s %s: %w", ref.APIVersion, ref.Kind, err)
 	}
-	ns := ""
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		if dependent.Namespace == "" {
-			return nil, c, rules.Invalid, true, nil
-		}
-		ns = dependent.Namespace
-	}
-	return m, rules.Coordinates{Group: m.GroupVersionKind.Group, Kind: ref.Kind, Namespace: ns, Name: ref.Name, UID: ref.UID}, 0, false, nil
+	return m, c, s, done, nil
 }
 
 // read classifies the owner at c from a quorum GET, counted as verb.
@@ -291,25 +252,25 @@ func (r *resolver) read(ctx context.Context, gvr schema.GroupVersionResource, c 
 	obj, err := r.get(ctx, gvr, c.Namespace, c.Name)
 	switch {
 	case apierrors.IsNotFound(err):
-		r.absent.Add(c)
-		return rules.Dangling, nil
+		return r.settle(c, nil), nil
 	case err != nil:
 		return rules.Unresolvable, fmt.Errorf("looking up owner %s: %w", c, err)
 	}
-	return r.classify(c, obj)
+	return r.settle(c, obj), nil
 }
 
-// classify classifies the owner at c from obj, what a consistent read found
-// at c's name.
-func (r *resolver) classify(c rules.Coordinates, obj *metav1.PartialObjectMetadata) (rules.OwnerState, error) {
-	switch {
-	case obj.UID != c.UID:
-		r.absent.Add(c)
-		return rules.Dangling, nil
-	case obj.DeletionTimestamp != nil && slices.Contains(obj.Finalizers, rules.FinalizerForeground):
-		return rules.Waiting, nil
+// settle classifies the owner at c from obj, what a consistent read found
+// at c's name (nil: nothing), and remembers an owner found absent.
+func (r *resolver) settle(c rules.Coordinates, obj *metav1.PartialObjectMetadata) rules.OwnerState {
+	var f rules.Found
+	if obj != nil {
+		f = rules.FoundObject(&rules.Object{Identity: rules.Identity{UID: obj.UID}, Deleting: obj.DeletionTimestamp != nil, Finalizers: obj.Finalizers})
 	}
-	return rules.Solid, nil
+	s, _ := rules.Classify(c.UID, f, r.isOrphaned)
+	if s == rules.Dangling || s == rules.Orphaned {
+		r.absent.Add(c)
+	}
+	return s
 }
 
 // checkNamespace reports a dangling reference whose UID the graph has seen

@@ -81,6 +81,13 @@ func (w *writeLog) check(uid types.UID, rv string) (skip, stale bool) {
 	return true, e.conflict
 }
 
+// wrote reports whether kgc wrote to uid at resourceVersion rv and the
+// graph has not shown the object's newer version yet (check's skip).
+func (w *writeLog) wrote(uid types.UID, rv string) bool {
+	skip, _ := w.check(uid, rv)
+	return skip
+}
+
 // record notes the outcome of a write to uid decided from resourceVersion rv.
 // Outcomes other than success, 404 and 409 (a timeout, a 500) say nothing
 // about the object and are not recorded.

@@ -168,17 +168,19 @@ func decide(o *Object, deps []*Object, res []Resolution, waitsFor func(types.UID
 			d.Why = append(d.Why, fmt.Sprintf("it is being deleted in the foreground: the apiserver keeps it until kgc removes the foregroundDeletion finalizer, which kgc does once none of its %d blocking dependent(s) (blockOwnerDeletion=true) remains", n))
 		}
 	case o.Orphaning():
-		d.Verdict = VerdictOrphanDependents
-		refs := 0
-		for _, dep := range deps {
-			for _, r := range dep.OwnerReferences {
-				if r.UID == o.UID {
-					refs++
-					break
-				}
-			}
+		objs := make([]rules.Object, len(deps))
+		for i, dep := range deps {
+			objs[i] = dep.object()
 		}
-		d.Why = append(d.Why, fmt.Sprintf("it is being deleted with the orphan policy: kgc removes the reference to it from its %d dependent(s), then the orphan finalizer; the dependents stay", refs))
+		oo := o.object()
+		switch a := rules.DecideOrphan(&oo, objs); a.Type {
+		case rules.OrphanDependents:
+			d.Verdict = VerdictOrphanDependents
+			d.Why = append(d.Why, fmt.Sprintf("it is being deleted with the orphan policy: kgc removes the reference to it from its %d dependent(s), then the orphan finalizer; the dependents stay", len(a.Orphan)))
+		default:
+			d.Verdict = VerdictOrphanDependents
+			d.Why = append(d.Why, "it is being deleted with the orphan policy and no dependent references it any more: kgc removes the orphan finalizer")
+		}
 	case o.Deleting && len(custom) > 0:
 		d.Verdict = VerdictWaitForFinalizers
 		d.Why = append(d.Why, fmt.Sprintf("it is being deleted and waits only for finalizer(s) %s: %s", strings.Join(custom, ", "), unhandledNote))
@@ -223,11 +225,10 @@ func (d *Decision) DecideDependent(o *Object, res []Resolution, a rules.Action, 
 			return
 		}
 		d.Verdict = VerdictKeep
-		if s := describe(rules.Solid); len(s) > 0 {
-			d.Why = append(d.Why, fmt.Sprintf("kgc keeps it: it has a live owner: %s", strings.Join(s, ", ")))
-		}
 		if s := describe(rules.Invalid); len(s) > 0 {
-			d.Why = append(d.Why, fmt.Sprintf("kgc never collects it on an invalid reference: %s", strings.Join(s, ", ")))
+			d.Why = append(d.Why, fmt.Sprintf("kgc never collects it, and leaves all its references as they are, while it has an invalid reference: %s", strings.Join(s, ", ")))
+		} else if s := describe(rules.Solid); len(s) > 0 {
+			d.Why = append(d.Why, fmt.Sprintf("kgc keeps it: it has a live owner: %s", strings.Join(s, ", ")))
 		}
 	case rules.RemoveReferences:
 		d.Verdict = VerdictRemoveReferences
@@ -241,7 +242,7 @@ func (d *Decision) DecideDependent(o *Object, res []Resolution, a rules.Action, 
 			}
 		}
 		d.Why = append(d.Why, fmt.Sprintf("kgc keeps it: it has a live owner: %s; it removes the references to owners that are gone or being deleted: %s",
-			strings.Join(describe(rules.Solid, rules.Invalid), ", "), strings.Join(describe(rules.Dangling, rules.Waiting), ", ")))
+			strings.Join(describe(rules.Solid), ", "), strings.Join(describe(rules.Dangling, rules.Waiting), ", ")))
 	case rules.DeleteItem:
 		d.Verdict = VerdictDelete
 		d.Policy = string(a.Policy)

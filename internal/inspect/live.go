@@ -148,68 +148,29 @@ func (v *LiveView) get(ctx context.Context, m *meta.RESTMapping, ns, name string
 	return fromMeta(pm, m.GroupVersionKind.GroupVersion().String(), m.GroupVersionKind.Kind), nil
 }
 
-// ownerMapping resolves a reference's kind like the collector: the
-// referenced version, or any served version of the group and kind.
-func ownerMapping(mapper meta.RESTMapper, apiVersion, kind string) (*meta.RESTMapping, error) {
-	gv, err := schema.ParseGroupVersion(apiVersion)
-	if err != nil {
-		return nil, err
-	}
-	gk := schema.GroupKind{Group: gv.Group, Kind: kind}
-	m, err := mapper.RESTMapping(gk, gv.Version)
-	if meta.IsNoMatchError(err) {
-		m, err = mapper.RESTMapping(gk)
-	}
-	return m, err
-}
-
-// ResolveOwner implements View, with the collector's rules.
+// ResolveOwner implements View: it gathers the facts from the API server
+// and classifies them with kgc's rules.
 func (v *LiveView) ResolveOwner(ctx context.Context, dep *Object, ref metav1.OwnerReference) (Resolution, error) {
-	if _, err := schema.ParseGroupVersion(ref.APIVersion); err != nil {
-		return Resolution{State: rules.Invalid, Reason: fmt.Sprintf("the reference's apiVersion %q is malformed", ref.APIVersion)}, nil
+	m, err := rules.OwnerMapping(v.mapper, ref.APIVersion, ref.Kind)
+	c, s, why, done := rules.Locate(dep.identity(), &ref, m, err)
+	if done {
+		return resolution(s, why, ref, "", nil, err), nil
 	}
-	m, err := ownerMapping(v.mapper, ref.APIVersion, ref.Kind)
-	switch {
-	case meta.IsNoMatchError(err):
-		return Resolution{State: rules.Unresolvable, Reason: fmt.Sprintf("no API serves kind %s (%s); kgc keeps the object and checks again later", ref.Kind, ref.APIVersion)}, nil
-	case err != nil:
-		return Resolution{State: rules.Unresolvable, Reason: fmt.Sprintf("kind %s (%s) cannot be resolved now: %v", ref.Kind, ref.APIVersion, err)}, nil
-	}
-	ns := ""
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		if dep.Namespace == "" {
-			return Resolution{State: rules.Invalid, Reason: fmt.Sprintf("a cluster-scoped object cannot be owned by a namespaced %s; kgc never collects it on this reference", ref.Kind)}, nil
-		}
-		ns = dep.Namespace
-	}
-	owner, err := v.get(ctx, m, ns, ref.Name)
+	owner, err := v.get(ctx, m, c.Namespace, ref.Name)
+	var f rules.Found
 	switch {
 	case apierrors.IsNotFound(err):
-		res := Resolution{State: rules.Dangling, Reason: fmt.Sprintf("no %s named %q exists%s", kindGroup(ref.APIVersion, ref.Kind), ref.Name, inNamespace(ns))}
-		v.elsewhere(ctx, m, ref.UID, ns, &res)
-		return res, nil
 	case err != nil:
 		return Resolution{}, fmt.Errorf("looking up owner %s %q: %w", m.Resource.GroupResource(), ref.Name, err)
-	case owner.UID != ref.UID:
-		res := Resolution{State: rules.Dangling, Reason: fmt.Sprintf("%s %q%s is a different object (uid %s; the reference names uid %s)", kindGroup(ref.APIVersion, ref.Kind), ref.Name, inNamespace(ns), owner.UID, ref.UID)}
-		v.elsewhere(ctx, m, ref.UID, ns, &res)
-		return res, nil
+	default:
+		f = owner.found()
 	}
-	return classifyExisting(owner), nil
-}
-
-// classifyExisting is the state of a reference whose owner exists at its
-// coordinates with its UID.
-func classifyExisting(owner *Object) Resolution {
-	switch {
-	case owner.DeletingDependents():
-		return Resolution{State: rules.Waiting, Owner: owner, Reason: "the owner is being deleted in the foreground and waits for its dependents"}
-	case owner.Orphaning():
-		return Resolution{State: rules.Solid, Owner: owner, Reason: "the owner exists; it is being deleted with the orphan policy, so kgc will remove this reference instead of deleting the object"}
-	case owner.Deleting:
-		return Resolution{State: rules.Solid, Owner: owner, Reason: "the owner exists (being deleted, but not in the foreground: it counts as alive until it is gone)"}
+	s, why = rules.Classify(ref.UID, f, nil)
+	res := resolution(s, why, ref, c.Namespace, owner, nil)
+	if s == rules.Dangling {
+		v.elsewhere(ctx, m, ref.UID, c.Namespace, &res)
 	}
-	return Resolution{State: rules.Solid, Owner: owner, Reason: "the owner exists"}
+	return res, nil
 }
 
 func inNamespace(ns string) string {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,55 +55,62 @@ func kindGroup(apiVersion, kind string) string {
 	return kind + "." + gv.Group
 }
 
-// DeletingDependents: in Foreground deletion.
+// DeletingDependents: in Foreground deletion (rules.Object.DeletingDependents).
 func (o *Object) DeletingDependents() bool {
-	return o.Deleting && slices.Contains(o.Finalizers, FinalizerForeground)
+	obj := o.object()
+	return obj.DeletingDependents()
 }
 
-// Orphaning: being deleted with the orphan finalizer.
+// Orphaning: being deleted with the orphan finalizer (rules.Object.Orphaning).
 func (o *Object) Orphaning() bool {
-	return o.Deleting && slices.Contains(o.Finalizers, FinalizerOrphan)
+	obj := o.object()
+	return obj.Orphaning()
 }
 
 // CustomFinalizers are the finalizers no collector handles: whoever added
 // them must remove them.
 func (o *Object) CustomFinalizers() []string {
-	var out []string
-	for _, f := range o.Finalizers {
-		if f != FinalizerOrphan && f != FinalizerForeground {
-			out = append(out, f)
-		}
-	}
-	return out
+	obj := o.object()
+	return obj.CustomFinalizers()
 }
 
-// blocks reports whether o's reference to owner has blockOwnerDeletion=true.
+// blocks reports whether o's reference to owner keeps owner's Foreground
+// deletion waiting (rules.Object.Blocks).
 func (o *Object) blocks(owner types.UID) bool {
-	for _, r := range o.OwnerReferences {
-		if r.UID == owner && r.BlockOwnerDeletion != nil && *r.BlockOwnerDeletion {
-			return true
-		}
+	obj := o.object()
+	return obj.Blocks(owner)
+}
+
+// object is o as kgc's rules read it.
+func (o *Object) object() rules.Object {
+	return rules.Object{
+		Identity:        o.identity(),
+		ResourceVersion: o.ResourceVersion,
+		OwnerReferences: o.OwnerReferences,
+		Finalizers:      o.Finalizers,
+		Deleting:        o.Deleting,
 	}
-	return false
+}
+
+func (o *Object) identity() rules.Identity {
+	return rules.Identity{APIVersion: o.APIVersion, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, UID: o.UID}
+}
+
+// found describes o as found at a reference's coordinates.
+func (o *Object) found() rules.Found {
+	obj := o.object()
+	return rules.FoundObject(&obj)
 }
 
 func (o *Object) item(deps []rules.Dependent) rules.Item {
-	return rules.Item{
-		Object: rules.Object{
-			Identity:        rules.Identity{APIVersion: o.APIVersion, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, UID: o.UID},
-			ResourceVersion: o.ResourceVersion,
-			OwnerReferences: o.OwnerReferences,
-			Finalizers:      o.Finalizers,
-			Deleting:        o.Deleting,
-		},
-		Dependents: deps,
-	}
+	return rules.Item{Object: o.object(), Dependents: deps}
 }
 
 func dependentsOf(owner *Object, deps []*Object) []rules.Dependent {
 	out := make([]rules.Dependent, 0, len(deps))
 	for _, d := range deps {
-		out = append(out, rules.Dependent{UID: d.UID, Blocking: d.blocks(owner.UID), Deleting: d.Deleting, DeletingDependents: d.DeletingDependents()})
+		obj := d.object()
+		out = append(out, rules.DependentOf(&obj, owner.UID))
 	}
 	return out
 }
@@ -170,6 +176,42 @@ func resolveAll(ctx context.Context, v View, o *Object) ([]Resolution, error) {
 		out[i] = r
 	}
 	return out, nil
+}
+
+// resolution renders a classification by kgc's rules (rules.Locate,
+// rules.Classify) in plain words, for the reference ref of a dependent
+// whose owner would be in namespace ns. owner is what was found at the
+// reference's coordinates (nil: nothing); err is the mapping error of
+// ReasonKindUnknown.
+func resolution(s rules.OwnerState, why rules.Reason, ref metav1.OwnerReference, ns string, owner *Object, err error) Resolution {
+	res := Resolution{State: s}
+	if s == rules.Solid || s == rules.Waiting {
+		res.Owner = owner
+	}
+	what := kindGroup(ref.APIVersion, ref.Kind)
+	switch why {
+	case rules.ReasonExists:
+		res.Reason = "the owner exists"
+	case rules.ReasonOrphaning:
+		res.Reason = "the owner exists; it is being deleted with the orphan policy, so kgc will remove this reference instead of deleting the object"
+	case rules.ReasonDeleting:
+		res.Reason = "the owner exists (being deleted, but not in the foreground: it counts as alive until it is gone)"
+	case rules.ReasonForeground:
+		res.Reason = "the owner is being deleted in the foreground and waits for its dependents"
+	case rules.ReasonNotFound:
+		res.Reason = fmt.Sprintf("no %s named %q exists%s", what, ref.Name, inNamespace(ns))
+	case rules.ReasonOtherUID:
+		res.Reason = fmt.Sprintf("%s %q%s is a different object (uid %s; the reference names uid %s)", what, ref.Name, inNamespace(ns), owner.UID, ref.UID)
+	case rules.ReasonKindNotServed:
+		res.Reason = fmt.Sprintf("no API serves kind %s (%s); kgc keeps the object and checks again later", ref.Kind, ref.APIVersion)
+	case rules.ReasonKindUnknown:
+		res.Reason = fmt.Sprintf("kind %s (%s) cannot be resolved now: %v", ref.Kind, ref.APIVersion, err)
+	case rules.ReasonMalformedAPIVersion:
+		res.Reason = fmt.Sprintf("the reference's apiVersion %q is malformed; kgc never collects the object and leaves its references as they are", ref.APIVersion)
+	case rules.ReasonClusterScopedDependent:
+		res.Reason = fmt.Sprintf("a cluster-scoped object cannot be owned by a namespaced %s; kgc never collects it, leaves its references as they are, and records a Warning event OwnerRefInvalidNamespace", ref.Kind)
+	}
+	return res
 }
 
 func states(rs []Resolution) []rules.OwnerState {

@@ -269,26 +269,22 @@ func (s *simulation) waitsFor(uid types.UID) []types.UID {
 	return out
 }
 
-// state of one reference in the simulation's current state.
+// state of one reference in the simulation's current state, by kgc's rules.
 func (s *simulation) state(so *simObject, ref metav1.OwnerReference) rules.OwnerState {
 	if r, ok := so.static[ref.UID]; ok {
 		return r.State
 	}
-	owner := s.objs[ref.UID]
-	switch {
-	case owner == nil || owner.gone:
-		return rules.Dangling
-	case owner.obj.DeletingDependents():
-		return rules.Waiting
+	var f rules.Found
+	if owner := s.objs[ref.UID]; owner != nil && !owner.gone {
+		f = owner.obj.found()
 	}
-	return rules.Solid
+	st, _ := rules.Classify(ref.UID, f, nil)
+	return st
 }
 
 type action struct {
 	so *simObject
 	a  rules.Action
-	// orphan: an orphaning owner whose dependents lose their reference.
-	orphan bool
 }
 
 // round runs one level of kgc's work on the state the level starts from.
@@ -308,7 +304,11 @@ func (s *simulation) round(level int) bool {
 				acts = append(acts, action{so: so, a: a})
 			}
 		case o.Orphaning():
-			acts = append(acts, action{so: so, orphan: true})
+			var deps []rules.Object
+			for _, d := range s.liveDependents(uid) {
+				deps = append(deps, d.obj.object())
+			}
+			acts = append(acts, action{so: so, a: rules.DecideOrphan(&rules.Object{Identity: o.identity(), Finalizers: o.Finalizers, Deleting: true}, deps)})
 		case o.Deleting || len(o.OwnerReferences) == 0:
 		default:
 			states := make([]rules.OwnerState, len(o.OwnerReferences))
@@ -325,13 +325,18 @@ func (s *simulation) round(level int) bool {
 	for _, act := range acts {
 		so, o := act.so, act.so.obj
 		switch {
-		case act.orphan:
-			for _, d := range s.liveDependents(o.UID) {
+		case act.a.Type == rules.OrphanDependents:
+			// kgc patches every dependent, then (deciding again at once)
+			// removes the finalizer: one level.
+			for _, or := range act.a.Orphan {
+				d := s.objs[or.Dependent.Identity.UID]
 				d.obj.OwnerReferences = slices.DeleteFunc(d.obj.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == o.UID })
 				d.lost = true
 				s.step(level, OpOrphan, d, "", "reference to "+so.orig.Ref()+" removed")
 			}
-			o.Finalizers = slices.DeleteFunc(o.Finalizers, func(f string) bool { return f == FinalizerOrphan })
+			fallthrough
+		case act.a.Type == rules.RemoveOrphanFinalizer:
+			o.Finalizers = rules.WithoutFinalizer(o.Finalizers, FinalizerOrphan)
 			s.step(level, OpRemoveFinalizer, so, "", FinalizerOrphan)
 			s.maybeGone(level, so)
 		case act.a.Type == rules.RemoveForegroundFinalizer:

@@ -244,12 +244,14 @@ func (s *ServerView) Lookup(ctx context.Context, kind, namespace, name string) (
 	return nodeObject(s.nodes[n.UID]), nil
 }
 
-// ResolveOwner implements View with the collector's rules, reading kgc's
-// graph instead of the API server.
+// ResolveOwner implements View: it gathers the facts from kgc's graph
+// instead of the API server and classifies them with kgc's rules. The
+// graph vouches for an owner it observed at the reference's coordinates;
+// for anything else the collector reads the API server before acting, and
+// this view says what that read would rest on.
 func (s *ServerView) ResolveOwner(ctx context.Context, dep *Object, ref metav1.OwnerReference) (Resolution, error) {
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if err != nil {
-		return Resolution{State: rules.Invalid, Reason: fmt.Sprintf("the reference's apiVersion %q is malformed", ref.APIVersion)}, nil
+	if _, err := schema.ParseGroupVersion(ref.APIVersion); err != nil {
+		return resolution(rules.Invalid, rules.ReasonMalformedAPIVersion, ref, "", nil, nil), nil
 	}
 	if err := s.component(ctx, ref.UID); err != nil {
 		return Resolution{}, err
@@ -257,17 +259,25 @@ func (s *ServerView) ResolveOwner(ctx context.Context, dep *Object, ref metav1.O
 	n, ok := s.nodes[ref.UID]
 	switch {
 	case !ok || n.State == graphapi.StateAbsent:
-		return Resolution{State: rules.Dangling, Reason: fmt.Sprintf("kgc knows no live object with uid %s (%s %q does not exist)", ref.UID, kindGroup(ref.APIVersion, ref.Kind), ref.Name)}, nil
+		res := resolution(rules.Dangling, rules.ReasonNotFound, ref, dep.Namespace, nil, nil)
+		res.Reason = fmt.Sprintf("kgc knows no live object with uid %s (%s %q does not exist)", ref.UID, kindGroup(ref.APIVersion, ref.Kind), ref.Name)
+		return res, nil
 	case n.State == graphapi.StatePlaceholder:
-		return Resolution{State: rules.Dangling, Reason: fmt.Sprintf("kgc has never observed %s %q (a placeholder): it looks the owner up before acting, and treats it as dangling if it is not there (or keeps the object if no API serves the kind)", kindGroup(ref.APIVersion, ref.Kind), ref.Name)}, nil
+		res := resolution(rules.Dangling, rules.ReasonNotFound, ref, dep.Namespace, nil, nil)
+		res.Reason = fmt.Sprintf("kgc has never observed %s %q (a placeholder): it looks the owner up before acting, and treats it as dangling if it is not there (or keeps the object if no API serves the kind)", kindGroup(ref.APIVersion, ref.Kind), ref.Name)
+		return res, nil
 	}
-	ngv, _ := schema.ParseGroupVersion(n.APIVersion)
-	if n.Namespace != "" && dep.Namespace == "" {
-		return Resolution{State: rules.Invalid, Reason: fmt.Sprintf("a cluster-scoped object cannot be owned by a namespaced %s; kgc never collects it on this reference", ref.Kind)}, nil
+	// The observed object's scope is its kind's scope.
+	if _, st, why, done := rules.Scope(dep.identity(), n.Namespace != ""); done {
+		return resolution(st, why, ref, "", nil, nil), nil
 	}
 	owner := nodeObject(n)
-	if ngv.Group != gv.Group || n.Kind != ref.Kind || n.Name != ref.Name || (n.Namespace != "" && n.Namespace != dep.Namespace) {
-		res := Resolution{State: rules.Dangling, Reason: fmt.Sprintf("no %s named %q%s has uid %s", kindGroup(ref.APIVersion, ref.Kind), ref.Name, inNamespace(dep.Namespace), ref.UID)}
+	if !rules.Matches(owner.identity(), &ref, dep.Namespace) {
+		// The UID is at other coordinates than the reference names:
+		// nothing with that UID is at the reference's.
+		st, why := rules.Classify(ref.UID, rules.Found{}, nil)
+		res := resolution(st, why, ref, dep.Namespace, nil, nil)
+		res.Reason = fmt.Sprintf("no %s named %q%s has uid %s", kindGroup(ref.APIVersion, ref.Kind), ref.Name, inNamespace(dep.Namespace), ref.UID)
 		if n.Namespace != "" && n.Namespace != dep.Namespace {
 			res.ElsewhereNamespace = n.Namespace
 			res.Reason += fmt.Sprintf("; the UID belongs to %s in namespace %q, but a namespaced owner must be in its dependent's namespace (kgc records a Warning event OwnerRefInvalidNamespace)", owner.Ref(), n.Namespace)
@@ -276,7 +286,8 @@ func (s *ServerView) ResolveOwner(ctx context.Context, dep *Object, ref metav1.O
 		}
 		return res, nil
 	}
-	return classifyExisting(owner), nil
+	st, why := rules.Classify(ref.UID, owner.found(), nil)
+	return resolution(st, why, ref, dep.Namespace, owner, nil), nil
 }
 
 // Dependents implements View.

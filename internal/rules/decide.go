@@ -7,50 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// OwnerState classifies one ownerReference of an item.
-type OwnerState int
-
-const (
-	// Solid: the owner exists under the referenced coordinates and is not
-	// waiting for foreground deletion of its dependents.
-	Solid OwnerState = iota
-	// Waiting: the owner exists and is being deleted in the foreground.
-	Waiting
-	// Dangling: no object with that UID exists at those coordinates.
-	Dangling
-	// Unresolvable: no API serves the referenced kind (yet). Never dangling;
-	// the item is kept and re-checked later.
-	Unresolvable
-	// Invalid: a reference that can never resolve — a cluster-scoped item
-	// naming a namespaced owner kind, or a malformed apiVersion. The item is
-	// never collected on its account.
-	Invalid
-	// Orphaned: the owner is gone and was deleted with the Orphan policy
-	// (kgc removed its orphan finalizer). Its dependents are orphaned,
-	// never collected on its account (S2): the reference is removed. A
-	// dependent kgc could not reach before the owner went (its resource
-	// was not listed yet, its watch lagged) is still orphaned this way.
-	Orphaned
-)
-
-func (s OwnerState) String() string {
-	switch s {
-	case Solid:
-		return "solid"
-	case Waiting:
-		return "waiting"
-	case Dangling:
-		return "dangling"
-	case Unresolvable:
-		return "unresolvable"
-	case Invalid:
-		return "invalid"
-	case Orphaned:
-		return "orphaned"
-	}
-	return "unknown"
-}
-
 // ActionType is what a check decided to do.
 type ActionType int
 
@@ -66,6 +22,11 @@ const (
 	RemoveForegroundFinalizer
 	// CheckDependents: the item waits for its blocking dependents; re-check them.
 	CheckDependents
+	// OrphanDependents: the item is being deleted with the orphan
+	// finalizer; remove the references to it from the dependents in Orphan.
+	OrphanDependents
+	// RemoveOrphanFinalizer: no dependent references the item any more.
+	RemoveOrphanFinalizer
 )
 
 // Action is a decision. Decisions are values so that tests can compare them
@@ -88,6 +49,36 @@ type Action struct {
 	// Waiting, for DeleteItem: the owners the decision counted as waiting
 	// (set by the worker, not by the decision; see deleteItem).
 	Waiting []types.UID
+	// Orphan, for OrphanDependents: each dependent that still references
+	// the item, with the indices of those references.
+	Orphan []Orphan
+}
+
+// Orphan is one dependent to orphan: the indices of its references to the
+// orphaning owner (normally one).
+type Orphan struct {
+	Dependent *Object
+	Indices   []int
+}
+
+// DecideOrphan decides for an owner being deleted with the orphan finalizer
+// (owner.Orphaning()), given its dependents as last read: every dependent
+// that still references it loses those references, and the dependents
+// stay; once none references it, the orphan finalizer goes and the
+// apiserver deletes the owner. The caller vouches that dependents is
+// complete (see the collector's negativeFactsReady): "none references it"
+// is a negative fact.
+func DecideOrphan(owner *Object, dependents []Object) Action {
+	var out []Orphan
+	for i := range dependents {
+		if idx := dependents[i].References(owner.Identity.UID); len(idx) > 0 {
+			out = append(out, Orphan{Dependent: &dependents[i], Indices: idx})
+		}
+	}
+	if len(out) > 0 {
+		return Action{Type: OrphanDependents, Orphan: out}
+	}
+	return Action{Type: RemoveOrphanFinalizer, Finalizers: WithoutFinalizer(owner.Finalizers, FinalizerOrphan)}
 }
 
 // DecideForegroundOwner decides for an item that is being deleted with the
@@ -120,9 +111,11 @@ func DecideForegroundOwner(item *Item) Action {
 // onCycle reports whether an owner of the item sits on a cycle of blocking
 // references through the item (see CycleCheck); nil: no cycle is known.
 //
-// Rules (kube-controller-manager's): any solid owner keeps the item, minus
-// its dangling and waiting references; an item whose owners are all waiting
-// or dangling and that has dependents of its own goes Foreground; otherwise
+// Rules (kube-controller-manager's): a reference whose kind no API serves
+// keeps the item, checked again later; an invalid reference keeps it with
+// every reference as it is; any solid owner keeps the item, minus its
+// dangling and waiting references; an item whose owners are all waiting or
+// dangling and that has dependents of its own goes Foreground; otherwise
 // it is deleted with the policy its own finalizers ask for.
 //
 // Cycle breaking differs from upstream's. Upstream clears every
@@ -159,15 +152,20 @@ func DecideDependent(item *Item, states []OwnerState, onCycle func(owner types.U
 	case unresolvable > 0:
 		// Never collect on a reference we cannot resolve; look again later.
 		return Action{Type: Keep, Retry: true}
-	case solid > 0 || invalid > 0:
-		if waiting+dangling+orphaned == 0 || solid == 0 {
-			// Only-invalid items are kept untouched: the reference is an
-			// error of the item's author, not ours to edit.
+	case invalid > 0:
+		// Upstream's published rule (since v1.20): an item with an
+		// unresolvable reference (a cluster-scoped item naming a
+		// namespaced kind; a malformed apiVersion) is not garbage
+		// collected, and its references are left as they are: they are
+		// its author's error, not the collector's to edit.
+		return Action{Type: Keep}
+	case solid > 0:
+		if waiting+dangling+orphaned == 0 {
 			return Action{Type: Keep}
 		}
 		var keep []metav1.OwnerReference
 		for i, s := range states {
-			if s == Solid || s == Invalid {
+			if s == Solid {
 				keep = append(keep, item.OwnerReferences[i])
 			}
 		}

@@ -51,9 +51,11 @@ func TestDecideDependent(t *testing.T) {
 			Action{Type: RemoveReferences, Refs: []metav1.OwnerReference{a}},
 		},
 		{
-			"solid, waiting, dangling and invalid keep solid and invalid, in order",
+			// Upstream's published rule: an invalid reference leaves the
+			// item and all its references as they are.
+			"solid, waiting, dangling and invalid leave everything untouched",
 			item([]metav1.OwnerReference{a, b, c, d}, nil), []OwnerState{Invalid, Waiting, Solid, Dangling},
-			Action{Type: RemoveReferences, Refs: []metav1.OwnerReference{a, c}},
+			Action{Type: Keep},
 		},
 		{
 			"duplicate refs to a dangling owner all go",
@@ -312,8 +314,8 @@ func TestOwnerStateString(t *testing.T) {
 
 // FuzzDecideDependent checks the safety rules on arbitrary inputs: an item
 // with a solid owner is never deleted; one with an unresolvable owner is
-// neither deleted nor edited; an invalid reference never gets the item
-// deleted; and an edit never drops a solid reference.
+// neither deleted nor edited; nor is one with an invalid reference; and an
+// edit never drops a solid reference.
 func FuzzDecideDependent(f *testing.F) {
 	f.Add([]byte{0}, uint8(0), uint8(0))
 	f.Add([]byte{2, 1}, uint8(3), uint8(1))
@@ -327,7 +329,7 @@ func FuzzDecideDependent(f *testing.F) {
 		states := make([]OwnerState, len(stateBytes))
 		refs := make([]metav1.OwnerReference, len(stateBytes))
 		for i, b := range stateBytes {
-			states[i] = OwnerState(int(b) % 5)
+			states[i] = OwnerState(int(b) % 6)
 			var blocking *bool
 			switch (b / 5) % 3 {
 			case 1:
@@ -370,23 +372,24 @@ func FuzzDecideDependent(f *testing.F) {
 		if has(Unresolvable) != a.Retry {
 			t.Fatalf("states %v: Retry = %v", states, a.Retry)
 		}
-		if has(Invalid) && a.Type == DeleteItem {
-			t.Fatalf("states %v: deletes an item with an invalid reference: %+v", states, a)
+		if has(Invalid) && !has(Unresolvable) && !reflect.DeepEqual(a, Action{Type: Keep}) {
+			t.Fatalf("states %v: acts on an item with an invalid reference: %+v", states, a)
 		}
 		switch a.Type {
 		case Keep:
 		case RemoveReferences:
-			if !has(Solid) {
+			if !has(Solid) && (!has(Orphaned) || has(Waiting) || has(Dangling)) {
+				// Only references to orphaned owners go without a solid one.
 				t.Fatalf("states %v: edits refs without a solid owner", states)
 			}
 			var want []metav1.OwnerReference
 			for i, s := range states {
-				if s == Solid || s == Invalid {
+				if s == Solid {
 					want = append(want, refs[i])
 				}
 			}
 			if !reflect.DeepEqual(a.Refs, want) || len(a.Refs) == len(refs) {
-				t.Fatalf("states %v: Refs = %+v, want exactly the solid and invalid ones %+v", states, a.Refs, want)
+				t.Fatalf("states %v: Refs = %+v, want exactly the solid ones %+v", states, a.Refs, want)
 			}
 		case DeleteItem:
 			if a.Unblock {

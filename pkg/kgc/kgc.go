@@ -49,6 +49,7 @@ import (
 	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/metrics"
+	"github.com/kgc-dev/kgc/internal/rules"
 	"github.com/kgc-dev/kgc/internal/server"
 )
 
@@ -377,7 +378,7 @@ func (l *lazyRecorder) set(r record.EventRecorder) {
 	l.r.Store(&r)
 }
 
-func (l *lazyRecorder) Warning(obj graph.Identity, reason, message string) {
+func (l *lazyRecorder) Warning(obj rules.Identity, reason, message string) {
 	r := l.r.Load()
 	if r == nil {
 		return
