@@ -111,6 +111,7 @@ func Run(ctx context.Context, o *RunOptions) error {
 		Burst:                 o.KubeAPIBurst,
 		Registerer:            newRegistry(),
 		Profiling:             o.Observability.Profiling,
+		EventComponent:        o.Observability.EventComponent,
 	})
 	if err != nil {
 		return err

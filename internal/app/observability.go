@@ -23,10 +23,13 @@ const (
 	LogFormatJSON = "json"
 )
 
-// ObservabilityOptions are the flags for logs, metrics and profiling.
+// ObservabilityOptions are the flags for logs, events, metrics and
+// profiling.
 type ObservabilityOptions struct {
 	LogFormat string
 	Profiling bool
+	// EventComponent is the reporting component of kgc's events.
+	EventComponent string
 	// GCPercent is Go's GC target percentage; applied by ApplyGCPercent.
 	GCPercent int
 	// Verbosity is klog's -v, completed from the flags.
@@ -35,13 +38,14 @@ type ObservabilityOptions struct {
 
 // NewObservabilityOptions returns the defaults.
 func NewObservabilityOptions() ObservabilityOptions {
-	return ObservabilityOptions{LogFormat: LogFormatText, GCPercent: kgc.RecommendedGCPercent}
+	return ObservabilityOptions{LogFormat: LogFormatText, GCPercent: kgc.RecommendedGCPercent, EventComponent: kgc.DefaultEventComponent}
 }
 
 // AddFlags registers the options on fs.
 func (o *ObservabilityOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, `Log format: "text" (klog) or "json" (one JSON object per line).`)
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve /debug/pprof/ on --http-address.")
+	fs.StringVar(&o.EventComponent, "event-component", o.EventComponent, `Reporting component (source.component, reportingComponent) of the events kgc records. "`+kgc.UpstreamEventComponent+`" is kube-controller-manager's garbage collector's, for tools that filter on it. A Kubernetes qualified name.`)
 	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent, "Go garbage collector target percentage (GOGC). kgc's heap is mostly its long-lived ownership graph; the default trades a few more GC cycles for a third less memory than Go's 100. Without this flag, a GOGC environment variable wins. Negative: no collection (GOGC=off).")
 }
 
@@ -58,10 +62,14 @@ func (o *ObservabilityOptions) ApplyGCPercent(changed bool, getenv func(string) 
 
 // Validate returns every problem with the options.
 func (o *ObservabilityOptions) Validate() []error {
+	var errs []error
 	if o.LogFormat != LogFormatText && o.LogFormat != LogFormatJSON {
-		return []error{fmt.Errorf("--log-format must be %q or %q, got %q", LogFormatText, LogFormatJSON, o.LogFormat)}
+		errs = append(errs, fmt.Errorf("--log-format must be %q or %q, got %q", LogFormatText, LogFormatJSON, o.LogFormat))
 	}
-	return nil
+	if err := kgc.ValidateEventComponent(o.EventComponent); err != nil {
+		errs = append(errs, fmt.Errorf("--event-component: %w", err))
+	}
+	return errs
 }
 
 // setupLogging routes kgc's and its libraries' logs to the chosen format and

@@ -33,6 +33,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -64,6 +65,33 @@ import (
 // debug.SetGCPercent(kgc.RecommendedGCPercent). The library itself never
 // changes process-wide settings.
 const RecommendedGCPercent = 50
+
+// Reporting components for the events kgc records (Options.EventComponent).
+const (
+	// DefaultEventComponent is kgc's own name, the default: events say
+	// which program acted, also while kgc and kube-controller-manager's
+	// collector both run (as during a migration).
+	DefaultEventComponent = "kgc-garbage-collector"
+	// UpstreamEventComponent is kube-controller-manager's collector's, for
+	// alerts, dashboards and field selectors (source=,
+	// reportingComponent=) written for it.
+	UpstreamEventComponent = "garbage-collector-controller"
+)
+
+// ValidateEventComponent reports whether component can name the reporting
+// component of kgc's events: a Kubernetes qualified name (at most 63
+// letters, digits, '-', '_' or '.', starting and ending with a letter or
+// digit, optionally after a DNS subdomain prefix and '/'), which is what
+// the events.k8s.io API requires of reportingController.
+func ValidateEventComponent(component string) error {
+	if component == "" {
+		return errors.New("the event reporting component must not be empty")
+	}
+	if msgs := validation.IsQualifiedName(component); len(msgs) > 0 {
+		return fmt.Errorf("the event reporting component %q is not a qualified name: %s", component, strings.Join(msgs, "; "))
+	}
+	return nil
+}
 
 // Options configures a Collector. The zero value is usable.
 type Options struct {
@@ -101,6 +129,11 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Profiling serves /debug/pprof/ from Handler.
 	Profiling bool
+	// EventComponent is the reporting component (source.component and
+	// reportingComponent) of the events kgc records. Default
+	// DefaultEventComponent; UpstreamEventComponent makes them look like
+	// kube-controller-manager's collector's. See ValidateEventComponent.
+	EventComponent string
 }
 
 // DefaultIgnoredResources returns the resources kgc ignores by default: core
@@ -112,6 +145,7 @@ type Collector struct {
 	c          *collector.Collector
 	events     typedcorev1.EventInterface
 	recorder   *lazyRecorder
+	component  string // the events' reporting component
 	logger     logr.Logger
 	httpClient *http.Client
 	handler    http.Handler
@@ -129,6 +163,13 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	}
 	if opts.QPS < 0 || opts.Burst < 0 {
 		return nil, fmt.Errorf("kgc: QPS and Burst must not be negative (got %v, %d)", opts.QPS, opts.Burst)
+	}
+	component := opts.EventComponent
+	if component == "" {
+		component = DefaultEventComponent
+	}
+	if err := ValidateEventComponent(component); err != nil {
+		return nil, fmt.Errorf("kgc: EventComponent: %w", err)
 	}
 	cfg = rest.CopyConfig(cfg)
 	switch {
@@ -192,6 +233,7 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	out := &Collector{
 		events:     cs.CoreV1().Events(""),
 		recorder:   &lazyRecorder{},
+		component:  component,
 		logger:     opts.Logger,
 		httpClient: httpClient,
 		done:       make(chan struct{}),
@@ -271,7 +313,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.events})
 	defer broadcaster.Shutdown()
-	c.recorder.set(broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kgc-garbage-collector"}))
+	c.recorder.set(broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: c.component}))
 	defer c.recorder.set(nil)
 	return c.c.Run(ctx)
 }
