@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
-
-	"github.com/kgc-dev/kgc/internal/graph"
 )
 
 // TestEventsReportAsTheConfiguredComponent follows one warning from the
@@ -95,7 +94,7 @@ func runAndRecordOneWarning(t *testing.T, opts Options) corev1.Event {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	c.recorder.Warning(graph.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "dependent", UID: "dependent-uid"},
+	c.recorder.Warning(rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "dependent", UID: "dependent-uid"},
 		"OwnerRefInvalidNamespace", "test warning")
 	select {
 	case ev := <-events:
