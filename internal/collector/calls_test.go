@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kgc-dev/kgc/internal/fakeapi"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,20 +21,20 @@ import (
 // owner's finalizer is removed once.
 func TestCollectorForegroundOneCallPerDependent(t *testing.T) {
 	const n = 40
-	srv := newFakeServer()
-	owner := object("a", "web", "owner-uid")
+	srv := fakeapi.NewServer()
+	owner := fakeapi.Object("a", "web", "owner-uid")
 	owner.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	owner.Finalizers = []string{metav1.FinalizerDeleteDependents, "example.com/keep"}
-	srv.create(t, gvDeployments, owner)
+	srv.Create(t, fakeapi.Deployments, owner)
 	for i := range n {
-		srv.create(t, gvConfigMaps, object("a", fmt.Sprintf("dep-%02d", i), types.UID(fmt.Sprintf("dep-%02d", i)), deploymentRef("web", "owner-uid")))
+		srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", fmt.Sprintf("dep-%02d", i), types.UID(fmt.Sprintf("dep-%02d", i)), fakeapi.DeploymentRef("web", "owner-uid")))
 	}
 	e := startCollector(t, srv)
 	e.waitFor(t, "the owner's foregroundDeletion finalizer to go", func() bool {
-		o, err := srv.get(gvDeployments, "a", "web")
+		o, err := srv.Get(fakeapi.Deployments, "a", "web")
 		return err == nil && slices.Equal(o.Finalizers, []string{"example.com/keep"})
 	})
-	gets, deletes, patches := srv.kgcActions()
+	gets, deletes, patches := srv.KGCActions()
 	if len(gets) != 0 {
 		t.Errorf("%d GETs, want none: every owner is in the cache", len(gets))
 	}
@@ -119,20 +120,20 @@ func (r trackedNamespaced) Patch(ctx context.Context, name string, pt types.Patc
 // write slots: never more at once than MaxWritesInFlight.
 func TestCollectorOrphanBoundedConcurrency(t *testing.T) {
 	const n = 12
-	srv := newFakeServer()
-	owner := object("a", "web", "owner-uid")
+	srv := fakeapi.NewServer()
+	owner := fakeapi.Object("a", "web", "owner-uid")
 	owner.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	owner.Finalizers = []string{metav1.FinalizerOrphanDependents}
-	srv.create(t, gvDeployments, owner)
+	srv.Create(t, fakeapi.Deployments, owner)
 	for i := range n {
-		srv.create(t, gvConfigMaps, object("a", fmt.Sprintf("dep-%02d", i), types.UID(fmt.Sprintf("dep-%02d", i)), deploymentRef("web", "owner-uid")))
+		srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", fmt.Sprintf("dep-%02d", i), types.UID(fmt.Sprintf("dep-%02d", i)), fakeapi.DeploymentRef("web", "owner-uid")))
 	}
-	tracker := newPatchTracker(srv.client)
+	tracker := newPatchTracker(srv.Client)
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	c, err := New(Config{
-		Metadata: tracker, Discovery: &fakeDiscovery{lists: testResourceLists()}, Mapper: newTestMapper(),
-		Workers: 2, MaxWritesInFlight: 3, Ignored: []schema.GroupResource{testEvents.GroupResource()}, ResyncPeriod: time.Hour, SyncTimeout: testTimeout,
+		Metadata: tracker, Discovery: &fakeapi.Discovery{Lists: fakeapi.ResourceLists()}, Mapper: fakeapi.NewMapper(),
+		Workers: 2, MaxWritesInFlight: 3, Ignored: []schema.GroupResource{fakeapi.Events.GroupResource()}, ResyncPeriod: time.Hour, SyncTimeout: testTimeout,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -141,21 +142,21 @@ func TestCollectorOrphanBoundedConcurrency(t *testing.T) {
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	e := &testEnv{srv: srv, c: c, ctx: ctx}
-	e.waitFor(t, "the owner to be released", func() bool { return e.gone(gvDeployments, "a", "web") || finalizersOf(srv, "web") == 0 })
+	e.waitFor(t, "the owner to be released", func() bool { return e.gone(fakeapi.Deployments, "a", "web") || finalizersOf(srv, "web") == 0 })
 	tracker.mu.Lock()
 	maxInFlight := tracker.max
 	tracker.mu.Unlock()
 	if maxInFlight < 2 || maxInFlight > 3 {
 		t.Errorf("at most %d PATCHes in flight, want 2 or 3 (concurrent, within MaxWritesInFlight)", maxInFlight)
 	}
-	_, _, patches := srv.kgcActions()
+	_, _, patches := srv.KGCActions()
 	if len(patches) != n+1 {
 		t.Errorf("%d PATCHes, want %d (one per dependent, then the owner)", len(patches), n+1)
 	}
 }
 
-func finalizersOf(srv *fakeServer, name string) int {
-	o, err := srv.get(gvDeployments, "a", name)
+func finalizersOf(srv *fakeapi.Server, name string) int {
+	o, err := srv.Get(fakeapi.Deployments, "a", name)
 	if err != nil {
 		return -1
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kgc-dev/kgc/internal/rules"
+	"github.com/kgc-dev/kgc/internal/fakeapi"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,24 +16,6 @@ import (
 	"k8s.io/klog/v2/ktesting"
 )
 
-// A write addresses an object the graph recorded at a version that is no
-// longer served (apps/v1beta2 Deployment, before a relist updated it) at a
-// served version of its kind: any version addresses the same object.
-func TestTargetOfAVersionNoLongerServed(t *testing.T) {
-	c, err := New(Config{Metadata: newFakeServer().client, Discovery: &fakeDiscovery{}, Mapper: newTestMapper()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	it := &rules.Item{Object: rules.Object{Identity: rules.Identity{APIVersion: "apps/v1beta2", Kind: "Deployment", Namespace: "a", Name: "d", UID: "d"}, ResourceVersion: "7"}}
-	tg, err := c.target(it)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}); tg.Resource != want || tg.UID != "d" || tg.ResourceVersion != "7" {
-		t.Errorf("target = %+v, want %s with the item's UID and resourceVersion", tg, want)
-	}
-}
-
 // A CRD is deleted with an instance owning a ConfigMap, and the instance's
 // delete event never reaches kgc (its watch delivers nothing): once
 // discovery drops the resource and its LIST answers 404, the instance is
@@ -41,41 +23,41 @@ func TestTargetOfAVersionNoLongerServed(t *testing.T) {
 // stayed observed and the ConfigMap was kept until kgc restarted (and then
 // forever: its owner's kind is no longer served).
 func TestDeletedCRDInstancesReleaseTheirDependents(t *testing.T) {
-	srv := newFakeServer()
+	srv := fakeapi.NewServer()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 	lists := func(withWidgets bool) []*metav1.APIResourceList {
-		out := append(testResourceLists(), &metav1.APIResourceList{GroupVersion: "apiextensions.k8s.io/v1", APIResources: []metav1.APIResource{
-			{Name: "customresourcedefinitions", Kind: "CustomResourceDefinition", Verbs: allVerbs},
+		out := append(fakeapi.ResourceLists(), &metav1.APIResourceList{GroupVersion: "apiextensions.k8s.io/v1", APIResources: []metav1.APIResource{
+			{Name: "customresourcedefinitions", Kind: "CustomResourceDefinition", Verbs: fakeapi.AllVerbs},
 		}})
 		if withWidgets {
 			out = append(out, &metav1.APIResourceList{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{
-				{Name: "widgets", Kind: "Widget", Namespaced: true, Verbs: allVerbs},
+				{Name: "widgets", Kind: "Widget", Namespaced: true, Verbs: fakeapi.AllVerbs},
 			}})
 		}
 		return out
 	}
 	var served atomic.Bool
 	served.Store(true)
-	srv.client.PrependReactor("list", "widgets", func(a clienttesting.Action) (bool, runtime.Object, error) {
+	srv.Client.PrependReactor("list", "widgets", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if !served.Load() {
 			return true, nil, apierrors.NewNotFound(a.GetResource().GroupResource(), "")
 		}
 		return false, nil, nil
 	})
 	// The widgets' watch never delivers an event: their deletions are lost.
-	srv.client.PrependWatchReactor("widgets", func(clienttesting.Action) (bool, watch.Interface, error) {
+	srv.Client.PrependWatchReactor("widgets", func(clienttesting.Action) (bool, watch.Interface, error) {
 		return true, watch.NewRaceFreeFake(), nil
 	})
-	srv.create(t, gvCRDs, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com", UID: "crd-uid"}})
-	w := srv.create(t, widgets, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "w", UID: "w-uid"}})
-	srv.create(t, gvConfigMaps, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "dep", UID: "dep-uid",
+	srv.Create(t, gvCRDs, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com", UID: "crd-uid"}})
+	w := srv.Create(t, widgets, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "w", UID: "w-uid"}})
+	srv.Create(t, fakeapi.ConfigMaps, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "dep", UID: "dep-uid",
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Widget", Name: w.Name, UID: w.UID}}}})
-	disc := &fakeDiscovery{lists: lists(true)}
+	disc := &fakeapi.Discovery{Lists: lists(true)}
 	c, err := New(Config{
-		Metadata: srv.client, Discovery: disc, Mapper: newTestMapper(), Workers: 1,
-		Ignored: []schema.GroupResource{testEvents.GroupResource()}, ResyncPeriod: 100 * time.Millisecond,
+		Metadata: srv.Client, Discovery: disc, Mapper: fakeapi.NewMapper(), Workers: 1,
+		Ignored: []schema.GroupResource{fakeapi.Events.GroupResource()}, ResyncPeriod: 100 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -93,21 +75,21 @@ func TestDeletedCRDInstancesReleaseTheirDependents(t *testing.T) {
 	}()
 	e.waitFor(t, "sync", c.Synced)
 	e.waitFor(t, "the widget observed", func() bool { _, ok := c.Graph().Object(w.UID); return ok })
-	exists := func() bool { _, err := srv.get(gvConfigMaps, "a", "dep"); return err == nil }
+	exists := func() bool { _, err := srv.Get(fakeapi.ConfigMaps, "a", "dep"); return err == nil }
 	e.consistently(t, "the dependent of a live widget kept", 200*time.Millisecond, exists)
 
 	// The CRD goes: the apiserver deletes its instances (events lost),
 	// then discovery drops the resource and its LIST answers 404.
-	if err := srv.client.Tracker().Delete(widgets, "a", "w"); err != nil {
+	if err := srv.Client.Tracker().Delete(widgets, "a", "w"); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.client.Tracker().Delete(gvCRDs, "", "widgets.example.com"); err != nil {
+	if err := srv.Client.Tracker().Delete(gvCRDs, "", "widgets.example.com"); err != nil {
 		t.Fatal(err)
 	}
 	served.Store(false)
-	disc.mu.Lock()
-	disc.lists = lists(false)
-	disc.mu.Unlock()
+	disc.Mu.Lock()
+	disc.Lists = lists(false)
+	disc.Mu.Unlock()
 	e.waitFor(t, "the dependent of the deleted CRD's instance to be collected", func() bool { return !exists() })
 	if it, ok := c.Graph().Item(w.UID); ok && !it.Absent {
 		t.Errorf("the deleted instance is still in the graph: %+v", it)

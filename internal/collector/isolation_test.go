@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kgc-dev/kgc/internal/discovery"
+	"github.com/kgc-dev/kgc/internal/fakeapi"
 )
 
 // A resource whose list fails does not hold up the workers (SyncTimeout is
@@ -22,20 +23,20 @@ import (
 // failing resource is kept, because the unobserved owner is verified with
 // a GET (which works) before anything is decided.
 func TestWorkersStartWhileAMonitorFails(t *testing.T) {
-	srv := newFakeServer()
-	srv.client.PrependReactor("list", "deployments", func(clienttesting.Action) (bool, runtime.Object, error) {
+	srv := fakeapi.NewServer()
+	srv.Client.PrependReactor("list", "deployments", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("conversion webhook for apps/v1, Kind=Deployment failed: service not found")
 	})
-	srv.create(t, gvDeployments, object("a", "web", "web-uid"))
-	srv.create(t, gvConfigMaps, object("a", "kept", "kept-uid", deploymentRef("web", "web-uid")))
-	srv.create(t, gvConfigMaps, object("a", "garbage", "garbage-uid", configMapRef("ghost", "ghost-uid")))
+	srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "web", "web-uid"))
+	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "kept", "kept-uid", fakeapi.DeploymentRef("web", "web-uid")))
+	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "garbage", "garbage-uid", fakeapi.ConfigMapRef("ghost", "ghost-uid")))
 
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
-	e := &testEnv{srv: srv, disc: &fakeDiscovery{lists: testResourceLists()}, mapper: newTestMapper(), recorder: &fakeRecorder{}, ctx: ctx}
+	e := &testEnv{srv: srv, disc: &fakeapi.Discovery{Lists: fakeapi.ResourceLists()}, mapper: fakeapi.NewMapper(), recorder: &fakeapi.Recorder{}, ctx: ctx}
 	c, err := New(Config{
-		Metadata: srv.client, Discovery: e.disc, Mapper: e.mapper, Workers: 2,
-		Ignored: []schema.GroupResource{testEvents.GroupResource()}, ResyncPeriod: time.Hour, SyncTimeout: time.Hour,
+		Metadata: srv.Client, Discovery: e.disc, Mapper: e.mapper, Workers: 2,
+		Ignored: []schema.GroupResource{fakeapi.Events.GroupResource()}, ResyncPeriod: time.Hour, SyncTimeout: time.Hour,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -46,17 +47,17 @@ func TestWorkersStartWhileAMonitorFails(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	e.waitFor(t, "workers to start next to a failing monitor", c.Synced)
-	if st := c.MonitorStatus()[gvDeployments]; st.State() != discovery.StateFailing {
+	if st := c.MonitorStatus()[fakeapi.Deployments]; st.State() != discovery.StateFailing {
 		t.Errorf("deployments monitor %+v, want failing", st)
 	}
-	e.waitFor(t, "garbage to be collected", func() bool { return e.gone(gvConfigMaps, "a", "garbage") })
+	e.waitFor(t, "garbage to be collected", func() bool { return e.gone(fakeapi.ConfigMaps, "a", "garbage") })
 	e.consistently(t, "dependent of an owner in the failing resource kept", 300*time.Millisecond, func() bool {
-		return !e.gone(gvConfigMaps, "a", "kept")
+		return !e.gone(fakeapi.ConfigMaps, "a", "kept")
 	})
-	gets, _, _ := srv.kgcActions()
+	gets, _, _ := srv.KGCActions()
 	verified := false
 	for _, g := range gets {
-		verified = verified || g.GetResource() == gvDeployments && g.GetName() == "web"
+		verified = verified || g.GetResource() == fakeapi.Deployments && g.GetName() == "web"
 	}
 	if !verified {
 		t.Error("the unobserved owner was never verified with a GET")
@@ -69,24 +70,24 @@ var gvCRDs = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 // hour away), retried while discovery lags; its deletion removes the
 // monitor again.
 func TestCRDEventsDriveRediscovery(t *testing.T) {
-	srv := newFakeServer()
+	srv := fakeapi.NewServer()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	lists := func(withWidgets bool) []*metav1.APIResourceList {
-		out := append(testResourceLists(), &metav1.APIResourceList{GroupVersion: "apiextensions.k8s.io/v1", APIResources: []metav1.APIResource{
-			{Name: "customresourcedefinitions", Kind: "CustomResourceDefinition", Verbs: allVerbs},
+		out := append(fakeapi.ResourceLists(), &metav1.APIResourceList{GroupVersion: "apiextensions.k8s.io/v1", APIResources: []metav1.APIResource{
+			{Name: "customresourcedefinitions", Kind: "CustomResourceDefinition", Verbs: fakeapi.AllVerbs},
 		}})
 		if withWidgets {
 			out = append(out, &metav1.APIResourceList{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{
-				{Name: "widgets", Kind: "Widget", Namespaced: true, Verbs: allVerbs},
+				{Name: "widgets", Kind: "Widget", Namespaced: true, Verbs: fakeapi.AllVerbs},
 			}})
 		}
 		return out
 	}
-	disc := &fakeDiscovery{lists: lists(false)}
+	disc := &fakeapi.Discovery{Lists: lists(false)}
 	c, err := New(Config{
-		Metadata: srv.client, Discovery: disc, Mapper: newTestMapper(), Workers: 1,
-		Ignored: []schema.GroupResource{testEvents.GroupResource()}, ResyncPeriod: time.Hour,
+		Metadata: srv.Client, Discovery: disc, Mapper: fakeapi.NewMapper(), Workers: 1,
+		Ignored: []schema.GroupResource{fakeapi.Events.GroupResource()}, ResyncPeriod: time.Hour,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +98,7 @@ func TestCRDEventsDriveRediscovery(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	e.waitFor(t, "sync", c.Synced)
 	e.waitFor(t, "the CRD monitor to watch", func() bool {
-		for _, a := range srv.client.Actions() {
+		for _, a := range srv.Client.Actions() {
 			if w, ok := a.(clienttesting.WatchActionImpl); ok && w.GetResource() == gvCRDs {
 				return true
 			}
@@ -109,25 +110,25 @@ func TestCRDEventsDriveRediscovery(t *testing.T) {
 
 	// Discovery serves the new resource only a while after the CRD event.
 	var callsAtEvent atomic.Int64
-	disc.mu.Lock()
-	callsAtEvent.Store(int64(disc.calls))
-	disc.mu.Unlock()
-	srv.create(t, gvCRDs, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com", UID: "crd-uid"}})
+	disc.Mu.Lock()
+	callsAtEvent.Store(int64(disc.Calls))
+	disc.Mu.Unlock()
+	srv.Create(t, gvCRDs, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com", UID: "crd-uid"}})
 	e.waitFor(t, "a rediscovery after the CRD event", func() bool {
-		disc.mu.Lock()
-		defer disc.mu.Unlock()
-		return int64(disc.calls) > callsAtEvent.Load()
+		disc.Mu.Lock()
+		defer disc.Mu.Unlock()
+		return int64(disc.Calls) > callsAtEvent.Load()
 	})
 	time.Sleep(300 * time.Millisecond) // the lag; kgc keeps retrying meanwhile
-	disc.mu.Lock()
-	disc.lists = lists(true)
-	disc.mu.Unlock()
+	disc.Mu.Lock()
+	disc.Lists = lists(true)
+	disc.Mu.Unlock()
 	e.waitFor(t, "the widgets monitor to start", hasWidgets)
 
-	disc.mu.Lock()
-	disc.lists = lists(false)
-	disc.mu.Unlock()
-	if err := srv.client.Tracker().Delete(gvCRDs, "", "widgets.example.com"); err != nil {
+	disc.Mu.Lock()
+	disc.Lists = lists(false)
+	disc.Mu.Unlock()
+	if err := srv.Client.Tracker().Delete(gvCRDs, "", "widgets.example.com"); err != nil {
 		t.Fatal(err)
 	}
 	e.waitFor(t, "the widgets monitor to stop", func() bool { return !hasWidgets() })

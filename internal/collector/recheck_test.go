@@ -13,6 +13,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/kgc-dev/kgc/internal/fakeapi"
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/rules"
 )
@@ -23,9 +24,9 @@ const missedPrefix = "missed-"
 
 // dropMissedEvents makes the fake's watches skip every event about an
 // object named missed-*.
-func dropMissedEvents(srv *fakeServer) {
-	srv.client.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
-		w, err := srv.client.Tracker().Watch(a.GetResource(), a.GetNamespace(), a.(clienttesting.WatchActionImpl).ListOptions)
+func dropMissedEvents(srv *fakeapi.Server) {
+	srv.Client.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		w, err := srv.Client.Tracker().Watch(a.GetResource(), a.GetNamespace(), a.(clienttesting.WatchActionImpl).ListOptions)
 		if err != nil {
 			return true, nil, err
 		}
@@ -36,14 +37,14 @@ func dropMissedEvents(srv *fakeServer) {
 	})
 }
 
-func runCollector(t *testing.T, srv *fakeServer, resync time.Duration) *testEnv {
+func runCollector(t *testing.T, srv *fakeapi.Server, resync time.Duration) *testEnv {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
-	e := &testEnv{srv: srv, disc: &fakeDiscovery{lists: testResourceLists()}, mapper: newTestMapper(), recorder: &fakeRecorder{}, ctx: ctx}
+	e := &testEnv{srv: srv, disc: &fakeapi.Discovery{Lists: fakeapi.ResourceLists()}, mapper: fakeapi.NewMapper(), recorder: &fakeapi.Recorder{}, ctx: ctx}
 	c, err := New(Config{
-		Metadata: srv.client, Discovery: e.disc, Mapper: e.mapper, Recorder: e.recorder, Workers: 2,
-		Ignored: []schema.GroupResource{testEvents.GroupResource()}, ResyncPeriod: resync, SyncTimeout: testTimeout,
+		Metadata: srv.Client, Discovery: e.disc, Mapper: e.mapper, Recorder: e.recorder, Workers: 2,
+		Ignored: []schema.GroupResource{fakeapi.Events.GroupResource()}, ResyncPeriod: resync, SyncTimeout: testTimeout,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -79,31 +80,31 @@ func TestPeriodicRecheckFinishesMissedWork(t *testing.T) {
 		{"re-check every 100ms", 100 * time.Millisecond, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := newFakeServer()
+			srv := fakeapi.NewServer()
 			dropMissedEvents(srv)
 			e := runCollector(t, srv, tc.resync)
 
 			now := metav1.Now()
-			fg := object("a", missedPrefix+"fg", "fg-uid")
+			fg := fakeapi.Object("a", missedPrefix+"fg", "fg-uid")
 			fg.DeletionTimestamp, fg.Finalizers = &now, []string{metav1.FinalizerDeleteDependents}
-			orphan := object("a", missedPrefix+"orphan", "orphan-uid")
+			orphan := fakeapi.Object("a", missedPrefix+"orphan", "orphan-uid")
 			orphan.DeletionTimestamp, orphan.Finalizers = &now, []string{metav1.FinalizerOrphanDependents}
-			dangling := object("a", missedPrefix+"dangling", "dangling-uid", deploymentRef("ghost", "ghost-uid"))
+			dangling := fakeapi.Object("a", missedPrefix+"dangling", "dangling-uid", fakeapi.DeploymentRef("ghost", "ghost-uid"))
 			var objs []*metav1.PartialObjectMetadata
 			for _, o := range []struct {
 				gvr schema.GroupVersionResource
 				obj *metav1.PartialObjectMetadata
-			}{{gvDeployments, fg}, {gvDeployments, orphan}, {gvConfigMaps, dangling}} {
-				created := srv.create(t, o.gvr, o.obj)
+			}{{fakeapi.Deployments, fg}, {fakeapi.Deployments, orphan}, {fakeapi.ConfigMaps, dangling}} {
+				created := srv.Create(t, o.gvr, o.obj)
 				objs = append(objs, created)
 				kind, apiVersion := "ConfigMap", "v1"
-				if o.gvr == gvDeployments {
+				if o.gvr == fakeapi.Deployments {
 					kind, apiVersion = "Deployment", "apps/v1"
 				}
 				// The graph learns of the object, but its effects are lost.
 				// (The test writes to the graph beside the graph builder; the
 				// graph's lock keeps that safe, and nothing else is pending.)
-				_ = e.c.graph.Apply(graph.Event{Type: graph.Upsert, Object: rules.Object{
+				_ = e.c.Graph().Apply(graph.Event{Type: graph.Upsert, Object: rules.Object{
 					Identity:        rules.Identity{APIVersion: apiVersion, Kind: kind, Namespace: created.Namespace, Name: created.Name, UID: created.UID},
 					ResourceVersion: created.ResourceVersion,
 					OwnerReferences: created.OwnerReferences,
@@ -112,11 +113,11 @@ func TestPeriodicRecheckFinishesMissedWork(t *testing.T) {
 				}})
 			}
 			done := func() bool {
-				return e.gone(gvDeployments, "a", fg.Name) && e.gone(gvDeployments, "a", orphan.Name) && e.gone(gvConfigMaps, "a", dangling.Name)
+				return e.gone(fakeapi.Deployments, "a", fg.Name) && e.gone(fakeapi.Deployments, "a", orphan.Name) && e.gone(fakeapi.ConfigMaps, "a", dangling.Name)
 			}
 			if !tc.finished {
 				e.consistently(t, "missed work staying unfinished without a re-check", 500*time.Millisecond, func() bool {
-					return !e.gone(gvDeployments, "a", fg.Name) && !e.gone(gvDeployments, "a", orphan.Name) && !e.gone(gvConfigMaps, "a", dangling.Name)
+					return !e.gone(fakeapi.Deployments, "a", fg.Name) && !e.gone(fakeapi.Deployments, "a", orphan.Name) && !e.gone(fakeapi.ConfigMaps, "a", dangling.Name)
 				})
 				return
 			}
@@ -124,12 +125,12 @@ func TestPeriodicRecheckFinishesMissedWork(t *testing.T) {
 			// The graph never hears that these objects went (their events are
 			// dropped), so later re-checks may repeat a write and get
 			// NotFound: count the objects written, not the writes.
-			_, deletes, patches := srv.kgcActions()
+			_, deletes, patches := srv.KGCActions()
 			if len(deletes) == 0 {
 				t.Fatal("no DELETE sent for the dangling dependent")
 			}
 			for _, d := range deletes {
-				checkDelete(t, d, gvConfigMaps, objs[2], metav1.DeletePropagationBackground)
+				checkDelete(t, d, fakeapi.ConfigMaps, objs[2], metav1.DeletePropagationBackground)
 			}
 			names := patchNames(patches)
 			slices.Sort(names)

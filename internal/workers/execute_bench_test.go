@@ -1,4 +1,4 @@
-package collector
+package workers
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/kgc-dev/kgc/internal/apiops"
+	"github.com/kgc-dev/kgc/internal/fakeapi"
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/metrics"
 	"github.com/kgc-dev/kgc/internal/rules"
@@ -68,10 +69,13 @@ func BenchmarkCollectDanglingDependent(b *testing.B) {
 		b.Fatal(err)
 	}
 	api := &nopDeleter{}
-	c := &Collector{graph: g, ops: &apiops.Ops{Client: api}, cfg: Config{Metrics: m}}
-	c.resolver = &resolver{graph: g, mapper: newTestMapper(), absent: newAbsentCache(16384), metrics: m}
-	kinds := map[schema.GroupVersionKind]schema.GroupVersionResource{{Version: "v1", Kind: "ConfigMap"}: gvConfigMaps}
-	c.kinds.Store(&kinds)
+	kinds := map[schema.GroupVersionKind]schema.GroupVersionResource{{Version: "v1", Kind: "ConfigMap"}: fakeapi.ConfigMaps}
+	resource := func(gvk schema.GroupVersionKind) (schema.GroupVersionResource, bool) {
+		gvr, ok := kinds[gvk]
+		return gvr, ok
+	}
+	c := &Workers{graph: g, ops: &apiops.Ops{Client: api}, cfg: Config{Metrics: m, Resource: resource}}
+	c.resolver = &resolver{graph: g, mapper: fakeapi.NewMapper(), absent: newAbsentCache(16384), metrics: m}
 	ctx := context.Background()
 	b.ReportAllocs()
 	i := 0

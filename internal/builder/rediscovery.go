@@ -1,4 +1,4 @@
-package collector
+package builder
 
 import (
 	"context"
@@ -177,29 +177,29 @@ func (r *rediscoverer) settle(want map[schema.GroupVersionResource]discovery.Res
 	return len(r.expect) > 0
 }
 
-// runDiscovery rediscovers on every CRD or APIService change (retrying
-// while discovery lags), and periodically as a backstop. Each periodic
-// round also re-checks the graph's unfinished work (see recheck). It never
-// holds anything the workers need: monitors are added and removed while
-// workers keep running.
-func (c *Collector) runDiscovery(ctx context.Context) {
+// RunDiscovery rediscovers on every CRD or APIService change (retrying
+// while discovery lags), and periodically as a backstop, calling periodic
+// after each periodic round (the workers re-check the graph's unfinished
+// work then). It never holds anything the workers need: monitors are added
+// and removed while workers keep running.
+func (b *Builder) RunDiscovery(ctx context.Context, periodic func(context.Context)) {
 	logger := klog.FromContext(ctx)
-	clk := c.clock()
-	ticker := clk.NewTicker(c.cfg.ResyncPeriod)
+	clk := b.clock()
+	ticker := clk.NewTicker(b.cfg.ResyncPeriod)
 	defer ticker.Stop()
 	retry := clk.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
 	backoff := rediscoveryRetryMin
 	for {
-		periodic := false
+		isPeriodic := false
 		reason := "retry"
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C():
-			periodic, reason = true, "periodic"
-		case <-c.rediscover.kick:
+			isPeriodic, reason = true, "periodic"
+		case <-b.rediscover.kick:
 			select {
 			case <-ctx.Done():
 				return
@@ -209,18 +209,18 @@ func (c *Collector) runDiscovery(ctx context.Context) {
 			reason = "change"
 		case <-retry.C():
 		}
-		c.hooks.busy.Add(1)
+		b.busy.Add(1)
 		logger.V(4).Info("Rediscovering", "reason", reason)
-		want, failed, err := c.resyncMonitors(ctx)
+		want, failed, err := b.Resync(ctx)
 		if err != nil {
 			logger.Error(err, "Rediscovery failed")
 		}
-		pending := want != nil && c.rediscover.settle(want, failed, c.ignored)
+		pending := want != nil && b.rediscover.settle(want, failed, b.ignored)
 		// A change to a CRD or APIService may have fixed its resource: give
 		// its failing monitors a fresh start, and keep doing so (with the
 		// same backoff) while they fail within the window.
-		if groups := c.rediscover.changedGroups(); len(groups) > 0 {
-			if c.monitors.RestartFailing(ctx, func(gvr schema.GroupVersionResource) bool { return groups[gvr.Group] }) > 0 {
+		if groups := b.rediscover.changedGroups(); len(groups) > 0 {
+			if b.monitors.RestartFailing(ctx, func(gvr schema.GroupVersionResource) bool { return groups[gvr.Group] }) > 0 {
 				pending = true
 			}
 		}
@@ -228,27 +228,9 @@ func (c *Collector) runDiscovery(ctx context.Context) {
 			retry.Reset(backoff)
 			backoff = min(2*backoff, rediscoveryRetryMax)
 		}
-		if periodic {
-			c.recheck(ctx)
+		if isPeriodic && periodic != nil {
+			periodic(ctx)
 		}
-		c.hooks.busy.Add(-1)
-	}
-}
-
-// recheck re-enqueues every node whose work the graph says is unfinished:
-// owners waiting for their dependents to be deleted or orphaned, and live
-// dependents whose owners are unobserved, gone or deleting. Correctness then
-// does not depend on every event and queue item arriving: whatever was
-// missed is finished by the next round.
-func (c *Collector) recheck(ctx context.Context) {
-	p := c.graph.Pending()
-	for _, uid := range p.AttemptToDelete {
-		c.attemptToDelete.Add(uid)
-	}
-	for _, uid := range p.AttemptToOrphan {
-		c.attemptToOrphan.Add(uid)
-	}
-	if n := len(p.AttemptToDelete) + len(p.AttemptToOrphan); n > 0 {
-		klog.FromContext(ctx).V(2).Info("Re-checking unfinished work", "attemptToDelete", len(p.AttemptToDelete), "attemptToOrphan", len(p.AttemptToOrphan))
+		b.busy.Add(-1)
 	}
 }

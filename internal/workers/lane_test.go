@@ -1,4 +1,4 @@
-package collector
+package workers
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kgc-dev/kgc/internal/fakeapi"
 	"github.com/kgc-dev/kgc/internal/rules"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -113,7 +114,7 @@ func waitQueued(t *testing.T, f *resolverFixture, n int) {
 	for {
 		f.r.flightMu.Lock()
 		got := 0
-		if l := f.r.lanes[laneKey{gvr: gvConfigMaps, namespace: "a"}]; l != nil {
+		if l := f.r.lanes[laneKey{gvr: fakeapi.ConfigMaps, namespace: "a"}]; l != nil {
 			got = len(l.queued)
 		}
 		f.r.flightMu.Unlock()
@@ -141,7 +142,7 @@ func TestLaneAnswersARoundWithOneLIST(t *testing.T) {
 	api.holdFirstGET = make(chan struct{})
 	api.put(pom("a", "solid", "solid"))
 	api.put(foregroundDeleting(pom("a", "waiting", "waiting")))
-	api.put(pom("a", "renamed", "someone-else")) // the name now holds another object
+	api.put(pom("a", "renamed", "someone-else")) // the name now holds another fakeapi.Object
 	for i := range 50 {                          // bystanders the LIST returns too
 		api.put(pom("a", fmt.Sprintf("other-%02d", i), types.UID(fmt.Sprintf("other-%02d", i))))
 	}
@@ -274,7 +275,7 @@ func TestLaneFallsBackToGETsWhenTheLISTIsLong(t *testing.T) {
 	if g, l := api.gets.Load(), api.lists.Load(); l != 2 || g != 1+3 {
 		t.Errorf("%d GETs and %d LIST pages, want 4 and 2", g, l)
 	}
-	if l := f.r.lanes[laneKey{gvr: gvConfigMaps, namespace: "a"}]; l.size != 0 {
+	if l := f.r.lanes[laneKey{gvr: fakeapi.ConfigMaps, namespace: "a"}]; l.size != 0 {
 		t.Errorf("lane size %d after an incomplete LIST", l.size)
 	}
 }

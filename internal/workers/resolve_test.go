@@ -1,10 +1,9 @@
-package collector
+package workers
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,39 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kgc-dev/kgc/internal/fakeapi"
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/rules"
 )
-
-// resettableMapper adds the no-op Reset a ResettableRESTMapper needs.
-type resettableMapper struct {
-	meta.RESTMapper
-	resets atomic.Int32
-}
-
-func (m *resettableMapper) Reset() { m.resets.Add(1) }
-
-var (
-	gvConfigMaps  = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	gvNamespaces  = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
-	gvDeployments = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
-	gvClusterRole = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
-)
-
-// newTestMapper knows core/v1 ConfigMap (namespaced) and Namespace
-// (cluster-scoped), apps/v1 Deployment (namespaced; apps/v1beta2 exists
-// as a group version but does not serve it) and rbac ClusterRole.
-func newTestMapper() *resettableMapper {
-	m := meta.NewDefaultRESTMapper([]schema.GroupVersion{
-		{Version: "v1"}, {Group: "apps", Version: "v1"}, {Group: "apps", Version: "v1beta2"}, {Group: "rbac.authorization.k8s.io", Version: "v1"},
-	})
-	m.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
-	m.Add(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, meta.RESTScopeRoot)
-	m.Add(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, meta.RESTScopeNamespace)
-	m.Add(schema.GroupVersionKind{Group: "apps", Version: "v1beta2", Kind: "StatefulSet"}, meta.RESTScopeNamespace)
-	m.Add(schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}, meta.RESTScopeRoot)
-	return &resettableMapper{RESTMapper: m}
-}
 
 type getKey struct {
 	gvr       schema.GroupVersionResource
@@ -93,7 +63,7 @@ func newResolverFixture() *resolverFixture {
 	f := &resolverFixture{g: graph.New(), getter: &fakeGetter{objects: map[getKey]*metav1.PartialObjectMetadata{}, errs: map[getKey]error{}}}
 	f.r = &resolver{
 		graph:  f.g,
-		mapper: newTestMapper(),
+		mapper: fakeapi.NewMapper(),
 		get:    f.getter.get,
 		absent: newAbsentCache(100),
 		invalidNamespace: func(dependent rules.Identity, ref metav1.OwnerReference, ownerNamespace string) {
@@ -188,10 +158,10 @@ func TestResolveFromGraph(t *testing.T) {
 	t.Run("placeholder owner is looked up", func(t *testing.T) {
 		f := newResolverFixture()
 		f.observe(t, rules.Object{Identity: depA, OwnerReferences: []metav1.OwnerReference{cmRef}}) // owner now a placeholder
-		f.getter.objects[getKey{gvConfigMaps, "a", "owner"}] = pom("a", "owner", "owner")
+		f.getter.objects[getKey{fakeapi.ConfigMaps, "a", "owner"}] = pom("a", "owner", "owner")
 		s, err := f.resolve(t, depA, cmRef)
 		expectState(t, s, err, rules.Solid)
-		expectGETs(t, f, getKey{gvConfigMaps, "a", "owner"})
+		expectGETs(t, f, getKey{fakeapi.ConfigMaps, "a", "owner"})
 	})
 	t.Run("absent placeholder is dangling from the absent cache", func(t *testing.T) {
 		f := newResolverFixture()
@@ -212,7 +182,7 @@ func TestResolveFromGraph(t *testing.T) {
 		f.observe(t, o)
 		s, err := f.resolve(t, depA, cmRef)
 		expectState(t, s, err, rules.Dangling)
-		expectGETs(t, f, getKey{gvConfigMaps, "a", "owner"})
+		expectGETs(t, f, getKey{fakeapi.ConfigMaps, "a", "owner"})
 		if len(f.warnings) != 0 {
 			t.Errorf("warnings = %v, want none (same namespace)", f.warnings)
 		}
@@ -220,7 +190,7 @@ func TestResolveFromGraph(t *testing.T) {
 }
 
 func TestResolveWithGET(t *testing.T) {
-	key := getKey{gvConfigMaps, "a", "owner"}
+	key := getKey{fakeapi.ConfigMaps, "a", "owner"}
 	t.Run("404 is dangling and cached", func(t *testing.T) {
 		f := newResolverFixture()
 		s, err := f.resolve(t, depA, cmRef)
@@ -240,13 +210,13 @@ func TestResolveWithGET(t *testing.T) {
 		renamed.Name = "other"
 		s, err = f.resolve(t, depA, renamed)
 		expectState(t, s, err, rules.Dangling)
-		expectGETs(t, f, key, getKey{gvConfigMaps, "a", "other"})
+		expectGETs(t, f, key, getKey{fakeapi.ConfigMaps, "a", "other"})
 		// …and so is the same name in another namespace.
 		inB := depA
 		inB.Namespace = "b"
 		s, err = f.resolve(t, inB, cmRef)
 		expectState(t, s, err, rules.Dangling)
-		expectGETs(t, f, key, getKey{gvConfigMaps, "a", "other"}, getKey{gvConfigMaps, "b", "owner"})
+		expectGETs(t, f, key, getKey{fakeapi.ConfigMaps, "a", "other"}, getKey{fakeapi.ConfigMaps, "b", "owner"})
 	})
 	t.Run("another UID at the coordinates is dangling and cached", func(t *testing.T) {
 		f := newResolverFixture()
@@ -294,23 +264,23 @@ func TestResolveWithGET(t *testing.T) {
 	})
 	t.Run("cluster-scoped owner is looked up cluster-wide", func(t *testing.T) {
 		f := newResolverFixture()
-		f.getter.objects[getKey{gvNamespaces, "", "a"}] = pom("", "a", "ns-a")
+		f.getter.objects[getKey{fakeapi.Namespaces, "", "a"}] = pom("", "a", "ns-a")
 		s, err := f.resolve(t, depA, metav1.OwnerReference{APIVersion: "v1", Kind: "Namespace", Name: "a", UID: "ns-a"})
 		expectState(t, s, err, rules.Solid)
-		expectGETs(t, f, getKey{gvNamespaces, "", "a"})
+		expectGETs(t, f, getKey{fakeapi.Namespaces, "", "a"})
 	})
 	t.Run("cluster-scoped dependent, cluster-scoped owner", func(t *testing.T) {
 		f := newResolverFixture()
 		s, err := f.resolve(t, clusterDep, metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: "gone", UID: "gone"})
 		expectState(t, s, err, rules.Dangling)
-		expectGETs(t, f, getKey{gvClusterRole, "", "gone"})
+		expectGETs(t, f, getKey{fakeapi.ClusterRoles, "", "gone"})
 	})
 	t.Run("ref version not served, kind served in another version", func(t *testing.T) {
 		f := newResolverFixture()
-		f.getter.objects[getKey{gvDeployments, "a", "web"}] = pom("a", "web", "web")
+		f.getter.objects[getKey{fakeapi.Deployments, "a", "web"}] = pom("a", "web", "web")
 		s, err := f.resolve(t, depA, metav1.OwnerReference{APIVersion: "apps/v1beta2", Kind: "Deployment", Name: "web", UID: "web"})
 		expectState(t, s, err, rules.Solid)
-		expectGETs(t, f, getKey{gvDeployments, "a", "web"})
+		expectGETs(t, f, getKey{fakeapi.Deployments, "a", "web"})
 	})
 	t.Run("server error is returned and not cached", func(t *testing.T) {
 		f := newResolverFixture()
@@ -329,7 +299,7 @@ func TestResolveWithGET(t *testing.T) {
 	})
 	t.Run("forbidden is an error, never dangling", func(t *testing.T) {
 		f := newResolverFixture()
-		f.getter.errs[key] = apierrors.NewForbidden(gvConfigMaps.GroupResource(), "owner", errors.New("rbac"))
+		f.getter.errs[key] = apierrors.NewForbidden(fakeapi.ConfigMaps.GroupResource(), "owner", errors.New("rbac"))
 		_, err := f.resolve(t, depA, cmRef)
 		if !apierrors.IsForbidden(err) {
 			t.Fatalf("resolve error = %v, want a wrapped Forbidden", err)
@@ -388,7 +358,7 @@ func TestResolveCrossNamespaceOwner(t *testing.T) {
 	f.observe(t, inB)
 	s, err := f.resolve(t, depA, cmRef)
 	expectState(t, s, err, rules.Dangling)
-	expectGETs(t, f, getKey{gvConfigMaps, "a", "owner"})
+	expectGETs(t, f, getKey{fakeapi.ConfigMaps, "a", "owner"})
 	want := nsWarning{dependent: "dep", ref: "owner", ownerNamespace: "b"}
 	if len(f.warnings) != 1 || f.warnings[0] != want {
 		t.Fatalf("warnings = %+v, want [%+v]", f.warnings, want)
@@ -397,7 +367,7 @@ func TestResolveCrossNamespaceOwner(t *testing.T) {
 	// again (the collector's onceSet deduplicates the Warning event).
 	s, err = f.resolve(t, depA, cmRef)
 	expectState(t, s, err, rules.Dangling)
-	expectGETs(t, f, getKey{gvConfigMaps, "a", "owner"})
+	expectGETs(t, f, getKey{fakeapi.ConfigMaps, "a", "owner"})
 	if len(f.warnings) != 2 || f.warnings[1] != want {
 		t.Fatalf("warnings = %+v", f.warnings)
 	}

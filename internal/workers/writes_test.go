@@ -1,4 +1,4 @@
-package collector
+package workers
 
 import (
 	"context"
@@ -15,7 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 
+	"github.com/kgc-dev/kgc/internal/fakeapi"
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/rules"
 )
@@ -46,7 +48,7 @@ func TestWriteLog(t *testing.T) {
 	}
 	now = now.Add(writeLogConflictTTL + time.Second)
 	if skip, _ := w.check("b", "5"); skip {
-		t.Fatal("conflict entry did not expire")
+		t.Fatal("fakeapi.Conflict entry did not expire")
 	}
 
 	w.record("c", "7", apierrors.NewNotFound(gr, "c"))
@@ -297,7 +299,7 @@ func TestResolveFastPath(t *testing.T) {
 	wrongName.Name = "other"
 	s, err = other.resolve(t, depA, wrongName)
 	expectState(t, s, err, rules.Dangling)
-	expectGETs(t, other, getKey{gvConfigMaps, "a", "other"})
+	expectGETs(t, other, getKey{fakeapi.ConfigMaps, "a", "other"})
 }
 
 // BenchmarkDecideDependent decides for a dependent with one dangling and
@@ -327,7 +329,7 @@ func BenchmarkCheckSolidDependent(b *testing.B) {
 		b.Fatal("GET for a dependent of an observed owner")
 		return nil, nil
 	}
-	c := &Collector{graph: f.g, resolver: f.r}
+	c := &Workers{graph: f.g, resolver: f.r}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -346,13 +348,13 @@ func BenchmarkForegroundOwnerCheckBlocked(b *testing.B) {
 	owner.Deleting, owner.Finalizers = true, []string{rules.FinalizerForeground}
 	g.Apply(graph.Event{Type: graph.Upsert, Object: owner})
 	blockRef := cmRef
-	blockRef.BlockOwnerDeletion = boolPtr(true)
+	blockRef.BlockOwnerDeletion = ptr.To(true)
 	for i := range 20000 {
 		dep := depA
 		dep.UID, dep.Name = types.UID(fmt.Sprintf("dep-%d", i)), fmt.Sprintf("dep-%d", i)
 		g.Apply(graph.Event{Type: graph.Upsert, Object: rules.Object{Identity: dep, ResourceVersion: "1", OwnerReferences: []metav1.OwnerReference{blockRef}}})
 	}
-	c := &Collector{graph: g}
+	c := &Workers{graph: g}
 	c.attemptToDelete = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.UID]())
 	defer c.attemptToDelete.ShutDown()
 	ctx := context.Background()

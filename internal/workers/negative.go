@@ -1,4 +1,4 @@
-package collector
+package workers
 
 import (
 	"context"
@@ -36,41 +36,41 @@ import (
 // (OwnerState Orphaned). For foregroundDeletion the dependents found later
 // are still deleted, only after their owner. Decisions resting only on
 // positive facts (an owner observed or read absent) never come here.
-func (c *Collector) negativeFactsReady(ctx context.Context, owner rules.Identity, finalizer string) error {
+func (w *Workers) negativeFactsReady(ctx context.Context, owner rules.Identity, finalizer string) error {
 	var unlisted []string
-	for _, r := range c.unlisted() {
+	for _, r := range w.unlisted() {
 		if owner.Namespace != "" && !r.Namespaced {
 			continue
 		}
 		unlisted = append(unlisted, r.GVR.String())
 	}
 	if len(unlisted) == 0 {
-		c.holds.Delete(owner.UID)
+		w.holds.Delete(owner.UID)
 		return nil
 	}
 	now := time.Now()
-	v, _ := c.holds.LoadOrStore(owner.UID, HeldFinalizer{Owner: owner, Finalizer: finalizer, Since: now})
+	v, _ := w.holds.LoadOrStore(owner.UID, HeldFinalizer{Owner: owner, Finalizer: finalizer, Since: now})
 	h := v.(HeldFinalizer)
 	h.Unlisted = unlisted
-	c.holds.Store(owner.UID, h)
+	w.holds.Store(owner.UID, h)
 	logger := klog.FromContext(ctx)
-	if held := now.Sub(h.Since); held < c.cfg.UnlistedHold {
-		c.cfg.Metrics.FinalizerUnlisted(finalizer, metrics.UnlistedHeld)
+	if held := now.Sub(h.Since); held < w.cfg.UnlistedHold {
+		w.cfg.Metrics.FinalizerUnlisted(finalizer, metrics.UnlistedHeld)
 		logger.V(1).Info("Holding finalizer until every resource that could hold dependents is listed",
 			"object", owner.String(), "finalizer", finalizer, "unlisted", unlisted, "heldFor", held.Round(time.Second).String())
 		return errRetry
 	}
-	c.holds.Delete(owner.UID)
-	c.releasedMu.Lock()
+	w.holds.Delete(owner.UID)
+	w.releasedMu.Lock()
 	h.Released = now
-	c.released = append(c.released, h)
-	if len(c.released) > maxReleasedRecord {
-		c.released = slices.Delete(c.released, 0, len(c.released)-maxReleasedRecord)
+	w.released = append(w.released, h)
+	if len(w.released) > maxReleasedRecord {
+		w.released = slices.Delete(w.released, 0, len(w.released)-maxReleasedRecord)
 	}
-	c.releasedMu.Unlock()
-	c.cfg.Metrics.FinalizerUnlisted(finalizer, metrics.UnlistedReleased)
+	w.releasedMu.Unlock()
+	w.cfg.Metrics.FinalizerUnlisted(finalizer, metrics.UnlistedReleased)
 	logger.Info("Removing finalizer although some resources were never listed; dependents found there later are handled as the owner's policy asked",
-		"object", owner.String(), "finalizer", finalizer, "unlisted", unlisted, "hold", c.cfg.UnlistedHold.String())
+		"object", owner.String(), "finalizer", finalizer, "unlisted", unlisted, "hold", w.cfg.UnlistedHold.String())
 	return nil
 }
 
@@ -93,14 +93,14 @@ const maxReleasedRecord = 32
 
 // Held reports the finalizers held back now for unlisted resources, and the
 // last ones removed anyway once UnlistedHold passed (oldest first).
-func (c *Collector) Held() (held, released []HeldFinalizer) {
-	c.holds.Range(func(_, v any) bool {
+func (w *Workers) Held() (held, released []HeldFinalizer) {
+	w.holds.Range(func(_, v any) bool {
 		held = append(held, v.(HeldFinalizer))
 		return true
 	})
 	slices.SortFunc(held, func(a, b HeldFinalizer) int { return a.Since.Compare(b.Since) })
-	c.releasedMu.Lock()
-	released = slices.Clone(c.released)
-	c.releasedMu.Unlock()
+	w.releasedMu.Lock()
+	released = slices.Clone(w.released)
+	w.releasedMu.Unlock()
 	return held, released
 }

@@ -1,4 +1,4 @@
-package collector
+package workers
 
 import (
 	"context"
@@ -105,7 +105,7 @@ func noUID(t *testing.T, ch <-chan types.UID, what string) {
 
 // run starts one worker of c on q that plans with p; the test's cleanup
 // stops it and waits for its writes.
-func (p *pipelineProbe) run(t *testing.T, c *Collector, q workqueue.TypedRateLimitingInterface[types.UID]) {
+func (p *pipelineProbe) run(t *testing.T, c *Workers, q workqueue.TypedRateLimitingInterface[types.UID]) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.runWorker(ctx, context.Background(), q, one(p.plan)) }()
@@ -141,7 +141,7 @@ func (p *pipelineProbe) releaseAll(t *testing.T, q workqueue.TypedRateLimitingIn
 // One worker keeps as many writes in flight as there are slots, and no
 // more; an item is not handed out again while its write is in flight.
 func TestWorkerPipelinesWritesUpToTheSlots(t *testing.T) {
-	c := &Collector{slots: make(chan struct{}, 3)}
+	c := &Workers{slots: make(chan struct{}, 3)}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.UID]())
 	p := newPipelineProbe()
 	for i := range 5 {
@@ -184,7 +184,7 @@ func TestWorkerPipelinesWritesUpToTheSlots(t *testing.T) {
 
 // A write's error retries its item with backoff; success forgets it.
 func TestFailedWriteRetriesItem(t *testing.T) {
-	c := &Collector{slots: make(chan struct{}, 2)}
+	c := &Workers{slots: make(chan struct{}, 2)}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](time.Millisecond, time.Millisecond))
 	p := newPipelineProbe()
 	q.Add("a")
@@ -215,7 +215,7 @@ func (p *pipelineProbe) inFlightNow() int {
 // are waited for (pending); a decided write still waiting for a slot is
 // dropped, not started.
 func TestShutdownFinishesStartedWritesOnly(t *testing.T) {
-	c := &Collector{slots: make(chan struct{}, 1)}
+	c := &Workers{slots: make(chan struct{}, 1)}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.UID]())
 	p := newPipelineProbe()
 	defer p.stop()

@@ -1,4 +1,4 @@
-package collector
+package workers
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kgc-dev/kgc/internal/discovery"
+	"github.com/kgc-dev/kgc/internal/fakeapi"
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/rules"
 )
@@ -23,21 +24,19 @@ import (
 // are the unit-level regression tests of issue 14's items; the simulator
 // (package sim) finds such schedules at random.
 
-// stepper is a collector that is never Run: the test is its graph builder
-// (observe) and its workers (deleteStep, orphanStep).
+// stepper is a set of workers that is never started: the test is their
+// graph builder (observe) and their worker goroutines (deleteStep,
+// orphanStep).
 type stepper struct {
 	t   *testing.T
-	srv *fakeServer
-	c   *Collector
+	srv *fakeapi.Server
+	c   *Workers
 	ctx context.Context
 }
 
-func newStepper(t *testing.T, srv *fakeServer) *stepper {
+func newStepper(t *testing.T, srv *fakeapi.Server) *stepper {
 	t.Helper()
-	c, err := New(Config{Metadata: srv.client, Discovery: &fakeDiscovery{lists: testResourceLists()}, Mapper: newTestMapper(), Workers: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := New(Config{Metadata: srv.Client, Mapper: fakeapi.NewMapper(), Workers: 1}, graph.New())
 	t.Cleanup(func() {
 		c.attemptToDelete.ShutDown()
 		c.attemptToOrphan.ShutDown()
@@ -47,8 +46,8 @@ func newStepper(t *testing.T, srv *fakeServer) *stepper {
 }
 
 var kindOf = map[schema.GroupVersionResource][2]string{
-	gvConfigMaps:  {"v1", "ConfigMap"},
-	gvDeployments: {"apps/v1", "Deployment"},
+	fakeapi.ConfigMaps:  {"v1", "ConfigMap"},
+	fakeapi.Deployments: {"apps/v1", "Deployment"},
 }
 
 // observe delivers the server's current state of an object to the graph,
@@ -57,7 +56,7 @@ func (s *stepper) observe(gvr schema.GroupVersionResource, o *metav1.PartialObje
 	s.t.Helper()
 	k := kindOf[gvr]
 	id := rules.Identity{APIVersion: k[0], Kind: k[1], Namespace: o.Namespace, Name: o.Name, UID: o.UID}
-	cur, err := s.srv.get(gvr, o.Namespace, o.Name)
+	cur, err := s.srv.Get(gvr, o.Namespace, o.Name)
 	if apierrors.IsNotFound(err) {
 		s.c.apply(graph.Event{Type: graph.Delete, Object: rules.Object{Identity: id}})
 		return
@@ -97,14 +96,14 @@ func (s *stepper) orphanStep(uid types.UID) error { return s.step(s.c.planOrphan
 // deleteWith deletes an object as a client would, with a policy.
 func (s *stepper) deleteWith(gvr schema.GroupVersionResource, o *metav1.PartialObjectMetadata, policy metav1.DeletionPropagation) {
 	s.t.Helper()
-	if err := s.srv.delete(gvr, o.Namespace, o.Name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil {
+	if err := s.srv.Delete(gvr, o.Namespace, o.Name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil {
 		s.t.Fatal(err)
 	}
 }
 
 func (s *stepper) mustGet(gvr schema.GroupVersionResource, o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 	s.t.Helper()
-	cur, err := s.srv.get(gvr, o.Namespace, o.Name)
+	cur, err := s.srv.Get(gvr, o.Namespace, o.Name)
 	if err != nil {
 		s.t.Fatalf("%s/%s: %v", o.Namespace, o.Name, err)
 	}
@@ -125,76 +124,76 @@ func refUIDs(o *metav1.PartialObjectMetadata) []types.UID {
 // O's finalizer while D still referenced O on the server; D was then
 // deleted as O's dangling dependent.
 func TestOrphanWaitsForDependentKGCWroteAtGraphVersion(t *testing.T) {
-	srv := newFakeServer()
+	srv := fakeapi.NewServer()
 	s := newStepper(t, srv)
-	o := srv.create(t, gvDeployments, object("a", "o", "o-uid"))
-	p := srv.create(t, gvDeployments, object("a", "p", "p-uid"))
-	d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("o", "o-uid"), deploymentRef("p", "p-uid")))
+	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+	p := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "p", "p-uid"))
+	d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", fakeapi.DeploymentRef("o", "o-uid"), fakeapi.DeploymentRef("p", "p-uid")))
 	for _, x := range []*metav1.PartialObjectMetadata{o, p} {
-		s.observe(gvDeployments, x)
+		s.observe(fakeapi.Deployments, x)
 	}
-	s.observe(gvConfigMaps, d)
-	s.deleteWith(gvDeployments, o, metav1.DeletePropagationOrphan)
-	s.deleteWith(gvDeployments, p, metav1.DeletePropagationOrphan)
-	s.observe(gvDeployments, o)
-	s.observe(gvDeployments, p)
+	s.observe(fakeapi.ConfigMaps, d)
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationOrphan)
+	s.deleteWith(fakeapi.Deployments, p, metav1.DeletePropagationOrphan)
+	s.observe(fakeapi.Deployments, o)
+	s.observe(fakeapi.Deployments, p)
 
 	if err := s.orphanStep("p-uid"); err != nil {
 		t.Fatalf("P's orphan step: %v", err)
 	}
-	if got := refUIDs(s.mustGet(gvConfigMaps, d)); len(got) != 1 || got[0] != "o-uid" {
+	if got := refUIDs(s.mustGet(fakeapi.ConfigMaps, d)); len(got) != 1 || got[0] != "o-uid" {
 		t.Fatalf("after P's step D references %v, want [o-uid]", got)
 	}
 	// D's new version has not reached the graph.
 	if err := s.orphanStep("o-uid"); !errors.Is(err, errRetry) {
 		t.Fatalf("O's orphan step with D unobserved = %v, want a retry", err)
 	}
-	if cur := s.mustGet(gvDeployments, o); len(cur.Finalizers) == 0 {
+	if cur := s.mustGet(fakeapi.Deployments, o); len(cur.Finalizers) == 0 {
 		t.Fatal("O's orphan finalizer was removed while D still references O")
 	}
 	// The graph catches up; O's next step orphans D, then O goes.
-	s.observe(gvConfigMaps, d)
-	s.observe(gvDeployments, p)
+	s.observe(fakeapi.ConfigMaps, d)
+	s.observe(fakeapi.Deployments, p)
 	if err := s.orphanStep("o-uid"); err != nil {
 		t.Fatalf("O's orphan step: %v", err)
 	}
-	if got := refUIDs(s.mustGet(gvConfigMaps, d)); len(got) != 0 {
+	if got := refUIDs(s.mustGet(fakeapi.ConfigMaps, d)); len(got) != 0 {
 		t.Fatalf("D references %v after both owners orphaned it", got)
 	}
-	s.observe(gvDeployments, o)
-	s.observe(gvConfigMaps, d)
+	s.observe(fakeapi.Deployments, o)
+	s.observe(fakeapi.ConfigMaps, d)
 	if err := s.deleteStep("d-uid"); err != nil {
 		t.Fatal(err)
 	}
-	s.mustGet(gvConfigMaps, d)
+	s.mustGet(fakeapi.ConfigMaps, d)
 }
 
 // Item 1, second variant: O deleted with Orphan, B deleted in the
 // Background. The attempt-to-delete path removes B's reference from D (O
 // counts as solid); O's worker then reads D at the version kgc wrote to.
 func TestOrphanWaitsAfterReferenceRemoval(t *testing.T) {
-	srv := newFakeServer()
+	srv := fakeapi.NewServer()
 	s := newStepper(t, srv)
-	o := srv.create(t, gvDeployments, object("a", "o", "o-uid"))
-	b := srv.create(t, gvDeployments, object("a", "b", "b-uid"))
-	d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("o", "o-uid"), deploymentRef("b", "b-uid")))
-	s.observe(gvDeployments, o)
-	s.observe(gvDeployments, b)
-	s.observe(gvConfigMaps, d)
-	s.deleteWith(gvDeployments, b, metav1.DeletePropagationBackground)
-	s.observe(gvDeployments, b) // gone
+	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+	b := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "b", "b-uid"))
+	d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", fakeapi.DeploymentRef("o", "o-uid"), fakeapi.DeploymentRef("b", "b-uid")))
+	s.observe(fakeapi.Deployments, o)
+	s.observe(fakeapi.Deployments, b)
+	s.observe(fakeapi.ConfigMaps, d)
+	s.deleteWith(fakeapi.Deployments, b, metav1.DeletePropagationBackground)
+	s.observe(fakeapi.Deployments, b) // gone
 	if err := s.deleteStep("d-uid"); err != nil {
 		t.Fatal(err)
 	}
-	if got := refUIDs(s.mustGet(gvConfigMaps, d)); len(got) != 1 || got[0] != "o-uid" {
+	if got := refUIDs(s.mustGet(fakeapi.ConfigMaps, d)); len(got) != 1 || got[0] != "o-uid" {
 		t.Fatalf("D references %v, want [o-uid]", got)
 	}
-	s.deleteWith(gvDeployments, o, metav1.DeletePropagationOrphan)
-	s.observe(gvDeployments, o)
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationOrphan)
+	s.observe(fakeapi.Deployments, o)
 	if err := s.orphanStep("o-uid"); !errors.Is(err, errRetry) {
 		t.Fatalf("O's orphan step with D's new version unobserved = %v, want a retry", err)
 	}
-	if cur := s.mustGet(gvDeployments, o); len(cur.Finalizers) == 0 {
+	if cur := s.mustGet(fakeapi.Deployments, o); len(cur.Finalizers) == 0 {
 		t.Fatal("O's orphan finalizer was removed while D still references O")
 	}
 }
@@ -204,19 +203,19 @@ func TestOrphanWaitsAfterReferenceRemoval(t *testing.T) {
 // list, up to UnlistedHold; past it, O goes, and a dependent that appears
 // later is orphaned, not deleted.
 func TestOrphanFinalizerHeldWhileResourceUnlisted(t *testing.T) {
-	srv := newFakeServer()
+	srv := fakeapi.NewServer()
 	s := newStepper(t, srv)
-	o := srv.create(t, gvDeployments, object("a", "o", "o-uid"))
-	d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("o", "o-uid")))
-	unlisted := []discovery.Resource{{GVR: gvConfigMaps, Kind: "ConfigMap", Namespaced: true}}
+	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+	d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", fakeapi.DeploymentRef("o", "o-uid")))
+	unlisted := []discovery.Resource{{GVR: fakeapi.ConfigMaps, Kind: "ConfigMap", Namespaced: true}}
 	s.c.unlisted = func() []discovery.Resource { return unlisted }
-	s.deleteWith(gvDeployments, o, metav1.DeletePropagationOrphan)
-	s.observe(gvDeployments, o)
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationOrphan)
+	s.observe(fakeapi.Deployments, o)
 
 	if err := s.orphanStep("o-uid"); !errors.Is(err, errRetry) {
 		t.Fatalf("orphan step with configmaps unlisted = %v, want a retry", err)
 	}
-	if cur := s.mustGet(gvDeployments, o); len(cur.Finalizers) == 0 {
+	if cur := s.mustGet(fakeapi.Deployments, o); len(cur.Finalizers) == 0 {
 		t.Fatal("orphan finalizer removed before configmaps were ever listed")
 	}
 	if held, _ := s.c.Held(); len(held) != 1 || held[0].Owner.UID != "o-uid" || held[0].Finalizer != "orphan" || len(held[0].Unlisted) != 1 {
@@ -229,22 +228,22 @@ func TestOrphanFinalizerHeldWhileResourceUnlisted(t *testing.T) {
 	if err := s.orphanStep("o-uid"); err != nil {
 		t.Fatalf("orphan step past the hold: %v", err)
 	}
-	s.observe(gvDeployments, o)
-	if _, err := srv.get(gvDeployments, "a", "o"); !apierrors.IsNotFound(err) {
+	s.observe(fakeapi.Deployments, o)
+	if _, err := srv.Get(fakeapi.Deployments, "a", "o"); !apierrors.IsNotFound(err) {
 		t.Fatalf("owner still there past the hold: %v", err)
 	}
 	if held, released := s.c.Held(); len(held) != 0 || len(released) != 1 || released[0].Released.IsZero() {
 		t.Errorf("Held() = %+v, %+v; want nothing held, o's finalizer released", held, released)
 	}
 	unlisted = nil
-	s.observe(gvConfigMaps, d)
+	s.observe(fakeapi.ConfigMaps, d)
 	if err := s.deleteStep("d-uid"); err != nil {
 		t.Fatal(err)
 	}
-	if got := refUIDs(s.mustGet(gvConfigMaps, d)); len(got) != 0 {
+	if got := refUIDs(s.mustGet(fakeapi.ConfigMaps, d)); len(got) != 0 {
 		t.Errorf("orphaned dependent still references %v", got)
 	}
-	_, deletes, _ := srv.kgcActions()
+	_, deletes, _ := srv.KGCActions()
 	if len(deletes) != 0 {
 		t.Errorf("DELETEs %v: an orphaned dependent must never be deleted on its owner's account", deletes)
 	}
@@ -254,25 +253,25 @@ func TestOrphanFinalizerHeldWhileResourceUnlisted(t *testing.T) {
 // of every resource that could hold a blocking dependent; a cluster-scoped
 // resource cannot hold a namespaced owner's dependents and does not hold it.
 func TestForegroundFinalizerHeldWhileResourceUnlisted(t *testing.T) {
-	srv := newFakeServer()
+	srv := fakeapi.NewServer()
 	s := newStepper(t, srv)
-	o := srv.create(t, gvDeployments, object("a", "o", "o-uid"))
+	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
 	unlisted := []discovery.Resource{{GVR: schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, Kind: "Namespace"}}
 	s.c.unlisted = func() []discovery.Resource { return unlisted }
-	s.deleteWith(gvDeployments, o, metav1.DeletePropagationForeground)
-	s.observe(gvDeployments, o)
-	unlisted = append(unlisted, discovery.Resource{GVR: gvConfigMaps, Kind: "ConfigMap", Namespaced: true})
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.Deployments, o)
+	unlisted = append(unlisted, discovery.Resource{GVR: fakeapi.ConfigMaps, Kind: "ConfigMap", Namespaced: true})
 	if err := s.deleteStep("o-uid"); !errors.Is(err, errRetry) {
 		t.Fatalf("foreground step with configmaps unlisted = %v, want a retry", err)
 	}
-	if cur := s.mustGet(gvDeployments, o); len(cur.Finalizers) == 0 {
+	if cur := s.mustGet(fakeapi.Deployments, o); len(cur.Finalizers) == 0 {
 		t.Fatal("foregroundDeletion finalizer removed before configmaps were ever listed")
 	}
 	unlisted = unlisted[:1] // only a cluster-scoped resource is unlisted
 	if err := s.deleteStep("o-uid"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.get(gvDeployments, "a", "o"); !apierrors.IsNotFound(err) {
+	if _, err := srv.Get(fakeapi.Deployments, "a", "o"); !apierrors.IsNotFound(err) {
 		t.Fatalf("foreground owner with no dependents still there: %v", err)
 	}
 }
@@ -283,26 +282,26 @@ func TestForegroundFinalizerHeldWhileResourceUnlisted(t *testing.T) {
 // go while D still existed. A quorum read of A first finds it gone: D is
 // garbage and is deleted, and B waits for it.
 func TestMixedCaseConfirmsSolidOwner(t *testing.T) {
-	srv := newFakeServer()
+	srv := fakeapi.NewServer()
 	s := newStepper(t, srv)
-	a := srv.create(t, gvDeployments, object("a", "a", "a-uid"))
-	b := srv.create(t, gvDeployments, object("a", "b", "b-uid"))
-	d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("a", "a-uid"), deploymentRef("b", "b-uid")))
-	s.observe(gvDeployments, a)
-	s.observe(gvDeployments, b)
-	s.observe(gvConfigMaps, d)
-	s.deleteWith(gvDeployments, a, metav1.DeletePropagationBackground) // not observed
-	s.deleteWith(gvDeployments, b, metav1.DeletePropagationForeground)
-	s.observe(gvDeployments, b)
+	a := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "a", "a-uid"))
+	b := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "b", "b-uid"))
+	d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", fakeapi.DeploymentRef("a", "a-uid"), fakeapi.DeploymentRef("b", "b-uid")))
+	s.observe(fakeapi.Deployments, a)
+	s.observe(fakeapi.Deployments, b)
+	s.observe(fakeapi.ConfigMaps, d)
+	s.deleteWith(fakeapi.Deployments, a, metav1.DeletePropagationBackground) // not observed
+	s.deleteWith(fakeapi.Deployments, b, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.Deployments, b)
 
 	if err := s.deleteStep("d-uid"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.get(gvConfigMaps, "a", "d"); !apierrors.IsNotFound(err) {
-		cur := s.mustGet(gvConfigMaps, d)
+	if _, err := srv.Get(fakeapi.ConfigMaps, "a", "d"); !apierrors.IsNotFound(err) {
+		cur := s.mustGet(fakeapi.ConfigMaps, d)
 		t.Fatalf("D still exists with references %v: it must be deleted, not stripped of its waiting owner", refUIDs(cur))
 	}
-	gets, _, patches := srv.kgcActions()
+	gets, _, patches := srv.KGCActions()
 	if len(patches) != 0 {
 		t.Errorf("PATCHes %v, want none", patches)
 	}
@@ -314,23 +313,23 @@ func TestMixedCaseConfirmsSolidOwner(t *testing.T) {
 // Item 3, control: when the solid owner is confirmed, the waiting
 // reference is removed, for one GET.
 func TestMixedCaseConfirmedSolidKeeps(t *testing.T) {
-	srv := newFakeServer()
+	srv := fakeapi.NewServer()
 	s := newStepper(t, srv)
-	a := srv.create(t, gvDeployments, object("a", "a", "a-uid"))
-	b := srv.create(t, gvDeployments, object("a", "b", "b-uid"))
-	d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("a", "a-uid"), deploymentRef("b", "b-uid")))
-	s.observe(gvDeployments, a)
-	s.observe(gvDeployments, b)
-	s.observe(gvConfigMaps, d)
-	s.deleteWith(gvDeployments, b, metav1.DeletePropagationForeground)
-	s.observe(gvDeployments, b)
+	a := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "a", "a-uid"))
+	b := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "b", "b-uid"))
+	d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", fakeapi.DeploymentRef("a", "a-uid"), fakeapi.DeploymentRef("b", "b-uid")))
+	s.observe(fakeapi.Deployments, a)
+	s.observe(fakeapi.Deployments, b)
+	s.observe(fakeapi.ConfigMaps, d)
+	s.deleteWith(fakeapi.Deployments, b, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.Deployments, b)
 	if err := s.deleteStep("d-uid"); err != nil {
 		t.Fatal(err)
 	}
-	if got := refUIDs(s.mustGet(gvConfigMaps, d)); len(got) != 1 || got[0] != "a-uid" {
+	if got := refUIDs(s.mustGet(fakeapi.ConfigMaps, d)); len(got) != 1 || got[0] != "a-uid" {
 		t.Errorf("D references %v, want [a-uid]", got)
 	}
-	if gets, _, _ := srv.kgcActions(); len(gets) != 1 {
+	if gets, _, _ := srv.KGCActions(); len(gets) != 1 {
 		t.Errorf("%d GETs, want 1", len(gets))
 	}
 }
@@ -349,38 +348,38 @@ func TestConflictingDeleteRetriedWhenReferencesUnchanged(t *testing.T) {
 			o.Annotations = map[string]string{"touched": time.Now().String()}
 		}, true},
 		{"new owner added", func(o *metav1.PartialObjectMetadata) {
-			o.OwnerReferences = append(o.OwnerReferences, deploymentRef("live", "live-uid"))
+			o.OwnerReferences = append(o.OwnerReferences, fakeapi.DeploymentRef("live", "live-uid"))
 		}, false},
 		{"finalizer added", func(o *metav1.PartialObjectMetadata) {
 			o.Finalizers = append(o.Finalizers, metav1.FinalizerOrphanDependents)
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := newFakeServer()
+			srv := fakeapi.NewServer()
 			s := newStepper(t, srv)
-			owner := srv.create(t, gvDeployments, object("a", "o", "o-uid"))
-			d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("o", "o-uid")))
-			s.observe(gvDeployments, owner)
-			s.observe(gvConfigMaps, d)
-			s.deleteWith(gvDeployments, owner, metav1.DeletePropagationBackground)
-			s.observe(gvDeployments, owner)
-			srv.mu.Lock()
-			cur, _ := srv.get(gvConfigMaps, "a", "d")
+			owner := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+			d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", fakeapi.DeploymentRef("o", "o-uid")))
+			s.observe(fakeapi.Deployments, owner)
+			s.observe(fakeapi.ConfigMaps, d)
+			s.deleteWith(fakeapi.Deployments, owner, metav1.DeletePropagationBackground)
+			s.observe(fakeapi.Deployments, owner)
+			srv.Mu.Lock()
+			cur, _ := srv.Get(fakeapi.ConfigMaps, "a", "d")
 			tc.change(cur)
-			if err := srv.store(gvConfigMaps, cur); err != nil {
+			if err := srv.Store(fakeapi.ConfigMaps, cur); err != nil {
 				t.Fatal(err)
 			}
-			srv.mu.Unlock()
+			srv.Mu.Unlock()
 
 			err := s.deleteStep("d-uid")
-			_, getErr := srv.get(gvConfigMaps, "a", "d")
+			_, getErr := srv.Get(fakeapi.ConfigMaps, "a", "d")
 			if deleted := apierrors.IsNotFound(getErr); deleted != tc.wantDeleted {
 				t.Fatalf("deleted = %v (step: %v), want %v", deleted, err, tc.wantDeleted)
 			}
 			if !tc.wantDeleted && !errors.Is(err, errRetry) {
 				t.Errorf("step = %v, want a retry once the graph has the new version", err)
 			}
-			_, deletes, _ := srv.kgcActions()
+			_, deletes, _ := srv.KGCActions()
 			want := 1
 			if tc.wantDeleted {
 				want = 2
@@ -400,18 +399,18 @@ func TestConflictingDeleteRetriedWhenReferencesUnchanged(t *testing.T) {
 // Item 5/6: two owners orphaning a shared dependent at once never make
 // each other's patches fail: each removes its own reference by UID.
 func TestConcurrentOrphansDoNotConflict(t *testing.T) {
-	srv := newFakeServer()
+	srv := fakeapi.NewServer()
 	s := newStepper(t, srv)
-	o := srv.create(t, gvDeployments, object("a", "o", "o-uid"))
-	p := srv.create(t, gvDeployments, object("a", "p", "p-uid"))
-	d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("o", "o-uid"), deploymentRef("p", "p-uid")))
-	s.observe(gvDeployments, o)
-	s.observe(gvDeployments, p)
-	s.observe(gvConfigMaps, d)
-	s.deleteWith(gvDeployments, o, metav1.DeletePropagationOrphan)
-	s.deleteWith(gvDeployments, p, metav1.DeletePropagationOrphan)
-	s.observe(gvDeployments, o)
-	s.observe(gvDeployments, p)
+	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+	p := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "p", "p-uid"))
+	d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", fakeapi.DeploymentRef("o", "o-uid"), fakeapi.DeploymentRef("p", "p-uid")))
+	s.observe(fakeapi.Deployments, o)
+	s.observe(fakeapi.Deployments, p)
+	s.observe(fakeapi.ConfigMaps, d)
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationOrphan)
+	s.deleteWith(fakeapi.Deployments, p, metav1.DeletePropagationOrphan)
+	s.observe(fakeapi.Deployments, o)
+	s.observe(fakeapi.Deployments, p)
 	// Both patches are decided from D's same version and sent before
 	// either lands in the graph.
 	it, _ := s.c.graph.Item("d-uid")
@@ -425,7 +424,7 @@ func TestConcurrentOrphansDoNotConflict(t *testing.T) {
 	if _, err := s.c.ops.RemoveOwnerReference(s.ctx, tg, "o-uid", []int{0}); err != nil {
 		t.Fatalf("O's patch, after P's changed D: %v", err)
 	}
-	if got := refUIDs(s.mustGet(gvConfigMaps, d)); len(got) != 0 {
+	if got := refUIDs(s.mustGet(fakeapi.ConfigMaps, d)); len(got) != 0 {
 		t.Errorf("D references %v, want none", got)
 	}
 }
@@ -433,19 +432,19 @@ func TestConcurrentOrphansDoNotConflict(t *testing.T) {
 // Item 7a: an object whose reference to itself blocks, deleted in the
 // Foreground, does not wait for itself.
 func TestForegroundSelfReference(t *testing.T) {
-	srv := newFakeServer()
+	srv := fakeapi.NewServer()
 	s := newStepper(t, srv)
-	x := srv.create(t, gvConfigMaps, object("a", "x", "x-uid", configMapRef("x", "x-uid")))
-	s.observe(gvConfigMaps, x)
-	s.deleteWith(gvConfigMaps, x, metav1.DeletePropagationForeground)
-	s.observe(gvConfigMaps, x)
+	x := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "x", "x-uid", fakeapi.ConfigMapRef("x", "x-uid")))
+	s.observe(fakeapi.ConfigMaps, x)
+	s.deleteWith(fakeapi.ConfigMaps, x, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.ConfigMaps, x)
 	if n := s.c.graph.BlockingDependents("x-uid"); n != 0 {
 		t.Errorf("x counts %d blocking dependents, want 0 (itself never blocks)", n)
 	}
 	if err := s.deleteStep("x-uid"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.get(gvConfigMaps, "a", "x"); !apierrors.IsNotFound(err) {
+	if _, err := srv.Get(fakeapi.ConfigMaps, "a", "x"); !apierrors.IsNotFound(err) {
 		t.Fatalf("x still there: %v", err)
 	}
 }
@@ -457,42 +456,42 @@ func TestForegroundSelfReference(t *testing.T) {
 // intact, and owner must wait for it. Upstream (and kgc before) cleared
 // middle's blockOwnerDeletion and released owner at once.
 func TestNoFalseCycleBreaking(t *testing.T) {
-	srv := newFakeServer()
+	srv := fakeapi.NewServer()
 	s := newStepper(t, srv)
-	owner := srv.create(t, gvConfigMaps, object("a", "owner", "owner-uid"))
-	middle := srv.create(t, gvConfigMaps, object("a", "middle", "middle-uid", configMapRef("owner", "owner-uid")))
-	lower := srv.create(t, gvConfigMaps, object("a", "lower", "lower-uid", configMapRef("middle", "middle-uid")))
-	heldObj := object("a", "held", "held-uid", configMapRef("lower", "lower-uid"))
+	owner := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "owner", "owner-uid"))
+	middle := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "middle", "middle-uid", fakeapi.ConfigMapRef("owner", "owner-uid")))
+	lower := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "lower", "lower-uid", fakeapi.ConfigMapRef("middle", "middle-uid")))
+	heldObj := fakeapi.Object("a", "held", "held-uid", fakeapi.ConfigMapRef("lower", "lower-uid"))
 	heldObj.Finalizers = []string{"example.com/keep"}
-	held := srv.create(t, gvConfigMaps, heldObj)
+	held := srv.Create(t, fakeapi.ConfigMaps, heldObj)
 	for _, o := range []*metav1.PartialObjectMetadata{owner, middle, lower, held} {
-		s.observe(gvConfigMaps, o)
+		s.observe(fakeapi.ConfigMaps, o)
 	}
-	s.deleteWith(gvConfigMaps, lower, metav1.DeletePropagationForeground)
-	s.observe(gvConfigMaps, lower)
+	s.deleteWith(fakeapi.ConfigMaps, lower, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.ConfigMaps, lower)
 	if err := s.deleteStep("held-uid"); err != nil {
 		t.Fatal(err)
 	}
-	s.observe(gvConfigMaps, held) // deleting, held by its finalizer
-	s.deleteWith(gvConfigMaps, owner, metav1.DeletePropagationForeground)
-	s.observe(gvConfigMaps, owner)
+	s.observe(fakeapi.ConfigMaps, held) // deleting, held by its finalizer
+	s.deleteWith(fakeapi.ConfigMaps, owner, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.ConfigMaps, owner)
 
 	if err := s.deleteStep("middle-uid"); err != nil {
 		t.Fatal(err)
 	}
-	cur := s.mustGet(gvConfigMaps, middle)
+	cur := s.mustGet(fakeapi.ConfigMaps, middle)
 	if cur.DeletionTimestamp == nil {
 		t.Fatal("middle is not being deleted")
 	}
 	if b := cur.OwnerReferences[0].BlockOwnerDeletion; b == nil || !*b {
 		t.Fatal("middle's blockOwnerDeletion was cleared: there is no cycle")
 	}
-	s.observe(gvConfigMaps, middle)
+	s.observe(fakeapi.ConfigMaps, middle)
 	err := s.deleteStep("owner-uid")
 	if err != nil && !errors.Is(err, errRetry) {
 		t.Fatal(err)
 	}
-	if o := s.mustGet(gvConfigMaps, owner); len(o.Finalizers) == 0 {
+	if o := s.mustGet(fakeapi.ConfigMaps, owner); len(o.Finalizers) == 0 {
 		t.Fatal("owner released while middle, which blocks it, still exists")
 	}
 }
@@ -501,35 +500,35 @@ func TestNoFalseCycleBreaking(t *testing.T) {
 // waiting owner that waits for it through x, so y's reference is unblocked
 // and both go.
 func TestRealCycleIsBroken(t *testing.T) {
-	srv := newFakeServer()
+	srv := fakeapi.NewServer()
 	s := newStepper(t, srv)
-	x := srv.create(t, gvConfigMaps, object("a", "x", "x-uid", configMapRef("y", "y-uid")))
-	y := srv.create(t, gvConfigMaps, object("a", "y", "y-uid", configMapRef("x", "x-uid")))
-	s.observe(gvConfigMaps, x)
-	s.observe(gvConfigMaps, y)
-	s.deleteWith(gvConfigMaps, x, metav1.DeletePropagationForeground)
-	s.observe(gvConfigMaps, x)
+	x := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "x", "x-uid", fakeapi.ConfigMapRef("y", "y-uid")))
+	y := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "y", "y-uid", fakeapi.ConfigMapRef("x", "x-uid")))
+	s.observe(fakeapi.ConfigMaps, x)
+	s.observe(fakeapi.ConfigMaps, y)
+	s.deleteWith(fakeapi.ConfigMaps, x, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.ConfigMaps, x)
 	if err := s.deleteStep("y-uid"); err != nil {
 		t.Fatal(err)
 	}
-	cur := s.mustGet(gvConfigMaps, y)
+	cur := s.mustGet(fakeapi.ConfigMaps, y)
 	if b := cur.OwnerReferences[0].BlockOwnerDeletion; b == nil || *b {
 		t.Fatal("y's reference to x still blocks: the cycle is not broken")
 	}
-	s.observe(gvConfigMaps, y)
+	s.observe(fakeapi.ConfigMaps, y)
 	if err := s.deleteStep("x-uid"); err != nil {
 		t.Fatal(err)
 	}
-	s.observe(gvConfigMaps, x)
+	s.observe(fakeapi.ConfigMaps, x)
 	if err := s.deleteStep("y-uid"); err != nil {
 		t.Fatal(err)
 	}
-	s.observe(gvConfigMaps, y)
+	s.observe(fakeapi.ConfigMaps, y)
 	if err := s.deleteStep("y-uid"); err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range []*metav1.PartialObjectMetadata{x, y} {
-		if _, err := srv.get(gvConfigMaps, "a", o.Name); !apierrors.IsNotFound(err) {
+		if _, err := srv.Get(fakeapi.ConfigMaps, "a", o.Name); !apierrors.IsNotFound(err) {
 			t.Errorf("%s still there: %v", o.Name, err)
 		}
 	}
@@ -540,20 +539,20 @@ func TestRealCycleIsBroken(t *testing.T) {
 // another policy makes the apiserver drop the finalizer, and then the
 // dependents are garbage as usual.
 func TestOrphanFinalizerRemovedByOthersLeavesGarbage(t *testing.T) {
-	srv := newFakeServer()
+	srv := fakeapi.NewServer()
 	s := newStepper(t, srv)
-	o := srv.create(t, gvDeployments, object("a", "o", "o-uid"))
-	d := srv.create(t, gvConfigMaps, object("a", "d", "d-uid", deploymentRef("o", "o-uid")))
-	s.observe(gvDeployments, o)
-	s.deleteWith(gvDeployments, o, metav1.DeletePropagationOrphan)
-	s.observe(gvDeployments, o) // orphaning, as kgc sees it
-	srv.setFinalizers(t, gvDeployments, "a", "o")
-	s.observe(gvDeployments, o) // gone, without kgc
-	s.observe(gvConfigMaps, d)
+	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+	d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", fakeapi.DeploymentRef("o", "o-uid")))
+	s.observe(fakeapi.Deployments, o)
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationOrphan)
+	s.observe(fakeapi.Deployments, o) // orphaning, as kgc sees it
+	srv.SetFinalizers(t, fakeapi.Deployments, "a", "o")
+	s.observe(fakeapi.Deployments, o) // gone, without kgc
+	s.observe(fakeapi.ConfigMaps, d)
 	if err := s.deleteStep("d-uid"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.get(gvConfigMaps, "a", "d"); !apierrors.IsNotFound(err) {
+	if _, err := srv.Get(fakeapi.ConfigMaps, "a", "d"); !apierrors.IsNotFound(err) {
 		t.Errorf("dependent of an owner whose orphan finalizer someone else removed: %v, want deleted", err)
 	}
 }

@@ -1,4 +1,4 @@
-package collector
+package workers
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // At shutdown a worker finishes the item in flight on a live context and
 // starts no new item.
 func TestWorkerDrainsInFlightItemOnly(t *testing.T) {
-	c := &Collector{}
+	c := &Workers{}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.UID]())
 	q.Add("a")
 	q.Add("b")

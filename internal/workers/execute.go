@@ -1,4 +1,4 @@
-package collector
+package workers
 
 import (
 	"context"
@@ -31,21 +31,21 @@ type write func(context.Context) error
 // planDeleteItem checks one item: a foreground owner waiting for its
 // dependents, or a live dependent that may be garbage. It returns the write
 // its decision needs, if any; nothing has been written when it returns.
-func (c *Collector) planDeleteItem(ctx context.Context, uid types.UID) (write, error) {
+func (w *Workers) planDeleteItem(ctx context.Context, uid types.UID) (write, error) {
 	// A foreground owner that is still blocked has nothing to do but, now
 	// and then, re-check its dependents: decide that from the graph's
 	// blocking count instead of copying every dependent (see
 	// dependentsRecheck). An unblocked owner always takes the full path.
-	if o, ok := c.graph.Owner(uid); ok && !o.Virtual && o.DeletingDependents &&
-		c.graph.BlockingDependents(uid) > 0 && !c.rechecks.due(uid) {
+	if o, ok := w.graph.Owner(uid); ok && !o.Virtual && o.DeletingDependents &&
+		w.graph.BlockingDependents(uid) > 0 && !w.rechecks.due(uid) {
 		return nil, nil
 	}
-	it, ok := c.graph.Item(uid)
+	it, ok := w.graph.Item(uid)
 	if !ok || it.Virtual {
 		return nil, nil
 	}
 	// Already written to at this version: wait for the informer (see writeLog).
-	if skip, stale := c.writes.check(uid, it.ResourceVersion); skip {
+	if skip, stale := w.writes.check(uid, it.ResourceVersion); skip {
 		if stale {
 			return nil, errRetry
 		}
@@ -62,7 +62,7 @@ func (c *Collector) planDeleteItem(ctx context.Context, uid types.UID) (write, e
 		states := make([]rules.OwnerState, len(it.OwnerReferences))
 		var errs []error
 		for i := range it.OwnerReferences {
-			s, err := c.resolver.resolve(ctx, it.Identity, &it.OwnerReferences[i])
+			s, err := w.resolver.resolve(ctx, it.Identity, &it.OwnerReferences[i])
 			states[i] = s
 			switch {
 			case err != nil:
@@ -70,19 +70,19 @@ func (c *Collector) planDeleteItem(ctx context.Context, uid types.UID) (write, e
 			case s == rules.Unresolvable || s == rules.Invalid:
 				klog.FromContext(ctx).V(1).Info("Owner reference cannot be resolved; keeping object", "object", it.Identity.String(),
 					"ownerAPIVersion", it.OwnerReferences[i].APIVersion, "ownerKind", it.OwnerReferences[i].Kind, "state", s.String())
-				c.reportUnresolvable(it.Identity, &it.OwnerReferences[i], s)
+				w.reportUnresolvable(it.Identity, &it.OwnerReferences[i], s)
 			}
 		}
 		if err := errors.Join(errs...); err != nil {
 			return nil, err
 		}
-		a = rules.DecideDependent(&it, states, rules.CycleCheck(uid, c.graph.WaitsFor))
+		a = rules.DecideDependent(&it, states, rules.CycleCheck(uid, w.graph.WaitsFor))
 		if a.Type == rules.RemoveReferences && slices.Contains(states, rules.Waiting) {
-			return c.planConfirmedRemoval(&it, states, a)
+			return w.planConfirmedRemoval(&it, states, a)
 		}
 		a.Waiting = waitingOwners(&it, states)
 	}
-	return c.plan(ctx, &it, a)
+	return w.plan(ctx, &it, a)
 }
 
 // planConfirmedRemoval returns the write of a RemoveReferences decision
@@ -107,33 +107,33 @@ func (c *Collector) planDeleteItem(ctx context.Context, uid types.UID) (write, e
 // gone whatever the solid one does, and if it went too, its deletion event
 // re-checks the item. What is left is upstream's window: another client
 // deleting the solid owner between the GET and the patch.
-func (c *Collector) planConfirmedRemoval(it *rules.Item, states []rules.OwnerState, a rules.Action) (write, error) {
-	t, err := c.target(it)
+func (w *Workers) planConfirmedRemoval(it *rules.Item, states []rules.OwnerState, a rules.Action) (write, error) {
+	t, err := w.target(it)
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) error {
-		err := c.removeConfirmed(ctx, it, t, states, a)
-		c.writes.record(it.Identity.UID, it.ResourceVersion, err)
+		err := w.removeConfirmed(ctx, it, t, states, a)
+		w.writes.record(it.Identity.UID, it.ResourceVersion, err)
 		return conflictOrNil(err)
 	}, nil
 }
 
-func (c *Collector) removeConfirmed(ctx context.Context, it *rules.Item, t apiops.Target, states []rules.OwnerState, a rules.Action) error {
+func (w *Workers) removeConfirmed(ctx context.Context, it *rules.Item, t apiops.Target, states []rules.OwnerState, a rules.Action) error {
 	var owners []types.UID
 	for i, s := range states {
 		if s == rules.Solid && it.OwnerReferences[i].UID != it.Identity.UID {
 			owners = append(owners, it.OwnerReferences[i].UID)
 		}
 	}
-	unlock := c.deletions.rlock(owners)
+	unlock := w.deletions.rlock(owners)
 	confirmed := slices.Clone(states)
 	changed := false
 	for i, s := range states {
 		if s != rules.Solid {
 			continue
 		}
-		cs, err := c.resolver.confirm(ctx, it.Identity, &it.OwnerReferences[i])
+		cs, err := w.resolver.confirm(ctx, it.Identity, &it.OwnerReferences[i])
 		if err != nil {
 			unlock()
 			return err
@@ -144,15 +144,15 @@ func (c *Collector) removeConfirmed(ctx context.Context, it *rules.Item, t apiop
 	}
 	if !changed {
 		defer unlock()
-		return c.execute(ctx, it, t, a)
+		return w.execute(ctx, it, t, a)
 	}
 	unlock()
-	a = rules.DecideDependent(it, confirmed, rules.CycleCheck(it.Identity.UID, c.graph.WaitsFor))
+	a = rules.DecideDependent(it, confirmed, rules.CycleCheck(it.Identity.UID, w.graph.WaitsFor))
 	if a.Type != rules.DeleteItem {
 		return errRetry
 	}
 	a.Waiting = waitingOwners(it, confirmed)
-	return c.execute(ctx, it, t, a)
+	return w.execute(ctx, it, t, a)
 }
 
 // waitingOwners returns the UIDs of the owners states counts as waiting,
@@ -170,7 +170,7 @@ func waitingOwners(it *rules.Item, states []rules.OwnerState) []types.UID {
 // plan turns a decision into the write that carries it out (nil when the
 // decision needs none). It is the only caller of apiops for the
 // attempt-to-delete path.
-func (c *Collector) plan(ctx context.Context, it *rules.Item, a rules.Action) (write, error) {
+func (w *Workers) plan(ctx context.Context, it *rules.Item, a rules.Action) (write, error) {
 	switch a.Type {
 	case rules.Keep:
 		if a.Retry {
@@ -179,24 +179,24 @@ func (c *Collector) plan(ctx context.Context, it *rules.Item, a rules.Action) (w
 		return nil, nil
 	case rules.CheckDependents:
 		for _, uid := range a.Dependents {
-			c.attemptToDelete.Add(uid)
+			w.attemptToDelete.Add(uid)
 		}
 		return nil, nil
 	case rules.RemoveForegroundFinalizer:
-		if err := c.negativeFactsReady(ctx, it.Identity, rules.FinalizerForeground); err != nil {
+		if err := w.negativeFactsReady(ctx, it.Identity, rules.FinalizerForeground); err != nil {
 			return nil, err
 		}
 	case rules.RemoveReferences, rules.DeleteItem:
 	default:
 		return nil, fmt.Errorf("unknown action %d", a.Type)
 	}
-	t, err := c.target(it)
+	t, err := w.target(it)
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) error {
-		err := c.execute(ctx, it, t, a)
-		c.writes.record(it.Identity.UID, it.ResourceVersion, err)
+		err := w.execute(ctx, it, t, a)
+		w.writes.record(it.Identity.UID, it.ResourceVersion, err)
 		return conflictOrNil(err)
 	}, nil
 }
@@ -217,15 +217,15 @@ func (c *Collector) plan(ctx context.Context, it *rules.Item, a rules.Action) (w
 //   - DeleteItem carries the item's uid and resourceVersion; on a 409 it is
 //     retried only if a quorum read shows the same ownerReferences and
 //     finalizers (deleteItem).
-func (c *Collector) execute(ctx context.Context, it *rules.Item, t apiops.Target, a rules.Action) error {
+func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, a rules.Action) error {
 	logger := klog.FromContext(ctx)
 	switch a.Type {
 	case rules.RemoveReferences:
 		if l := logger.V(2); l.Enabled() {
 			l.Info("Removing dangling and waiting owner references", "object", it.Identity.String())
 		}
-		_, err := c.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
-		c.record(metrics.OpRemoveRefs, err)
+		_, err := w.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
+		w.record(metrics.OpRemoveRefs, err)
 		return err
 	case rules.RemoveForegroundFinalizer:
 		if l := logger.V(2); l.Enabled() {
@@ -236,13 +236,13 @@ func (c *Collector) execute(ctx context.Context, it *rules.Item, t apiops.Target
 		// waiting must not land after this (deleteItem checks fgReleased
 		// under the same lock). Recorded before the write, forgotten if
 		// it fails.
-		defer c.deletions.lock(it.Identity.UID)()
-		c.fgReleased.Add(it.Identity.UID)
-		_, err := c.ops.ReplaceFinalizers(ctx, t, it.Finalizers, a.Finalizers)
+		defer w.deletions.lock(it.Identity.UID)()
+		w.fgReleased.Add(it.Identity.UID)
+		_, err := w.ops.ReplaceFinalizers(ctx, t, it.Finalizers, a.Finalizers)
 		if err != nil && !apierrors.IsNotFound(err) {
-			c.fgReleased.Delete(it.Identity.UID)
+			w.fgReleased.Delete(it.Identity.UID)
 		}
-		c.record(metrics.OpRemoveFinalizer, err)
+		w.record(metrics.OpRemoveFinalizer, err)
 		return err
 	}
 	refs := it.OwnerReferences
@@ -250,8 +250,8 @@ func (c *Collector) execute(ctx context.Context, it *rules.Item, t apiops.Target
 		if l := logger.V(2); l.Enabled() {
 			l.Info("Clearing blockOwnerDeletion to break a cycle", "object", it.Identity.String())
 		}
-		obj, err := c.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
-		c.record(metrics.OpUnblockRefs, err)
+		obj, err := w.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
+		w.record(metrics.OpUnblockRefs, err)
 		if err != nil {
 			return err
 		}
@@ -262,7 +262,7 @@ func (c *Collector) execute(ctx context.Context, it *rules.Item, t apiops.Target
 	if l := logger.V(2); l.Enabled() {
 		l.Info("Deleting garbage", "object", it.Identity.String(), "policy", string(a.Policy))
 	}
-	return c.deleteItem(ctx, t, refs, it.Finalizers, a.Policy, a.Waiting)
+	return w.deleteItem(ctx, t, refs, it.Finalizers, a.Policy, a.Waiting)
 }
 
 // deleteConflictRetries bounds how often one write re-reads an object whose
@@ -286,21 +286,21 @@ const deleteConflictRetries = 3
 // leaves an owner that other finalizers keep solid again. A DELETE decided
 // while such an owner was waiting is therefore not sent once kgc has
 // released it (the item is decided again: kept while the owner stays).
-func (c *Collector) deleteItem(ctx context.Context, t apiops.Target, refs []metav1.OwnerReference, finalizers []string, policy metav1.DeletionPropagation, waiting []types.UID) error {
-	defer c.deletions.lockSet(waiting, t.UID)()
+func (w *Workers) deleteItem(ctx context.Context, t apiops.Target, refs []metav1.OwnerReference, finalizers []string, policy metav1.DeletionPropagation, waiting []types.UID) error {
+	defer w.deletions.lockSet(waiting, t.UID)()
 	for _, o := range waiting {
-		if c.fgReleased.Has(o) {
+		if w.fgReleased.Has(o) {
 			return errRetry
 		}
 	}
-	err := c.ops.Delete(ctx, t, policy)
-	c.record(metrics.OpDelete, err)
+	err := w.ops.Delete(ctx, t, policy)
+	w.record(metrics.OpDelete, err)
 	for range deleteConflictRetries {
 		if !apierrors.IsConflict(err) {
 			return err
 		}
-		c.cfg.Metrics.Lookup(metrics.LookupConfirm)
-		cur, gerr := c.ops.Get(ctx, t.Resource, t.Namespace, t.Name)
+		w.cfg.Metrics.Lookup(metrics.LookupConfirm)
+		cur, gerr := w.ops.Get(ctx, t.Resource, t.Namespace, t.Name)
 		switch {
 		case apierrors.IsNotFound(gerr):
 			return gerr
@@ -315,8 +315,8 @@ func (c *Collector) deleteItem(ctx context.Context, t apiops.Target, refs []meta
 			return err
 		}
 		t.ResourceVersion = cur.ResourceVersion
-		err = c.ops.Delete(ctx, t, policy)
-		c.record(metrics.OpDelete, err)
+		err = w.ops.Delete(ctx, t, policy)
+		w.record(metrics.OpDelete, err)
 	}
 	return err
 }
@@ -359,12 +359,12 @@ func conflictOrNil(err error) error {
 // Each patch removes the references by the owner's UID and carries the
 // dependent's uid (apiops.RemoveOwnerReference), so whatever else changed
 // on the dependent meanwhile, only this owner's reference goes.
-func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) ([]write, error) {
-	owner, ok := c.graph.Item(uid)
+func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, error) {
+	owner, ok := w.graph.Item(uid)
 	if !ok || owner.Virtual || !owner.Orphaning() {
 		return nil, nil
 	}
-	if skip, stale := c.writes.check(uid, owner.ResourceVersion); skip {
+	if skip, stale := w.writes.check(uid, owner.ResourceVersion); skip {
 		if stale {
 			return nil, errRetry
 		}
@@ -373,12 +373,12 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) ([]write,
 	deps := make([]rules.Object, 0, len(owner.Dependents))
 	uncertain := false
 	for _, d := range owner.Dependents {
-		dep, ok := c.graph.Object(d.UID)
+		dep, ok := w.graph.Object(d.UID)
 		switch {
 		case !ok:
-		case c.writes.orphaned(dep.Identity.UID, dep.ResourceVersion, uid):
+		case w.writes.orphaned(dep.Identity.UID, dep.ResourceVersion, uid):
 			// kgc's own patch removed the reference, or found it gone.
-		case c.writes.wrote(dep.Identity.UID, dep.ResourceVersion):
+		case w.writes.wrote(dep.Identity.UID, dep.ResourceVersion):
 			// kgc wrote to this dependent at the version the graph still
 			// shows, but not to remove this owner's reference (another
 			// owner's orphaning, a reference removal): the graph cannot
@@ -394,14 +394,14 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) ([]write,
 	a := rules.DecideOrphan(&owner.Object, deps)
 	switch {
 	case a.Type == rules.OrphanDependents:
-		return c.orphanWrites(uid, a.Orphan)
+		return w.orphanWrites(uid, a.Orphan)
 	case uncertain:
 		return nil, errRetry
 	}
-	if err := c.negativeFactsReady(ctx, owner.Identity, rules.FinalizerOrphan); err != nil {
+	if err := w.negativeFactsReady(ctx, owner.Identity, rules.FinalizerOrphan); err != nil {
 		return nil, err
 	}
-	t, err := c.target(&owner)
+	t, err := w.target(&owner)
 	if err != nil {
 		return nil, err
 	}
@@ -412,34 +412,34 @@ func (c *Collector) planOrphanItem(ctx context.Context, uid types.UID) ([]write,
 		// returns. Only kgc's own removal counts: a client that deletes
 		// the owner again with another policy makes the apiserver drop
 		// the orphan finalizer, and then its dependents are garbage.
-		c.orphaned.Add(uid)
-		_, err := c.ops.ReplaceFinalizers(ctx, t, owner.Finalizers, a.Finalizers)
+		w.orphaned.Add(uid)
+		_, err := w.ops.ReplaceFinalizers(ctx, t, owner.Finalizers, a.Finalizers)
 		if err != nil && !apierrors.IsNotFound(err) {
-			c.orphaned.Delete(uid) // still orphaning, or no longer: not ours
+			w.orphaned.Delete(uid) // still orphaning, or no longer: not ours
 		}
-		c.record(metrics.OpRemoveFinalizer, err)
-		c.writes.record(uid, owner.ResourceVersion, err)
+		w.record(metrics.OpRemoveFinalizer, err)
+		w.writes.record(uid, owner.ResourceVersion, err)
 		return conflictOrNil(err)
 	}}, nil
 }
 
 // orphanWrites returns one write per dependent of owner to orphan. Each
 // succeeds with errAgain: the owner is decided again once all are done.
-func (c *Collector) orphanWrites(owner types.UID, orphans []rules.Orphan) ([]write, error) {
+func (w *Workers) orphanWrites(owner types.UID, orphans []rules.Orphan) ([]write, error) {
 	ws := make([]write, 0, len(orphans))
 	for _, o := range orphans {
 		dep := o.Dependent
-		t, err := c.target(&rules.Item{Object: *dep})
+		t, err := w.target(&rules.Item{Object: *dep})
 		if err != nil {
 			return nil, fmt.Errorf("orphaning %s: %w", dep.Identity, err)
 		}
 		ws = append(ws, func(ctx context.Context) error {
-			_, err := c.ops.RemoveOwnerReference(ctx, t, owner, o.Indices)
-			c.record(metrics.OpOrphan, err)
+			_, err := w.ops.RemoveOwnerReference(ctx, t, owner, o.Indices)
+			w.record(metrics.OpOrphan, err)
 			// Success (or 404) proves the dependent no longer references
 			// this owner: the patch removes the reference by the owner's
 			// UID whatever else the object holds.
-			c.writes.recordOrphan(dep.Identity.UID, dep.ResourceVersion, owner, err)
+			w.writes.recordOrphan(dep.Identity.UID, dep.ResourceVersion, owner, err)
 			if err = conflictOrNil(err); err != nil {
 				return err
 			}
@@ -450,7 +450,7 @@ func (c *Collector) orphanWrites(owner types.UID, orphans []rules.Orphan) ([]wri
 }
 
 // record counts one write and its outcome.
-func (c *Collector) record(op string, err error) {
+func (w *Workers) record(op string, err error) {
 	outcome := metrics.OutcomeSuccess
 	switch {
 	case err == nil:
@@ -461,5 +461,5 @@ func (c *Collector) record(op string, err error) {
 	default:
 		outcome = metrics.OutcomeError
 	}
-	c.cfg.Metrics.Operation(op, outcome)
+	w.cfg.Metrics.Operation(op, outcome)
 }

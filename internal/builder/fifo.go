@@ -1,4 +1,4 @@
-package collector
+package builder
 
 import "sync"
 
@@ -84,4 +84,12 @@ func (f *fifo[T]) Close() {
 	f.closed = true
 	f.cond.Broadcast()
 	f.mu.Unlock()
+}
+
+// idle reports whether the queue is empty and its consumer is not in the
+// middle of an item.
+func (f *fifo[T]) idle() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.head == len(f.items) && !f.busy
 }

@@ -1,0 +1,268 @@
+package builder
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/kgc-dev/kgc/internal/discovery"
+	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/metrics"
+	"github.com/kgc-dev/kgc/internal/rules"
+)
+
+// ResettableRESTMapper is a RESTMapper whose discovery cache can be dropped.
+type ResettableRESTMapper interface {
+	meta.RESTMapper
+	Reset()
+}
+
+// Config is what a Builder needs. Everything is required unless noted.
+type Config struct {
+	Metadata  metadata.Interface
+	Discovery discovery.Discovery
+	// Mapper is reset whenever monitors are added or removed.
+	Mapper ResettableRESTMapper
+	// Ignored resources are never monitored.
+	Ignored []schema.GroupResource
+	// ResyncPeriod between periodic rediscoveries; default 30s.
+	ResyncPeriod time.Duration
+	// Metrics is optional; nil records nothing.
+	Metrics *metrics.Metrics
+	// Clock drives periodic rediscovery and the monitors' backoff; nil is
+	// the real clock.
+	Clock clock.WithTicker
+}
+
+// Sink is told what each applied event changed (the workers: they queue
+// the UIDs the effects name, and remember owners observed absent). It is
+// called on the graph builder's goroutine, in event order.
+type Sink interface {
+	Observed(ev graph.Event, eff graph.Effects)
+}
+
+// SinkFunc adapts a function to Sink.
+type SinkFunc func(ev graph.Event, eff graph.Effects)
+
+// Observed implements Sink.
+func (f SinkFunc) Observed(ev graph.Event, eff graph.Effects) { f(ev, eff) }
+
+// Builder is the graph builder: it discovers the deletable resources, runs
+// one monitor per resource, and applies every observation to the graph,
+// in order, on one goroutine (the graph's single writer). It never calls
+// the API server but to discover, list and watch, and never decides.
+type Builder struct {
+	cfg      Config
+	ignored  map[schema.GroupResource]struct{}
+	graph    *graph.Graph
+	events   *fifo[graph.Event]
+	monitors *discovery.Monitors
+	sink     Sink
+	// rediscover turns CRD and APIService events into rediscoveries.
+	rediscover *rediscoverer
+
+	// cascadeStart is when each in-flight cascade started; only the graph
+	// builder goroutine touches it.
+	cascadeStart map[types.UID]time.Time
+
+	// kinds maps each monitored kind to its resource, refreshed by discovery.
+	kinds atomic.Pointer[map[schema.GroupVersionKind]schema.GroupVersionResource]
+	// discoveryFailures are the group versions the last discovery could not
+	// read (an unavailable APIService), with their errors.
+	discoveryFailures atomic.Pointer[map[schema.GroupVersion]error]
+	// busy counts rediscovery rounds in progress (Idle).
+	busy atomic.Int64
+}
+
+// New returns a Builder that writes to g and tells sink what changed.
+func New(cfg Config, g *graph.Graph, sink Sink) *Builder {
+	if cfg.ResyncPeriod == 0 {
+		cfg.ResyncPeriod = 30 * time.Second
+	}
+	b := &Builder{
+		cfg:          cfg,
+		ignored:      make(map[schema.GroupResource]struct{}),
+		graph:        g,
+		events:       newFIFO[graph.Event](),
+		sink:         sink,
+		rediscover:   newRediscoverer(),
+		cascadeStart: make(map[types.UID]time.Time),
+	}
+	for _, gr := range cfg.Ignored {
+		b.ignored[gr] = struct{}{}
+	}
+	b.monitors = discovery.NewMonitors(cfg.Metadata, b.Enqueue)
+	if cfg.Clock != nil {
+		b.monitors.SetClock(cfg.Clock)
+	}
+	empty := map[schema.GroupVersionKind]schema.GroupVersionResource{}
+	b.kinds.Store(&empty)
+	return b
+}
+
+// Graph returns the graph the builder writes.
+func (b *Builder) Graph() *graph.Graph { return b.graph }
+
+// Monitors returns the number of running monitors.
+func (b *Builder) Monitors() int { return b.monitors.Len() }
+
+// Settled reports whether every monitor has synced or is failing.
+func (b *Builder) Settled() bool { return b.monitors.Settled() }
+
+// MonitorStatus reports each monitored resource's state.
+func (b *Builder) MonitorStatus() map[schema.GroupVersionResource]discovery.Status {
+	return b.monitors.Status()
+}
+
+// MonitorHandlers returns the number of running monitors and of event
+// handlers they hold (see Collector.MonitorHandlers).
+func (b *Builder) MonitorHandlers() (monitors, handlers int) {
+	return b.monitors.Len(), b.monitors.Handlers()
+}
+
+// Unlisted returns the monitored resources whose objects are not all in
+// the graph yet: no complete list of theirs has been applied.
+func (b *Builder) Unlisted() []discovery.Resource { return b.monitors.Unlisted() }
+
+// DiscoveryFailures returns the group versions the last discovery could not
+// read (an aggregated API whose backend is unavailable), with their errors.
+// Their resources, if monitored before, keep their monitors.
+func (b *Builder) DiscoveryFailures() map[schema.GroupVersion]error {
+	if p := b.discoveryFailures.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Resource returns the monitored resource of an observed kind.
+func (b *Builder) Resource(gvk schema.GroupVersionKind) (schema.GroupVersionResource, bool) {
+	gvr, ok := (*b.kinds.Load())[gvk]
+	return gvr, ok
+}
+
+// Enqueue queues an observation for the graph builder: the monitors'
+// entry point. It never blocks (the queue is unbounded, so a slow graph
+// never stalls a watch).
+func (b *Builder) Enqueue(ev graph.Event) {
+	b.events.Push(ev)
+	b.rediscover.observe(ev)
+}
+
+// Backlog returns the number of observations queued and not applied yet.
+func (b *Builder) Backlog() int { return b.events.Len() }
+
+// WaitIdle waits until every event pushed so far has been applied.
+func (b *Builder) WaitIdle() { b.events.WaitIdle() }
+
+// Stop stops the monitors and the event queue (Run then returns).
+func (b *Builder) Stop() {
+	b.monitors.Stop()
+	b.events.Close()
+}
+
+// Idle reports whether every event pushed so far has been applied and no
+// rediscovery round runs (a test hook; see Collector.Idle).
+func (b *Builder) Idle() bool {
+	return b.busy.Load() == 0 && b.events.idle()
+}
+
+// Resync rediscovers deletable resources and adds or removes monitors to
+// match. Resources of groups that failed discovery keep their monitors: a
+// failing APIService is not a vanished one. It returns what discovery found
+// (want is nil when discovery failed altogether).
+func (b *Builder) Resync(ctx context.Context) (want map[schema.GroupVersionResource]discovery.Resource, failed map[schema.GroupVersion]error, err error) {
+	want, failed, err = discovery.Deletable(b.cfg.Discovery, b.ignored)
+	if want == nil {
+		return nil, nil, err
+	}
+	failures := make(map[schema.GroupVersion]error, len(failed))
+	for gv, e := range failed {
+		failures[gv] = e
+	}
+	b.discoveryFailures.Store(&failures)
+	kinds := make(map[schema.GroupVersionKind]schema.GroupVersionResource, len(want))
+	for gvr, r := range want {
+		kinds[gvr.GroupVersion().WithKind(r.Kind)] = gvr
+	}
+	old := *b.kinds.Load()
+	for gvk, gvr := range old {
+		if _, ok := failed[gvk.GroupVersion()]; ok {
+			kinds[gvk] = gvr
+		}
+	}
+	b.kinds.Store(&kinds)
+	added, removed := b.monitors.Sync(ctx, want, func(gvr schema.GroupVersionResource) bool {
+		_, ok := failed[gvr.GroupVersion()]
+		return ok
+	})
+	if added+removed > 0 {
+		b.cfg.Mapper.Reset()
+		klog.FromContext(ctx).V(1).Info("Monitors changed", "added", added, "removed", removed, "monitors", b.monitors.Len())
+	}
+	return want, failed, err
+}
+
+// Run is the graph's single writer: it applies events until ctx is done or
+// Stop is called. When it stops it closes the event queue, which releases
+// anyone waiting for the queue to drain.
+func (b *Builder) Run(ctx context.Context) {
+	defer b.events.Close()
+	for {
+		ev, ok := b.events.Pop()
+		if !ok {
+			return
+		}
+		b.Apply(ev)
+		b.events.Done()
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// Apply applies one monitor event to the graph and hands its effects to
+// the sink. Only Run calls it (and tests, in its place).
+func (b *Builder) Apply(ev graph.Event) {
+	if ev.Type == graph.Listed {
+		// Everything the list saw is in the graph now.
+		b.monitors.Applied(ev.Gen)
+		return
+	}
+	eff := b.graph.Apply(ev)
+	if ev.Type == graph.Relisted {
+		// Deletions a relist found never came as events: tell the
+		// rediscoverer (CRDs and APIServices deleted while a watch was
+		// down).
+		for _, id := range eff.Absent {
+			b.rediscover.observe(graph.Event{Type: graph.Delete, Object: rules.Object{Identity: id}})
+		}
+	}
+	b.sink.Observed(ev, eff)
+	now := time.Now()
+	for _, uid := range eff.CascadeStarted {
+		if _, ok := b.cascadeStart[uid]; !ok {
+			b.cascadeStart[uid] = now
+		}
+	}
+	for _, uid := range eff.CascadeDone {
+		if t, ok := b.cascadeStart[uid]; ok {
+			b.cfg.Metrics.CascadeDone(now.Sub(t))
+			delete(b.cascadeStart, uid)
+		}
+	}
+}
+
+// clock returns the configured clock, or the real one.
+func (b *Builder) clock() clock.WithTicker {
+	if b.cfg.Clock != nil {
+		return b.cfg.Clock
+	}
+	return clock.RealClock{}
+}
