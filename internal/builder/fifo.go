@@ -2,7 +2,7 @@ package builder
 
 import "sync"
 
-// fifo is an unbounded, ordered queue between the informers (many
+// fifo is an unbounded, ordered queue between the monitors (many
 // producers, which must never block) and the graph builder (one consumer).
 type fifo[T any] struct {
 	mu     sync.Mutex

@@ -89,8 +89,8 @@ func (r *rediscoverer) changedGroups() map[string]bool {
 	return out
 }
 
-// observe looks at one informer event; it must not block (it runs on an
-// informer's goroutine).
+// observe looks at one monitor event; it must not block (it runs on a
+// monitor's goroutine).
 func (r *rediscoverer) observe(ev graph.Event) {
 	id := ev.Object.Identity
 	// Cheap test first: this runs for every event of every resource.

@@ -1,13 +1,15 @@
-// Package collector is kgc's garbage collector: the graph builder, the
-// attempt-to-delete and attempt-to-orphan queues and workers, and the pure
-// decisions they act on.
+// Package collector is kgc's garbage collector as one value: it wires the
+// graph builder (package builder) to the workers (package workers) and
+// runs them in order — discovery, monitors syncing, then workers.
 //
-// Pipeline: monitors (package discovery) push every observation into an
-// unbounded FIFO; one goroutine, the graph builder, applies them to the
-// graph (package graph) in order and enqueues the UIDs the graph says need a
-// check; workers read a copy of the item from the graph, resolve its owners
-// (resolve.go), decide an Action (decide.go, pure) and execute it
-// (execute.go, the only place that calls package apiops). A worker returns
-// an error to ask for a rate-limited retry; one place applies that to the
-// queue.
+// The pipeline, and which way data flows:
+//
+//	discovery → monitors → builder ──Apply──▶ graph ◀──read── workers → apiops → API server
+//	                          └─────Sink (effects: UIDs to check)─────▶┘
+//
+// The builder is the graph's single writer; workers only read the graph
+// and learn the outcome of their own writes from it, like any other
+// change. Every decision is made by package rules from facts the workers
+// gather; the inspection commands (package inspect) gather the same facts
+// elsewhere and call the same rules.
 package collector

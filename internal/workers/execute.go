@@ -44,7 +44,7 @@ func (w *Workers) planDeleteItem(ctx context.Context, uid types.UID) (write, err
 	if !ok || it.Virtual {
 		return nil, nil
 	}
-	// Already written to at this version: wait for the informer (see writeLog).
+	// Already written to at this version: wait for the monitor (see writeLog).
 	if skip, stale := w.writes.check(uid, it.ResourceVersion); skip {
 		if stale {
 			return nil, errRetry

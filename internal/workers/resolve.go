@@ -40,7 +40,7 @@ type getFunc func(ctx context.Context, gvr schema.GroupVersionResource, ns, name
 // resolver classifies ownerReferences. It decides from the graph where the
 // graph can vouch for an owner, and asks the API server otherwise.
 //
-// Freshness: the graph is fed by informers and may lag the server. Reading a
+// Freshness: the graph is fed by watches and may lag the server. Reading a
 // lagging graph is safe in every case kgc uses it for:
 //   - solid from the graph only ever keeps an object (if the owner has since
 //     gone, its delete event re-checks the dependents);

@@ -14,7 +14,7 @@ import (
 // wrote to it, until the graph observes something newer. The zero value is
 // ready to use.
 //
-// Why: an item is often checked again before the informer delivers the
+// Why: an item is often checked again before its monitor delivers the
 // effect of kgc's own write (a foreground owner re-checks its blocking
 // dependents on every change; a chain level is queued by its owner's
 // transition and by its owner's check). Deciding again from the same,
@@ -22,7 +22,7 @@ import (
 // wasted call (a 404, or a 409 from the resourceVersion precondition).
 // Skipping is safe because:
 //   - a write that succeeded (or found the object gone) changed the object,
-//     so the informer will deliver a newer version or the deletion, and
+//     so its monitor will deliver a newer version or the deletion, and
 //     that event re-queues whatever needs re-checking;
 //   - a write rejected with 409 proves the graph's version is stale; the
 //     check is retried (rate-limited) without a call until the graph shows

@@ -1,0 +1,16 @@
+// Package workers is kgc's attempt-to-delete and attempt-to-orphan
+// workers: for each queued UID they copy the item from the graph, gather
+// the facts about its owners (resolve.go: the graph where it can vouch for
+// an owner, a quorum GET or a shared LIST where it cannot), decide with
+// package rules, and hand the writes that carry the decision out to a
+// bounded pool of write slots (package apiops makes the calls). Planning
+// never writes.
+//
+// What every write rests on, and why each fact is fresh enough, is written
+// next to the code that makes it (execute.go) and in docs/correctness.md:
+// preconditions guard the object written; facts about other objects are
+// monotonic (a UID observed deleted, a deletionTimestamp), confirmed by a
+// quorum read under a deletion lock (locks.go), or read from a graph in
+// which every resource that could hold a counter-example has been listed
+// (negative.go).
+package workers
