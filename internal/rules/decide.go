@@ -47,7 +47,7 @@ type Action struct {
 	// (an owner kind is not served yet).
 	Retry bool
 	// Waiting, for DeleteItem: the owners the decision counted as waiting
-	// (set by the worker, not by the decision; see deleteItem).
+	// (set by the worker, not by the decision; see workers.deleteItem).
 	Waiting []types.UID
 	// Orphan, for OrphanDependents: each dependent that still references
 	// the item, with the indices of those references.
@@ -66,7 +66,7 @@ type Orphan struct {
 // that still references it loses those references, and the dependents
 // stay; once none references it, the orphan finalizer goes and the
 // apiserver deletes the owner. The caller vouches that dependents is
-// complete (see the collector's negativeFactsReady): "none references it"
+// complete (the workers' negativeFactsReady): "none references it"
 // is a negative fact.
 func DecideOrphan(owner *Object, dependents []Object) Action {
 	var out []Orphan

@@ -15,7 +15,7 @@ import (
 )
 
 // Regression tests of issue 14's items against the real apiserver: the
-// unit tests (internal/collector/interleave_test.go) script the exact
+// unit tests (internal/workers/interleave_test.go) script the exact
 // interleavings; these check that kgc's writes do what they must on a real
 // kube-apiserver (JSON patches with tests, strategic merge patches keyed by
 // UID and their fallback for custom resources, conflicting DELETEs).
