@@ -14,6 +14,9 @@ import (
 
 // hooks is the workers' test-visible bookkeeping.
 type hooks struct {
+	// workersStarted is set once Start started the workers (after the
+	// start-up re-check queued its items).
+	workersStarted atomic.Bool
 	// processing counts queue items handed out by Get and not yet Done
 	// (an item stays processing while its writes run: see runWorker).
 	processing atomic.Int64
@@ -58,6 +61,6 @@ func (w *Workers) useClock(clk clock.WithTicker) {
 // they wait on Config.Clock, whose pending timers a test advances. A test
 // hook (see Collector.Idle).
 func (w *Workers) Idle() bool {
-	return w.started.Load() && w.hooks.processing.Load() == 0 &&
+	return w.hooks.workersStarted.Load() && w.hooks.processing.Load() == 0 &&
 		w.attemptToDelete.Len() == 0 && w.attemptToOrphan.Len() == 0
 }

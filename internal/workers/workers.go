@@ -202,6 +202,7 @@ func (w *Workers) Start(ctx, workCtx context.Context) {
 			w.runWorker(ctx, workCtx, w.attemptToOrphan, w.planOrphanItem)
 		}()
 	}
+	w.hooks.workersStarted.Store(true)
 }
 
 // Stop shuts the queues down and waits for the workers and their writes
