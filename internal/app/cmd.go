@@ -43,7 +43,7 @@ func NewRootCommand(ctx context.Context, run RunFunc) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(NewRunCommand(run))
+	root.AddCommand(NewRunCommand(run), NewVersionCommand())
 	AddInspectCommands(root, InspectDeps{})
 	return root
 }
