@@ -7,7 +7,8 @@
 // new dependents), and checks two things:
 //
 //   - safety, judged by an independent watcher that records every object's
-//     history (its own informers, no kgc code, no fault proxy) and compares
+//     history (informers of its own through sandbox/internal/safety's
+//     Stream: no kgc code, no fault proxy, not the gc tests' judge) and compares
 //     states by resourceVersion, a global order with one etcd behind the
 //     apiserver (watches of different resources are not ordered relative
 //     to each other, so nothing is judged by arrival). The rules, from
