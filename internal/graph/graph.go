@@ -38,7 +38,7 @@ func (o *Object) Orphaning() bool {
 	return o.Deleting && slices.Contains(o.Finalizers, FinalizerOrphan)
 }
 
-// EventType says what an informer observed.
+// EventType says what a monitor observed.
 type EventType int
 
 const (
@@ -121,7 +121,7 @@ func (g *Graph) addDelete(eff *Effects, k key) {
 	eff.AttemptToDelete = append(eff.AttemptToDelete, g.uidOf(k))
 }
 
-// Apply applies one informer event and returns its effects.
+// Apply applies one monitor event and returns its effects.
 func (g *Graph) Apply(ev Event) Effects {
 	g.mu.Lock()
 	defer g.mu.Unlock()

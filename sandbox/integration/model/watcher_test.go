@@ -198,7 +198,7 @@ type judgement struct {
 }
 
 // judge checks run's history against the safety contract of
-// docs/design.md and returns the violations, each named by its rule:
+// docs/correctness.md (its guarantees S1–S3) and returns the violations, each named by its rule:
 //
 //   - S1: every deletion of a run's object that the test did not issue
 //     itself (testDeleted) — its start (deletionTimestamp set) or the
