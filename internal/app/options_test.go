@@ -15,9 +15,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
@@ -406,22 +403,10 @@ func writeKubeconfig(t *testing.T, server string) string {
 	return path
 }
 
-// limiterOf returns the rate limiter client-go gives a REST client built
-// from cfg (every client kgc builds gets one of its own the same way).
-func limiterOf(t *testing.T, cfg *rest.Config) flowcontrol.RateLimiter {
-	t.Helper()
-	cfg = rest.CopyConfig(cfg)
-	cfg.GroupVersion = &schema.GroupVersion{Version: "v1"}
-	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	c, err := rest.RESTClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c.GetRateLimiter()
-}
-
 // The client config kgc run builds carries the client flags as given: a
-// negative QPS reaches client-go, which then builds no rate limiter.
+// negative QPS reaches client-go, and no RateLimiter overrides it, so
+// client-go builds no rate limiter (pkg/kgc's TestWithBudget checks the
+// clients client-go builds from such a config).
 func TestRestConfig(t *testing.T) {
 	kubeconfig := writeKubeconfig(t, "https://10.0.0.1:6443")
 	for _, tc := range []struct {
@@ -430,13 +415,12 @@ func TestRestConfig(t *testing.T) {
 		qps         float32
 		burst       int
 		contentType string
-		limited     bool
 	}{
-		{name: "defaults", qps: 20, burst: 30, limited: true},
+		{name: "defaults", qps: 20, burst: 30},
 		{name: "no rate limit", args: []string{"--kube-api-qps=-1"}, qps: -1, burst: 30},
 		{name: "KCM command line", args: []string{"--kube-api-qps=-1", "--kube-api-burst=0", "--kube-api-content-type=application/vnd.kubernetes.protobuf"},
 			qps: -1, contentType: "application/vnd.kubernetes.protobuf"},
-		{name: "budget", args: []string{"--kube-api-qps=100", "--kube-api-burst=200"}, qps: 100, burst: 200, limited: true},
+		{name: "budget", args: []string{"--kube-api-qps=100", "--kube-api-burst=200"}, qps: 100, burst: 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := parse(t, append(tc.args, "--kubeconfig", kubeconfig)...)
@@ -450,8 +434,8 @@ func TestRestConfig(t *testing.T) {
 			if cfg.QPS != tc.qps || cfg.Burst != tc.burst || cfg.ContentType != tc.contentType {
 				t.Errorf("QPS %v, Burst %d, ContentType %q; want %v, %d, %q", cfg.QPS, cfg.Burst, cfg.ContentType, tc.qps, tc.burst, tc.contentType)
 			}
-			if l := limiterOf(t, cfg); (l != nil) != tc.limited {
-				t.Errorf("client-go rate limiter %v, want one: %v", l, tc.limited)
+			if cfg.RateLimiter != nil {
+				t.Errorf("the config carries a RateLimiter, which would override QPS %v", cfg.QPS)
 			}
 		})
 	}
