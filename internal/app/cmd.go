@@ -43,7 +43,7 @@ func NewRootCommand(ctx context.Context, run RunFunc) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(NewRunCommand(run))
+	root.AddCommand(NewRunCommand(run), NewVersionCommand())
 	AddInspectCommands(root, InspectDeps{})
 	return root
 }
@@ -86,7 +86,11 @@ func (o *RunOptions) RestConfig() (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading client config: %w", err)
 	}
-	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	// A negative QPS reaches client-go as it is: no rate limiter.
+	cfg.QPS, cfg.Burst, cfg.RateLimiter = o.KubeAPIQPS, o.KubeAPIBurst, nil
+	if o.KubeAPIContentType != "" {
+		cfg.ContentType = o.KubeAPIContentType
+	}
 	return cfg, nil
 }
 
@@ -97,6 +101,8 @@ func Run(ctx context.Context, o *RunOptions) error {
 	if p := o.Observability.ApplyGCPercent(o.gcPercentChanged, os.Getenv); p != -2 {
 		logger.V(1).Info("Set the GC target percentage", "gcPercent", p)
 	}
+	o.Observability.applyContentionProfiling()
+	o.KCM.logIgnored(logger)
 	cfg, err := o.RestConfig()
 	if err != nil {
 		return err

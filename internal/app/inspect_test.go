@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/kgc-dev/kgc/internal/graphapi"
 	"github.com/kgc-dev/kgc/internal/inspect"
@@ -116,6 +117,23 @@ func TestParseCascade(t *testing.T) {
 	for in, want := range map[string]metav1.DeletionPropagation{"background": "Background", "Foreground": "Foreground", "orphan": "Orphan", "true": "Background", "false": "Orphan"} {
 		if got, err := parseCascade(in); err != nil || got != want {
 			t.Errorf("%s: %s, %v", in, got, err)
+		}
+	}
+}
+
+// The inspection commands give a config without a budget their own, and
+// leave a negative QPS (no rate limit) as it is.
+func TestInspectWrapBudget(t *testing.T) {
+	o := &inspectOptions{}
+	for _, tc := range []struct {
+		qps, wantQPS     float32
+		burst, wantBurst int
+	}{{0, 50, 0, 100}, {-1, -1, 0, 0}, {5, 5, 6, 6}} {
+		var wrapped float32
+		cfg := &rest.Config{QPS: tc.qps, Burst: tc.burst}
+		o.wrap(cfg, InspectDeps{WrapConfig: func(c *rest.Config) { wrapped = c.QPS }})
+		if cfg.QPS != tc.wantQPS || cfg.Burst != tc.wantBurst || wrapped != tc.wantQPS {
+			t.Errorf("QPS %v, Burst %d: got %v, %d (WrapConfig saw %v); want %v, %d", tc.qps, tc.burst, cfg.QPS, cfg.Burst, wrapped, tc.wantQPS, tc.wantBurst)
 		}
 	}
 }

@@ -3,11 +3,13 @@ package app
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kgc-dev/kgc/internal/discovery"
@@ -20,6 +22,7 @@ type RunOptions struct {
 	Master                string
 	KubeAPIQPS            float32
 	KubeAPIBurst          int
+	KubeAPIContentType    string
 	ConcurrentGCSyncs     int
 	MaxWritesInFlight     int
 	DiscoveryResyncPeriod time.Duration
@@ -28,6 +31,7 @@ type RunOptions struct {
 	HTTPAddress           string
 	LeaderElection        LeaderElectionOptions
 	Observability         ObservabilityOptions
+	KCM                   KCMOptions
 
 	// Completed fields.
 	Ignored []schema.GroupResource
@@ -46,6 +50,7 @@ func NewRunOptions() *RunOptions {
 		HTTPAddress:           ":10258",
 		LeaderElection:        NewLeaderElectionOptions(),
 		Observability:         NewObservabilityOptions(),
+		KCM:                   NewKCMOptions(),
 	}
 	for _, gr := range discovery.DefaultIgnored() {
 		o.IgnoredResources = append(o.IgnoredResources, gr.String())
@@ -57,8 +62,9 @@ func NewRunOptions() *RunOptions {
 func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig. Defaults to $KUBECONFIG, then ~/.kube/config, then the in-cluster service account.")
 	fs.StringVar(&o.Master, "master", o.Master, "The address of the Kubernetes API server (overrides any value in kubeconfig).")
-	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "QPS to use while talking with the API server.")
-	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst to use while talking with the API server.")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "QPS to use while talking with the API server. Negative: no client-side rate limit (as client-go and kube-controller-manager take it).")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst to use while talking with the API server. Unused when --kube-api-qps is negative.")
+	fs.StringVar(&o.KubeAPIContentType, "kube-api-content-type", o.KubeAPIContentType, `Content type of the typed clients' requests (events, the leader election Lease): "application/json" or "application/vnd.kubernetes.protobuf". Empty: client-go's default (JSON). The metadata clients that carry the garbage collection's requests choose their own.`)
 	fs.IntVar(&o.ConcurrentGCSyncs, "concurrent-gc-syncs", o.ConcurrentGCSyncs, "The number of garbage collector workers that are allowed to sync concurrently.")
 	fs.IntVar(&o.MaxWritesInFlight, "max-writes-inflight", o.MaxWritesInFlight, "The most API writes (DELETEs and patches) in flight at once; 0 means twice --concurrent-gc-syncs. Workers hand decided writes to these slots and go on deciding.")
 	fs.DurationVar(&o.DiscoveryResyncPeriod, "discovery-resync-period", o.DiscoveryResyncPeriod, "How often to rediscover deletable resources and start or stop their monitors.")
@@ -67,6 +73,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address for /healthz, /readyz and the debug graph. Empty disables the server.")
 	o.LeaderElection.AddFlags(fs)
 	o.Observability.AddFlags(fs)
+	o.KCM.AddFlags(fs)
 }
 
 // Complete fills derived fields; call before Validate.
@@ -85,11 +92,11 @@ func (o *RunOptions) Complete() error {
 // Validate returns every problem with the options, not just the first.
 func (o *RunOptions) Validate() []error {
 	var errs []error
-	if o.KubeAPIQPS <= 0 {
-		errs = append(errs, fmt.Errorf("--kube-api-qps must be positive, got %v", o.KubeAPIQPS))
-	}
-	if o.KubeAPIBurst <= 0 {
-		errs = append(errs, fmt.Errorf("--kube-api-burst must be positive, got %d", o.KubeAPIBurst))
+	errs = append(errs, validateClientBudget(o.KubeAPIQPS, o.KubeAPIBurst)...)
+	switch o.KubeAPIContentType {
+	case "", runtime.ContentTypeJSON, runtime.ContentTypeProtobuf:
+	default:
+		errs = append(errs, fmt.Errorf("--kube-api-content-type must be %q or %q, got %q", runtime.ContentTypeJSON, runtime.ContentTypeProtobuf, o.KubeAPIContentType))
 	}
 	if o.ConcurrentGCSyncs <= 0 {
 		errs = append(errs, fmt.Errorf("--concurrent-gc-syncs must be positive, got %d", o.ConcurrentGCSyncs))
@@ -112,7 +119,25 @@ func (o *RunOptions) Validate() []error {
 	}
 	errs = append(errs, o.LeaderElection.Validate()...)
 	errs = append(errs, o.Observability.Validate()...)
+	errs = append(errs, o.KCM.Validate()...)
 	return errs
+}
+
+// validateClientBudget checks --kube-api-qps and --kube-api-burst as
+// client-go reads rest.Config.QPS: a negative QPS turns its rate limiter off
+// (the burst is then unused), a positive one needs a positive burst. Zero
+// is refused: kube-controller-manager hands it to client-go, which then
+// limits to its own default of 5 QPS — hardly what a command line meant.
+func validateClientBudget(qps float32, burst int) []error {
+	switch {
+	case math.IsNaN(float64(qps)) || math.IsInf(float64(qps), 0):
+		return []error{fmt.Errorf("--kube-api-qps must be a finite number, got %v", qps)}
+	case qps == 0:
+		return []error{errors.New("--kube-api-qps must not be 0 (client-go would take it as its default of 5 QPS): give a positive QPS, or a negative one for no client-side rate limit")}
+	case qps > 0 && burst <= 0:
+		return []error{fmt.Errorf("--kube-api-burst must be positive when --kube-api-qps is, got %d", burst)}
+	}
+	return nil
 }
 
 // errValidation wraps option errors so Execute can print usage hints.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"runtime/debug"
 	"strconv"
@@ -52,6 +54,7 @@ func defaults() RunOptions {
 		HTTPAddress:           ":10258",
 		LeaderElection:        NewLeaderElectionOptions(), // off: TestMain pins "not in a cluster"
 		Observability:         NewObservabilityOptions(),
+		KCM:                   NewKCMOptions(),
 		IgnoredResources:      []string{"events", "events.events.k8s.io"},
 		Ignored:               []schema.GroupResource{{Resource: "events"}, {Group: "events.k8s.io", Resource: "events"}},
 	}
@@ -68,6 +71,9 @@ func TestRunFlags(t *testing.T) {
 		{name: "master", args: []string{"--master", "https://10.0.0.1:6443"}, modify: func(o *RunOptions) { o.Master = "https://10.0.0.1:6443" }},
 		{name: "qps", args: []string{"--kube-api-qps=55.5"}, modify: func(o *RunOptions) { o.KubeAPIQPS = 55.5 }},
 		{name: "burst", args: []string{"--kube-api-burst=7"}, modify: func(o *RunOptions) { o.KubeAPIBurst = 7 }},
+		{name: "negative qps: no rate limit", args: []string{"--kube-api-qps=-1"}, modify: func(o *RunOptions) { o.KubeAPIQPS = -1 }},
+		{name: "negative qps: the burst is unused", args: []string{"--kube-api-qps=-1", "--kube-api-burst=0"}, modify: func(o *RunOptions) { o.KubeAPIQPS, o.KubeAPIBurst = -1, 0 }},
+		{name: "content type", args: []string{"--kube-api-content-type=application/vnd.kubernetes.protobuf"}, modify: func(o *RunOptions) { o.KubeAPIContentType = "application/vnd.kubernetes.protobuf" }},
 		{name: "workers", args: []string{"--concurrent-gc-syncs=3"}, modify: func(o *RunOptions) { o.ConcurrentGCSyncs = 3 }},
 		{name: "writes in flight", args: []string{"--max-writes-inflight=64"}, modify: func(o *RunOptions) { o.MaxWritesInFlight = 64 }},
 		{name: "unlisted hold", args: []string{"--unlisted-hold=30s"}, modify: func(o *RunOptions) { o.UnlistedHold = 30 * time.Second }},
@@ -154,9 +160,11 @@ func TestRunFlagErrors(t *testing.T) {
 			args: []string{"--ignored-resources=pods,a/b,.x"},
 			want: []string{`"a/b"`, `".x"`},
 		},
-		{name: "qps zero", args: []string{"--kube-api-qps=0"}, want: []string{"--kube-api-qps must be positive"}, validation: true},
-		{name: "qps negative", args: []string{"--kube-api-qps=-1"}, want: []string{"--kube-api-qps must be positive"}, validation: true},
-		{name: "burst zero", args: []string{"--kube-api-burst=0"}, want: []string{"--kube-api-burst must be positive"}, validation: true},
+		{name: "qps zero", args: []string{"--kube-api-qps=0"}, want: []string{"--kube-api-qps must not be 0", "a negative one for no client-side rate limit"}, validation: true},
+		{name: "qps not a number", args: []string{"--kube-api-qps=NaN"}, want: []string{"--kube-api-qps must be a finite number"}, validation: true},
+		{name: "qps infinite", args: []string{"--kube-api-qps=+Inf"}, want: []string{"--kube-api-qps must be a finite number"}, validation: true},
+		{name: "burst zero", args: []string{"--kube-api-burst=0"}, want: []string{"--kube-api-burst must be positive when --kube-api-qps is, got 0"}, validation: true},
+		{name: "content type", args: []string{"--kube-api-content-type=application/yaml"}, want: []string{"--kube-api-content-type must be", `"application/yaml"`}, validation: true},
 		{name: "workers zero", args: []string{"--concurrent-gc-syncs=0"}, want: []string{"--concurrent-gc-syncs must be positive"}, validation: true},
 		{name: "workers negative", args: []string{"--concurrent-gc-syncs=-3"}, want: []string{"--concurrent-gc-syncs must be positive, got -3"}, validation: true},
 		{name: "writes in flight negative", args: []string{"--max-writes-inflight=-1"}, want: []string{"--max-writes-inflight must not be negative (0 means twice --concurrent-gc-syncs), got -1"}, validation: true},
@@ -167,12 +175,12 @@ func TestRunFlagErrors(t *testing.T) {
 		{
 			name: "all validation errors at once",
 			args: []string{
-				"--kube-api-qps=0", "--kube-api-burst=-1", "--concurrent-gc-syncs=0",
-				"--discovery-resync-period=0s", "--http-address=nope",
+				"--kube-api-qps=1", "--kube-api-burst=-1", "--kube-api-content-type=text/plain", "--concurrent-gc-syncs=0",
+				"--discovery-resync-period=0s", "--http-address=nope", "--controllers=-garbagecollector", "--secure-port=10257",
 			},
 			want: []string{
-				"--kube-api-qps", "--kube-api-burst", "--concurrent-gc-syncs",
-				"--discovery-resync-period", "--http-address",
+				"--kube-api-burst", "--kube-api-content-type", "--concurrent-gc-syncs",
+				"--discovery-resync-period", "--http-address", "--controllers", "--secure-port",
 			},
 			validation: true,
 		},
@@ -204,10 +212,13 @@ func TestValidate(t *testing.T) {
 		{"defaults", func(*RunOptions) {}, 0},
 		{"no http server", func(o *RunOptions) { o.HTTPAddress = "" }, 0},
 		{"resync exactly 1s", func(o *RunOptions) { o.DiscoveryResyncPeriod = time.Second }, 0},
-		{"qps", func(o *RunOptions) { o.KubeAPIQPS = 0 }, 1},
+		{"qps zero", func(o *RunOptions) { o.KubeAPIQPS = 0 }, 1},
+		{"qps negative", func(o *RunOptions) { o.KubeAPIQPS = -1 }, 0},
+		{"qps negative, burst unused", func(o *RunOptions) { o.KubeAPIQPS, o.KubeAPIBurst = -1, -1 }, 0},
+		{"qps positive, burst zero", func(o *RunOptions) { o.KubeAPIBurst = 0 }, 1},
 		{"two problems", func(o *RunOptions) { o.KubeAPIBurst, o.ConcurrentGCSyncs = 0, -1 }, 2},
 		{"five problems", func(o *RunOptions) {
-			o.KubeAPIQPS, o.KubeAPIBurst, o.ConcurrentGCSyncs, o.DiscoveryResyncPeriod, o.HTTPAddress = -1, 0, 0, 0, "x"
+			o.KubeAPIBurst, o.KubeAPIContentType, o.ConcurrentGCSyncs, o.DiscoveryResyncPeriod, o.HTTPAddress = 0, "x", 0, 0, "x"
 		}, 5},
 	}
 	for _, tc := range tests {
@@ -377,5 +388,55 @@ func TestApplyGCPercent(t *testing.T) {
 	cmd := NewRunCommand(func(context.Context, *RunOptions) error { return nil })
 	if f := cmd.Flags().Lookup("gc-percent"); f == nil || f.DefValue != strconv.Itoa(kgc.RecommendedGCPercent) {
 		t.Errorf("--gc-percent flag = %+v", f)
+	}
+}
+
+// writeKubeconfig writes a kubeconfig for server and returns its path.
+func writeKubeconfig(t *testing.T, server string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	data := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: " + server +
+		"\ncontexts:\n- name: c\n  context:\n    cluster: c\ncurrent-context: c\n"
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The client config kgc run builds carries the client flags as given: a
+// negative QPS reaches client-go, and no RateLimiter overrides it, so
+// client-go builds no rate limiter (pkg/kgc's TestWithBudget checks the
+// clients client-go builds from such a config).
+func TestRestConfig(t *testing.T) {
+	kubeconfig := writeKubeconfig(t, "https://10.0.0.1:6443")
+	for _, tc := range []struct {
+		name        string
+		args        []string
+		qps         float32
+		burst       int
+		contentType string
+	}{
+		{name: "defaults", qps: 20, burst: 30},
+		{name: "no rate limit", args: []string{"--kube-api-qps=-1"}, qps: -1, burst: 30},
+		{name: "KCM command line", args: []string{"--kube-api-qps=-1", "--kube-api-burst=0", "--kube-api-content-type=application/vnd.kubernetes.protobuf"},
+			qps: -1, contentType: "application/vnd.kubernetes.protobuf"},
+		{name: "budget", args: []string{"--kube-api-qps=100", "--kube-api-burst=200"}, qps: 100, burst: 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parse(t, append(tc.args, "--kubeconfig", kubeconfig)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := o.RestConfig()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.QPS != tc.qps || cfg.Burst != tc.burst || cfg.ContentType != tc.contentType {
+				t.Errorf("QPS %v, Burst %d, ContentType %q; want %v, %d, %q", cfg.QPS, cfg.Burst, cfg.ContentType, tc.qps, tc.burst, tc.contentType)
+			}
+			if cfg.RateLimiter != nil {
+				t.Errorf("the config carries a RateLimiter, which would override QPS %v", cfg.QPS)
+			}
+		})
 	}
 }

@@ -237,8 +237,8 @@ func TestMonitorsSyncLifecycle(t *testing.T) {
 	if m.Len() != 0 || !m.HasSynced() {
 		t.Errorf("after Stop: Len %d", m.Len())
 	}
-	// Every informer goroutine ends with Stop (allow for the runtime's own).
-	waitUntil(t, "informer goroutines to end", func() bool { return runtime.NumGoroutine() <= before+2 })
+	// Every monitor goroutine ends with Stop (allow for the runtime's own).
+	waitUntil(t, "monitor goroutines to end", func() bool { return runtime.NumGoroutine() <= before+2 })
 }
 
 // A monitor whose list fails is reported failing, with the error, while

@@ -13,7 +13,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/rules"
 )
 
-// BenchmarkApply replays an informer's life on one core: every object is
+// BenchmarkApply replays a monitor's events on one core: every object is
 // added, updated twice (new resourceVersion, same owner) and deleted; one
 // object in ten is an owner of the next nine, and owners arrive after some
 // of their dependents (as when monitors sync in any order). It reports

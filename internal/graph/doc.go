@@ -3,8 +3,10 @@
 //
 // Concurrency contract: a Graph has exactly one writer, the graph builder
 // goroutine, which calls Apply for every monitor event in order. Any number
-// of workers read it concurrently through the query methods (Item, Owner,
-// Nodes, …), which copy what they return; no caller ever holds a *node.
+// of readers — the workers, the HTTP server's graph views, the metrics —
+// read it concurrently through the query methods (Item, Owner, Object,
+// Snapshot, Views, Counts, …), which take the read lock and copy what they
+// return; no caller ever holds a *node.
 // Apply does no I/O: instead of touching queues it returns the Effects the
 // event has (items to re-check), so the rules are unit-testable.
 //

@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// EventType says what an informer observed.
+// EventType says what a monitor observed.
 type EventType int
 
 const (
@@ -90,7 +90,7 @@ func (g *Graph) addDelete(eff *Effects, k key) {
 	eff.AttemptToDelete = append(eff.AttemptToDelete, g.uidOf(k))
 }
 
-// Apply applies one informer event and returns its effects.
+// Apply applies one monitor event and returns its effects.
 func (g *Graph) Apply(ev Event) Effects {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kgc-dev/kgc/internal/buildinfo"
 )
 
 type docRow struct {
@@ -182,4 +185,36 @@ func TestDocumentedMetricsExistFromTheStart(t *testing.T) {
 			t.Errorf("%s is not exported until something happens", name)
 		}
 	}
+}
+
+// kgc_build_info is 1, labelled with what buildinfo reports.
+func TestBuildInfo(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := New(reg, Sources{}); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := buildinfo.Get()
+	want := map[string]string{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion}
+	for _, f := range families {
+		if f.GetName() != "kgc_build_info" {
+			continue
+		}
+		if len(f.GetMetric()) != 1 {
+			t.Fatalf("kgc_build_info has %d series, want 1", len(f.GetMetric()))
+		}
+		m := f.GetMetric()[0]
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		if !maps.Equal(got, want) || m.GetGauge().GetValue() != 1 {
+			t.Errorf("kgc_build_info%v %v, want %v 1", got, m.GetGauge().GetValue(), want)
+		}
+		return
+	}
+	t.Error("kgc_build_info not exported")
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/kgc-dev/kgc/internal/buildinfo"
 )
 
 const namespace = "kgc"
@@ -151,8 +153,15 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 			Help: "Rate-limited retries of items in a work queue.",
 		}, []string{"name"}),
 	}
+	build := buildinfo.Get()
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "build_info",
+		Help:        "Always 1; its labels say which kgc this is: version, VCS revision and Go version.",
+		ConstLabels: prometheus.Labels{"version": build.Version, "revision": build.Revision, "goversion": build.GoVersion},
+	})
+	buildInfo.Set(1)
 	m.collectors = []prometheus.Collector{
-		m.operations, m.apiRequests, m.cascade, m.unresolvable, m.lookups, m.unlisted,
+		buildInfo, m.operations, m.apiRequests, m.cascade, m.unresolvable, m.lookups, m.unlisted,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries,
 		&stateCollector{src: src},
 	}

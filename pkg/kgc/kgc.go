@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -115,9 +116,11 @@ type Options struct {
 	IgnoredResources []schema.GroupResource
 	// DiscoveryResyncPeriod is how often deletable resources are rediscovered. Default 30s.
 	DiscoveryResyncPeriod time.Duration
-	// QPS and Burst override the client budget of the rest.Config. When both
-	// are left zero, a config without a budget gets kube-controller-manager's
-	// defaults (20 QPS, burst 30).
+	// QPS and Burst override the client budget of the rest.Config (and its
+	// RateLimiter, if it has one). A negative QPS means no client-side rate
+	// limit, as in rest.Config and kube-controller-manager's --kube-api-qps;
+	// Burst is then unused. When both are left zero, a config without a
+	// budget gets kube-controller-manager's defaults (20 QPS, burst 30).
 	QPS   float32
 	Burst int
 	// Logger defaults to klog's.
@@ -161,9 +164,6 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	if cfg == nil {
 		return nil, errors.New("kgc: rest config is required")
 	}
-	if opts.QPS < 0 || opts.Burst < 0 {
-		return nil, fmt.Errorf("kgc: QPS and Burst must not be negative (got %v, %d)", opts.QPS, opts.Burst)
-	}
 	component := opts.EventComponent
 	if component == "" {
 		component = DefaultEventComponent
@@ -171,12 +171,9 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	if err := ValidateEventComponent(component); err != nil {
 		return nil, fmt.Errorf("kgc: EventComponent: %w", err)
 	}
-	cfg = rest.CopyConfig(cfg)
-	switch {
-	case opts.QPS != 0 || opts.Burst != 0:
-		cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
-	case cfg.QPS == 0 && cfg.Burst == 0 && cfg.RateLimiter == nil:
-		cfg.QPS, cfg.Burst = 20, 30
+	cfg, err := withBudget(cfg, opts.QPS, opts.Burst)
+	if err != nil {
+		return nil, err
 	}
 	cfg = rest.AddUserAgent(cfg, "kgc")
 	var inner *collector.Collector // set below; read only at scrape time
@@ -260,6 +257,28 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	}
 	out.handler = server.BuildMux(source{out.c}, hopts)
 	return out, nil
+}
+
+// withBudget returns a copy of cfg with the client budget New documents
+// for Options.QPS and Options.Burst. Every client kgc builds from it takes
+// its rate limiter from QPS and Burst: client-go builds none for a
+// negative QPS.
+func withBudget(cfg *rest.Config, qps float32, burst int) (*rest.Config, error) {
+	if math.IsNaN(float64(qps)) {
+		return nil, errors.New("kgc: QPS must be a number, got NaN")
+	}
+	if qps >= 0 && burst < 0 {
+		return nil, fmt.Errorf("kgc: Burst must not be negative unless QPS is (got QPS %v, Burst %d)", qps, burst)
+	}
+	cfg = rest.CopyConfig(cfg)
+	switch {
+	case qps != 0 || burst != 0:
+		// A RateLimiter would win over QPS and Burst in client-go.
+		cfg.QPS, cfg.Burst, cfg.RateLimiter = qps, burst, nil
+	case cfg.QPS == 0 && cfg.Burst == 0 && cfg.RateLimiter == nil:
+		cfg.QPS, cfg.Burst = 20, 30
+	}
+	return cfg, nil
 }
 
 // Start builds a Collector, runs it in the background and returns once its

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
 
@@ -21,8 +24,8 @@ func TestNewValidates(t *testing.T) {
 		t.Error("New(nil) succeeded")
 	}
 	cfg := &rest.Config{Host: "https://127.0.0.1:1"}
-	if _, err := kgc.New(cfg, kgc.Options{QPS: -1}); err == nil {
-		t.Error("negative QPS accepted")
+	if _, err := kgc.New(cfg, kgc.Options{QPS: -1}); err != nil {
+		t.Errorf("negative QPS (no client-side rate limit) refused: %v", err)
 	}
 	if _, err := kgc.New(cfg, kgc.Options{Burst: -1}); err == nil {
 		t.Error("negative Burst accepted")
@@ -174,4 +177,22 @@ func TestStopWithoutStartIsANoop(t *testing.T) {
 	}
 	c.Stop()
 	c.Stop()
+}
+
+// /metrics names the kgc it serves: kgc_build_info with its version,
+// revision and Go version.
+func TestMetricsScrapeHasBuildInfo(t *testing.T) {
+	c, err := kgc.New(&rest.Config{Host: "http://127.0.0.1:1"}, kgc.Options{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	c.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics = %d", rec.Code)
+	}
+	re := regexp.MustCompile(`(?m)^kgc_build_info\{goversion="` + regexp.QuoteMeta(runtime.Version()) + `",revision="[^"]+",version="[^"]+"\} 1$`)
+	if !re.MatchString(rec.Body.String()) {
+		t.Errorf("/metrics lacks kgc_build_info{goversion,revision,version} 1:\n%s", rec.Body.String())
+	}
 }

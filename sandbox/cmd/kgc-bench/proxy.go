@@ -22,8 +22,8 @@ import (
 // query (watch=true; a watch with sendInitialEvents=true is client-go's
 // streaming list and counts as LIST); DISCOVERY is /api, /apis, their group/version
 // documents, /version and /openapi. NSLIST is a plain LIST of one
-// namespace: informers list cluster-wide, so a collector's namespaced LIST
-// is a lookup (kgc answers many owner lookups of one namespace with one) and
+// namespace: upstream's informers and kgc's monitors list cluster-wide,
+// so a collector's namespaced LIST is a lookup (kgc answers many owner lookups of one namespace with one) and
 // counts per object.
 const (
 	verbGet              = "GET"

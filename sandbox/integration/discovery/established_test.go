@@ -79,8 +79,9 @@ func roundAll(ds []time.Duration) []time.Duration {
 }
 
 // Creating and deleting the same CRD (with instances) 20 times while kgc
-// runs leaves kgc with the goroutines, monitors and informer handlers it
-// had before: a deleted CRD's monitor is stopped and its handler removed.
+// runs leaves kgc with the goroutines, monitors and monitor loops it had
+// before: a deleted CRD's monitor is stopped and its list-and-watch loop
+// ends.
 func TestCRDChurnLeavesNothing(t *testing.T) {
 	// Earlier tests' cleanups delete their CRDs without waiting: a
 	// collector started while one is still terminating monitors it for a

@@ -112,5 +112,5 @@ func TestAPIServerRestartMidCascade(t *testing.T) {
 		lastDelete.Sub(startAt).Round(time.Millisecond), upAt.Sub(startAt).Round(time.Millisecond), gone)
 	t.Logf("transport: %s", ft)
 	by.check(t)
-	watcher.check(t, ns)
+	checkSafety(t, ns)
 }

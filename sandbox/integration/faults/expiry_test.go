@@ -124,7 +124,7 @@ func TestWatchExpiry(t *testing.T) {
 	}
 
 	by.check(t)
-	watcher.check(t, ns)
+	checkSafety(t, ns)
 }
 
 func describeQuery(r *faultproxy.Request) string {

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
 	"k8s.io/utils/ptr"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 )
 
 const (
@@ -26,14 +28,12 @@ const (
 	waitTimeout  = 90 * time.Second
 	pollInterval = 50 * time.Millisecond
 
-	// labelTest names the test (by its namespace) an object belongs to.
-	labelTest = "kgc.test/test"
 	// labelCascade names the cascade a dependent belongs to.
 	labelCascade = "kgc.test/cascade"
-	// labelProtected marks objects kgc must never delete.
-	labelProtected = "kgc.test/protected"
-	// labelMarker marks the safety watcher's barrier objects.
-	labelMarker = "kgc.test/marker"
+	// The safety watcher's labels (package safety).
+	labelTest      = safety.LabelTest
+	labelProtected = safety.LabelProtected
+	labelMarker    = safety.LabelMarker
 )
 
 // kind is one of the two kinds the tests use.

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/kgc-dev/kgc/sandbox/controlplane"
+	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
@@ -18,7 +19,7 @@ var (
 	kgcBinary      string
 	kubeClient     kubernetes.Interface
 	metadataClient metadata.Interface
-	watcher        *safetyWatcher
+	watcher        *safety.Watcher
 )
 
 func TestMain(m *testing.M) {

@@ -111,7 +111,7 @@ func TestSIGKILLMidForegroundCascade(t *testing.T) {
 		}
 	}
 	by.check(t)
-	watcher.check(t, ns)
+	checkSafety(t, ns)
 }
 
 // checkForegroundOwner requires the cascade's owner to be waiting for its

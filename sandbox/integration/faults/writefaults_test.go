@@ -175,7 +175,7 @@ func TestInjectedWriteFaults(t *testing.T) {
 	}
 
 	by.check(t)
-	watcher.check(t, ns)
+	checkSafety(t, ns)
 }
 
 // writesByObject returns the recorded writes under prefix by method and

@@ -7,6 +7,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 )
 
 // Scenario 1. RC1 owns pods; some of them are also owned by RC2. Deleting
@@ -182,7 +184,7 @@ func TestNonBlockingOwnerRefDoesNotBlock(t *testing.T) {
 	tc.waitGone(rc)
 	if m, err := tc.get(tc.ctx, held); err != nil || m == nil {
 		t.Fatalf("%s: want it to still exist (held by %s) when its owner is gone; got %s, err %v",
-			held, holdFinalizer, describe(m), err)
+			held, holdFinalizer, safety.Describe(m), err)
 	}
 	tc.waitGone(plain)
 	// kgc deleted the held pod too; only the finalizer keeps it.
@@ -237,7 +239,7 @@ func TestBlockingOwnerRefDoesBlock(t *testing.T) {
 		return nil
 	}})
 	if m, err := tc.get(tc.ctx, p); err != nil || m == nil {
-		t.Fatalf("%s: want it held by %s; got %s, err %v", p, holdFinalizer, describe(m), err)
+		t.Fatalf("%s: want it held by %s; got %s, err %v", p, holdFinalizer, safety.Describe(m), err)
 	}
 
 	tc.release(p)

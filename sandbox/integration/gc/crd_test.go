@@ -12,6 +12,7 @@ import (
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
@@ -175,7 +176,7 @@ func TestCRDDeletionCascading(t *testing.T) {
 		tc.del(a, background())
 		tc.waitGone(a, b)
 		if m, err := tc.get(tc.ctx, cm); err != nil || m == nil {
-			t.Fatalf("round %d: %s should still exist while its owner does; got %s, err %v", round, cm, describe(m), err)
+			t.Fatalf("round %d: %s should still exist while its owner does; got %s, err %v", round, cm, safety.Describe(m), err)
 		}
 
 		tc.deleteCRD(crd)

@@ -17,6 +17,6 @@
 //     under test; once kgc has collected the sentinel it has had its chance to
 //     act on X, and X is checked then;
 //   - objects that must never be deleted carry the protected label; a
-//     package-wide watcher (safetyWatcher) records any deletion of them and
+//     package-wide watcher (sandbox/internal/safety) records any deletion of them and
 //     fails the owning test.
 package gc

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
@@ -32,12 +33,10 @@ const (
 	// holdFinalizer is the custom finalizer tests use to keep objects around.
 	holdFinalizer = "kgc.test/hold"
 
-	// labelTest names the test (by its namespace) an object belongs to.
-	labelTest = "kgc.test/test"
-	// labelProtected marks objects kgc must never delete while the test runs.
-	labelProtected = "kgc.test/protected"
-	// labelMarker marks the safety watcher's barrier objects.
-	labelMarker = "kgc.test/marker"
+	// The safety watcher's labels (package safety).
+	labelTest      = safety.LabelTest
+	labelProtected = safety.LabelProtected
+	labelMarker    = safety.LabelMarker
 )
 
 // kindInfo says how to reach one kind of object.
@@ -152,7 +151,7 @@ func (tc *testCase) finish() {
 	defer cancel()
 	// First: is everything the test protected still there, and was it there
 	// all along? The barrier makes sure the watcher saw every event up to now.
-	for _, v := range watcher.check(ctx, tc) {
+	for _, v := range checkSafety(ctx, tc) {
 		tc.t.Errorf("safety: %s", v)
 	}
 	for i := len(tc.cleanups) - 1; i >= 0; i-- {
@@ -323,7 +322,7 @@ func (tc *testCase) waitFor(o obj, what string, cond func(m *metav1.PartialObjec
 		return cond(m), nil
 	})
 	if err != nil {
-		tc.t.Fatalf("%s: waited %s for it to be %s; last seen: %s", o, waitTimeout, what, describe(last))
+		tc.t.Fatalf("%s: waited %s for it to be %s; last seen: %s", o, waitTimeout, what, safety.Describe(last))
 	}
 }
 
@@ -365,21 +364,6 @@ func sameUIDs(a, b []types.UID) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
-}
-
-func describe(m *metav1.PartialObjectMetadata) string {
-	if m == nil {
-		return "<absent>"
-	}
-	b, err := json.Marshal(struct {
-		DeletionTimestamp *metav1.Time            `json:"deletionTimestamp,omitempty"`
-		Finalizers        []string                `json:"finalizers,omitempty"`
-		OwnerReferences   []metav1.OwnerReference `json:"ownerReferences,omitempty"`
-	}{m.DeletionTimestamp, m.Finalizers, m.OwnerReferences})
-	if err != nil {
-		return err.Error()
-	}
-	return string(b)
 }
 
 // releaseFinalizer removes finalizer from o (if o still exists).
@@ -485,7 +469,7 @@ func (tc *testCase) assertKeptAfterGC(sentinelKind kindInfo, objs ...kept) {
 			tc.t.Errorf("%s was deleted; it must have been kept", k.o)
 		case k.check != nil:
 			if err := k.check(m); err != nil {
-				tc.t.Errorf("%s %v; metadata: %s", k.o, err, describe(m))
+				tc.t.Errorf("%s %v; metadata: %s", k.o, err, safety.Describe(m))
 			}
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 )
 
 // Regression tests of issue 14's items against the real apiserver: the
@@ -147,7 +149,7 @@ func TestForegroundChainIsNoCycle(t *testing.T) {
 	waiting := func(o obj) kept {
 		return kept{o: o, check: func(m *metav1.PartialObjectMetadata) error {
 			if m.DeletionTimestamp == nil || !slices.Contains(m.Finalizers, metav1.FinalizerDeleteDependents) {
-				return fmt.Errorf("is not waiting for its dependents: %s", describe(m))
+				return fmt.Errorf("is not waiting for its dependents: %s", safety.Describe(m))
 			}
 			for _, r := range m.OwnerReferences {
 				if r.BlockOwnerDeletion == nil || !*r.BlockOwnerDeletion {

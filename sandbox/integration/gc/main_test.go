@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
+	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
@@ -21,7 +22,7 @@ var (
 	dynamicClient  dynamic.Interface
 	metadataClient metadata.Interface
 	collector      *testenv.Collector
-	watcher        *safetyWatcher
+	watcher        *safety.Watcher
 )
 
 func TestMain(m *testing.M) {

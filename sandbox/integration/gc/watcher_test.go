@@ -3,126 +3,41 @@ package gc
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
-	"k8s.io/client-go/tools/cache"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 )
 
 // watchedKinds are the kinds the safety watcher guards.
 var watchedKinds = []kindInfo{podKind, configMapKind, rcKind, clusterRoleKind}
 
-// safetyWatcher watches every test object (label labelTest) for the whole
-// package run and records each deletion — or start of deletion — of an object
-// labelled protected, charged to the test named by its labelTest label. It
-// catches what a point-in-time existence check cannot: a protected object
-// that kgc deletes after the test looked at it.
-type safetyWatcher struct {
-	mu         sync.Mutex
-	violations map[string][]string      // test → what happened
-	closed     map[string]bool          // tests whose check has run
-	markers    map[string]chan struct{} // marker token → closed once seen
-}
-
-func startSafetyWatcher(ctx context.Context, client metadata.Interface) (*safetyWatcher, error) {
-	w := &safetyWatcher{
-		violations: map[string][]string{},
-		closed:     map[string]bool{},
-		markers:    map[string]chan struct{}{},
-	}
-	factory := metadatainformer.NewFilteredSharedInformerFactory(client, 0, metav1.NamespaceAll,
-		func(o *metav1.ListOptions) { o.LabelSelector = labelTest })
+func startSafetyWatcher(ctx context.Context, client metadata.Interface) (*safety.Watcher, error) {
+	var resources []schema.GroupVersionResource
 	for _, k := range watchedKinds {
-		inf := factory.ForResource(k.gvr).Informer()
-		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: func(o any) { w.observe(k, o, "") },
-			UpdateFunc: func(_, o any) {
-				if m, ok := o.(*metav1.PartialObjectMetadata); ok && m.DeletionTimestamp != nil {
-					w.observe(k, o, "started deletion (deletionTimestamp set)")
-				}
-			},
-			DeleteFunc: func(o any) { w.observe(k, o, "deleted") },
-		})
-		if err != nil {
-			return nil, err
-		}
+		resources = append(resources, k.gvr)
 	}
-	factory.Start(ctx.Done())
-	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for gvr, ok := range factory.WaitForCacheSync(syncCtx.Done()) {
-		if !ok {
-			return nil, fmt.Errorf("informer for %s did not sync", gvr)
-		}
-	}
-	return w, nil
+	return safety.Start(ctx, client, resources)
 }
 
-func (w *safetyWatcher) observe(k kindInfo, o any, what string) {
-	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-		o = d.Obj
-	}
-	m, ok := o.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if token := m.Labels[labelMarker]; token != "" {
-		if ch, ok := w.markers[token]; ok && what == "" {
-			close(ch)
-			delete(w.markers, token)
+// checkSafety waits until the watcher has caught up with the present (one
+// marker object per watched kind, created now, must come back through the
+// watch), then closes tc's account and returns what went wrong during the
+// test.
+func checkSafety(ctx context.Context, tc *testCase) []string {
+	return watcher.Check(ctx, tc.ns, 30*time.Second, func(ctx context.Context, gvr schema.GroupVersionResource, token string) error {
+		for _, k := range watchedKinds {
+			if k.gvr == gvr {
+				return createMarker(ctx, tc, k, token)
+			}
 		}
-		return
-	}
-	test := m.Labels[labelTest]
-	if what == "" || m.Labels[labelProtected] != "true" || w.closed[test] {
-		return
-	}
-	o2 := obj{kindInfo: k, namespace: m.Namespace, name: m.Name, uid: m.UID}
-	w.violations[test] = append(w.violations[test],
-		fmt.Sprintf("protected %s %s at %s; metadata: %s", o2, what, time.Now().Format(time.RFC3339Nano), describe(m)))
-}
-
-// check waits until the watcher has caught up with the present (one marker
-// object per watched kind, created now, must come back through the watch),
-// then closes tc's account and returns what went wrong during the test.
-func (w *safetyWatcher) check(ctx context.Context, tc *testCase) []string {
-	var problems []string
-	token := utilrand.String(10)
-	var pending []chan struct{}
-	for _, k := range watchedKinds {
-		tok := k.gvr.Resource + "-" + token
-		ch := make(chan struct{})
-		w.mu.Lock()
-		w.markers[tok] = ch
-		w.mu.Unlock()
-		if err := createMarker(ctx, tc, k, tok); err != nil {
-			problems = append(problems, fmt.Sprintf("barrier: create %s marker: %v", k.kind, err))
-			continue
-		}
-		pending = append(pending, ch)
-	}
-	timeout := time.After(30 * time.Second)
-	for _, ch := range pending {
-		select {
-		case <-ch:
-		case <-timeout:
-			problems = append(problems, "barrier: the watcher did not see its markers within 30s; deletions may have been missed")
-		case <-ctx.Done():
-			problems = append(problems, "barrier: "+ctx.Err().Error())
-		}
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.closed[tc.ns] = true
-	return append(problems, w.violations[tc.ns]...)
+		return fmt.Errorf("no marker for %s", gvr)
+	})
 }
 
 // createMarker creates an unowned object of kind k, labelled with token; it is

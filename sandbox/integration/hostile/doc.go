@@ -3,7 +3,7 @@
 // live UID, cross-namespace owners, cluster-scoped dependents of namespaced
 // owners, duplicate references, 200 references on one object, one owner with
 // 20,000 dependents and names of the maximal length. Each case asserts the
-// outcome the semantics of docs/design.md require, the evidence kgc gives
+// outcome the semantics of docs/semantics.md require, the evidence kgc gives
 // (an Event or a log line), that retries stay bounded (kgc's own metrics and
 // a count of its requests over a window), and that kgc keeps running.
 //

@@ -190,8 +190,8 @@ func longName(prefix string, n int) string {
 
 // quiet checks that, once a case's outcome is reached, kgc does not keep
 // working on it: its requests over a few seconds stay under a small bound
-// (the periodic rediscovery and informer traffic fit in it; a hot retry
-// loop does not).
+// (the periodic rediscovery and the monitors' watch renewals fit in it; a
+// hot retry loop does not).
 func quiet(t *testing.T) {
 	t.Helper()
 	const window, bound = 3 * time.Second, 100

@@ -170,7 +170,8 @@ func settledGoroutines(t *testing.T) int {
 // assertNoLeak checks that stopping kgc left nothing running: no goroutine
 // with kgc's code on its stack (precise), and a goroutine count back near
 // the baseline (catches goroutines kgc started inside libraries, e.g.
-// informers, within the API server's own noise).
+// client-go's watch streams or event broadcaster, within the API server's
+// own noise).
 func assertNoLeak(t *testing.T, baseline int) {
 	t.Helper()
 	var stacks []string

@@ -69,7 +69,7 @@ func TestMetricsEndpoint(t *testing.T) {
 			`(?m)^kgc_operations_total\{operation="delete",outcome="success"\} [1-9]`,
 			`(?m)^kgc_unresolvable_references_total\{reason="kind_not_served"\} [1-9]`,
 			`(?m)^kgc_monitor_synced\{resource="v1/configmaps"\} 1$`,
-			`(?m)^kgc_api_requests_total\{code="200",verb="watch"\} [1-9]`, // informers stream their initial list
+			`(?m)^kgc_api_requests_total\{code="200",verb="watch"\} [1-9]`, // every monitor watches its resource
 			`(?m)^kgc_cascade_duration_seconds_count [1-9]`,
 		} {
 			if !regexp.MustCompile(want).MatchString(body) {

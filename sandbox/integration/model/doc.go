@@ -7,11 +7,13 @@
 // new dependents), and checks two things:
 //
 //   - safety, judged by an independent watcher that records every object's
-//     history (its own informers, no kgc code, no fault proxy) and compares
+//     history (informers of its own through sandbox/internal/safety's
+//     Stream: no kgc code, no fault proxy, not the gc tests' judge) and compares
 //     states by resourceVersion, a global order with one etcd behind the
 //     apiserver (watches of different resources are not ordered relative
-//     to each other, so nothing is judged by arrival). The rules, from
-//     docs/design.md:
+//     to each other, so nothing is judged by arrival). The rules are the
+//     guarantees S1–S3 of docs/correctness.md, as the watcher can judge
+//     them:
 //     S1: no object is deleted by the collector while one of its owners
 //     exists and has never been in Foreground deletion (an owner being
 //     deleted with another finalizer, or orphaning, still holds);
@@ -23,7 +25,7 @@
 //     foregroundDeletion finalizer, no existing object refers to it with
 //     blockOwnerDeletion=true (a dependent being deleted still blocks);
 //   - the final state, once the cluster is quiet, equals what a small
-//     reference simulator of the documented semantics (docs/design.md)
+//     reference simulator of the documented semantics (docs/semantics.md)
 //     computes from the test's own record of what it did. Operations whose
 //     outcome would depend on the collector's order are not made (a
 //     dependent shared by an orphaning owner and a doomed one); two owners

@@ -8,7 +8,7 @@ import (
 )
 
 // The reference model: a small simulator of the collection semantics of
-// docs/design.md, written independently of kgc. It runs on the test's own
+// docs/semantics.md, written independently of kgc. It runs on the test's own
 // record of what it did and computes the state the cluster must settle in.
 
 const (

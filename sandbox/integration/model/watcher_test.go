@@ -12,16 +12,24 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
-	"k8s.io/client-go/tools/cache"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 )
 
 // safetyWatcher is the test's independent judge of kgc's deletions. It does
 // not use any kgc code: it watches every involved resource and keeps, for
 // each object, the sequence of states it went through, each stamped with the
 // resourceVersion of the change.
+//
+// It is not the safety watcher of the gc and faults tests (safety.Watcher),
+// on purpose: that one only records deletions of objects a test marked
+// protected, while this one is an oracle of the documented semantics in its
+// own right — it judges every deletion and every finalizer removal against
+// the owners' histories (see judge) — and is kept independent of any other
+// judge. It shares only the plumbing: safety.Stream's informers and barrier.
 //
 // Assumption: one etcd backs the whole apiserver, so resourceVersions are
 // etcd revisions and comparable across resources (every write is one etcd
@@ -31,9 +39,9 @@ import (
 // events in no particular order relative to each other, so judgement is
 // made after a barrier (see sync), not as events arrive.
 type safetyWatcher struct {
+	stream   *safety.Stream
 	mu       sync.Mutex
 	objects  map[types.UID]*history
-	markers  map[string]chan struct{}
 	unknowns map[string]int // run → deletions seen only as DeletedFinalStateUnknown
 }
 
@@ -62,51 +70,39 @@ func (s objState) String() string {
 }
 
 func startSafetyWatcher(ctx context.Context, client metadata.Interface) (*safetyWatcher, error) {
-	w := &safetyWatcher{objects: map[types.UID]*history{}, markers: map[string]chan struct{}{}, unknowns: map[string]int{}}
-	factory := metadatainformer.NewFilteredSharedInformerFactory(client, 0, metav1.NamespaceAll,
-		func(o *metav1.ListOptions) { o.LabelSelector = labelSeed })
+	w := &safetyWatcher{objects: map[types.UID]*history{}, unknowns: map[string]int{}}
+	var resources []schema.GroupVersionResource
 	for _, k := range allKinds {
-		inf := factory.ForResource(k.gvr).Informer()
-		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { w.observe(k, o, false) },
-			UpdateFunc: func(_, o any) { w.observe(k, o, false) },
-			DeleteFunc: func(o any) { w.observe(k, o, true) },
-		})
-		if err != nil {
-			return nil, err
-		}
+		resources = append(resources, k.gvr)
 	}
-	factory.Start(ctx.Done())
-	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for gvr, ok := range factory.WaitForCacheSync(syncCtx.Done()) {
-		if !ok {
-			return nil, fmt.Errorf("informer for %s did not sync", gvr)
-		}
+	var err error
+	w.stream, err = safety.Watch(ctx, client, safety.StreamOptions{Resources: resources, Selector: labelSeed, MarkerLabel: labelMarker}, w.observe)
+	if err != nil {
+		return nil, err
 	}
 	return w, nil
 }
 
-func (w *safetyWatcher) observe(k kindInfo, o any, deleted bool) {
-	unknown := false
-	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-		o, unknown = d.Obj, true
+// kindOf returns the kind served at gvr.
+func kindOf(gvr schema.GroupVersionResource) (kindInfo, bool) {
+	for _, k := range allKinds {
+		if k.gvr == gvr {
+			return k, true
+		}
 	}
-	m, ok := o.(*metav1.PartialObjectMetadata)
+	return kindInfo{}, false
+}
+
+func (w *safetyWatcher) observe(ev safety.Event) {
+	k, ok := kindOf(ev.Resource)
 	if !ok {
 		return
 	}
+	m := ev.Object
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if token := m.Labels[labelMarker]; token != "" {
-		if ch, ok := w.markers[token]; ok && !deleted {
-			close(ch)
-			delete(w.markers, token)
-		}
-		return
-	}
 	run := m.Labels[labelSeed]
-	if unknown {
+	if ev.FinalStateUnknown {
 		// The final state was missed (watch gap): the deletion's revision
 		// is unknown and cannot be judged. Counted and reported.
 		w.unknowns[run]++
@@ -123,7 +119,7 @@ func (w *safetyWatcher) observe(k kindInfo, o any, deleted bool) {
 	}
 	h.states = append(h.states, objState{
 		rv:         rv,
-		gone:       deleted,
+		gone:       ev.Type == safety.Deleted,
 		deleting:   m.DeletionTimestamp != nil,
 		refs:       m.OwnerReferences,
 		finalizers: m.Finalizers,
@@ -131,24 +127,22 @@ func (w *safetyWatcher) observe(k kindInfo, o any, deleted bool) {
 }
 
 // sync returns once the watcher has seen every change made before it was
-// called: it creates one marker object per watched resource and waits for
-// each to come back through the watch.
+// called: it creates one marker object per watched resource, in namespace
+// for the namespaced ones, waits for each to come back through the watch
+// and deletes them.
 func (w *safetyWatcher) sync(ctx context.Context, namespace string) error {
-	token := fmt.Sprintf("%d", time.Now().UnixNano())
-	var pending []chan struct{}
 	var created []ident
 	defer func() {
 		for _, o := range created {
 			_ = o.meta().Delete(context.WithoutCancel(ctx), o.name, metav1.DeleteOptions{})
 		}
 	}()
-	for _, k := range allKinds {
-		tok := k.gvr.Resource + "-" + token
-		ch := make(chan struct{})
-		w.mu.Lock()
-		w.markers[tok] = ch
-		w.mu.Unlock()
-		o := ident{kind: k, name: "marker-" + tok}
+	return w.stream.Sync(ctx, 30*time.Second, func(ctx context.Context, gvr schema.GroupVersionResource, token string) error {
+		k, ok := kindOf(gvr)
+		if !ok {
+			return fmt.Errorf("no kind for %s", gvr)
+		}
+		o := ident{kind: k, name: "marker-" + token}
 		if k.namespaced {
 			o.namespace = namespace
 		}
@@ -157,24 +151,13 @@ func (w *safetyWatcher) sync(ctx context.Context, namespace string) error {
 		u.SetKind(k.kind)
 		u.SetName(o.name)
 		u.SetNamespace(o.namespace)
-		u.SetLabels(map[string]string{labelSeed: "marker", labelMarker: tok})
+		u.SetLabels(map[string]string{labelSeed: "marker", labelMarker: token})
 		if _, err := o.dynamic().Create(ctx, u, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create %s marker: %w", k.kind, err)
+			return err
 		}
 		created = append(created, o)
-		pending = append(pending, ch)
-	}
-	timeout := time.After(30 * time.Second)
-	for _, ch := range pending {
-		select {
-		case <-ch:
-		case <-timeout:
-			return fmt.Errorf("the watcher did not see its markers within 30s")
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // Finalizers of the judged rules, as the watcher sees them.
@@ -215,7 +198,7 @@ type judgement struct {
 }
 
 // judge checks run's history against the safety contract of
-// docs/design.md and returns the violations, each named by its rule:
+// docs/correctness.md (its guarantees S1–S3) and returns the violations, each named by its rule:
 //
 //   - S1: every deletion of a run's object that the test did not issue
 //     itself (testDeleted) — its start (deletionTimestamp set) or the

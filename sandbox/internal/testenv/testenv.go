@@ -88,7 +88,8 @@ type Env struct {
 	Dynamic  dynamic.Interface
 	Metadata metadata.Interface
 	// Ctx is canceled once the tests are over, before the cleanups run:
-	// what it bounds (informers, a watcher) stops before the control plane.
+	// what it bounds (the safety watcher's informers, for one) stops before
+	// the control plane.
 	Ctx context.Context
 
 	cleanups []func()

@@ -1,0 +1,67 @@
+package buildinfo
+
+import (
+	"runtime"
+	"runtime/debug"
+	"testing"
+)
+
+func TestRead(t *testing.T) {
+	kgcMain := debug.Module{Path: modulePath, Version: "v0.3.0"}
+	vcs := []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.modified", Value: "true"}}
+	for _, tc := range []struct {
+		name       string
+		bi         *debug.BuildInfo
+		ldVersion  string
+		ldRevision string
+		want       Info
+	}{
+		{
+			name: "no build information",
+			want: Info{Version: Unknown, Revision: Unknown, GoVersion: runtime.Version()},
+		},
+		{
+			name: "kgc binary with VCS information",
+			bi:   &debug.BuildInfo{GoVersion: "go1.26.0", Main: kgcMain, Settings: vcs},
+			want: Info{Version: "v0.3.0", Revision: "0123abcd", Modified: true, GoVersion: "go1.26.0"},
+		},
+		{
+			name: "kgc binary built in its tree without VCS information",
+			bi:   &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: modulePath, Version: "(devel)"}},
+			want: Info{Version: "(devel)", Revision: Unknown, GoVersion: "go1.26.0"},
+		},
+		{
+			name:       "the linker's values win",
+			bi:         &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: modulePath, Version: "(devel)"}, Settings: vcs},
+			ldVersion:  "v1.0.0",
+			ldRevision: "fedcba98",
+			want:       Info{Version: "v1.0.0", Revision: "fedcba98", GoVersion: "go1.26.0"},
+		},
+		{
+			name: "embedded as a library: the dependency's version, not the program's revision",
+			bi: &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "example.com/app", Version: "v9.9.9"}, Settings: vcs,
+				Deps: []*debug.Module{{Path: "k8s.io/client-go", Version: "v0.36.3"}, {Path: modulePath, Version: "v0.2.0"}}},
+			want: Info{Version: "v0.2.0", Revision: Unknown, GoVersion: "go1.26.0"},
+		},
+		{
+			name: "embedded from a local directory",
+			bi: &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "example.com/app"},
+				Deps: []*debug.Module{{Path: modulePath, Version: "v0.0.0", Replace: &debug.Module{Path: "../kgc"}}}},
+			want: Info{Version: "(devel)", Revision: Unknown, GoVersion: "go1.26.0"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := read(tc.bi, tc.ldVersion, tc.ldRevision); got != tc.want {
+				t.Errorf("read = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A test binary is package buildinfo's own module's: kgc, in its tree.
+func TestGet(t *testing.T) {
+	got := Get()
+	if got.Version == "" || got.Revision == "" || got.GoVersion != runtime.Version() {
+		t.Errorf("Get = %+v", got)
+	}
+}
