@@ -313,3 +313,38 @@ func BenchmarkGraphJSONNamespace100k(b *testing.B) {
 func BenchmarkGraphJSONObject100k(b *testing.B) {
 	benchmarkGraphEndpoint(b, "?format=json&kind=Pod&name=pod-4242&namespace=ns-0")
 }
+
+// TestGraphGoldenRich pins the wire formats byte for byte for a graph with
+// every node state: finalizers (foreground, orphan, custom), a placeholder,
+// an absent owner and a cluster-scoped owner. graphapi is read by
+// `kgc explain --server` and the web view, and the DOT form by upstream's
+// tools, so the same graph must always serve the same documents.
+func TestGraphGoldenRich(t *testing.T) {
+	mux := BuildMux(&providerSource{fakeSource{g: richGraph(t)}}, Options{})
+	for _, tc := range []struct{ query, golden string }{
+		{"", "rich.dot.golden"},
+		{"?format=json", "rich.json.golden"},
+		{"?format=json&namespace=other", "rich-other.json.golden"},
+		{"?format=json&uid=uid-3", "rich-uid3.json.golden"},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			res, body := serve(t, mux, http.MethodGet, GraphPath+tc.query)
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", res.StatusCode, body)
+			}
+			golden := filepath.Join("testdata", tc.golden)
+			if *update {
+				if err := os.WriteFile(golden, []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if body != string(want) {
+				t.Errorf("%s differs from %s (run go test -update if the change is intended):\n--- got\n%s\n--- want\n%s", tc.query, golden, body, want)
+			}
+		})
+	}
+}
