@@ -604,7 +604,7 @@ func TestIdentity(t *testing.T) {
 	}
 }
 
-func snapshotUIDs(nv []graph.NodeView) []string {
+func nodeUIDs(nv []graph.Node) []string {
 	out := make([]string, 0, len(nv))
 	for _, n := range nv {
 		out = append(out, string(n.Identity.UID))
@@ -612,7 +612,7 @@ func snapshotUIDs(nv []graph.NodeView) []string {
 	return out
 }
 
-func TestSnapshot(t *testing.T) {
+func TestComponents(t *testing.T) {
 	g := graph.New()
 	// Component 1: a <- b <- c, and c <- placeholder v (never observed).
 	// Component 2: x <- y.  Lone node: z.
@@ -634,7 +634,7 @@ func TestSnapshot(t *testing.T) {
 		uids []types.UID
 		want []string
 	}{
-		{"whole graph", nil, []string{"a", "b", "c", "v", "x", "y", "z"}},
+		{"no uids", nil, []string{}},
 		{"from the root", []types.UID{"a"}, []string{"a", "b", "c", "v"}},
 		{"from the middle", []types.UID{"b"}, []string{"a", "b", "c", "v"}},
 		{"from a placeholder", []types.UID{"v"}, []string{"a", "b", "c", "v"}},
@@ -646,25 +646,32 @@ func TestSnapshot(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := g.Snapshot(tc.uids...)
-			if uids := snapshotUIDs(got); !slices.Equal(uids, tc.want) {
-				t.Errorf("Snapshot(%v) = %v, want %v (sorted by UID)", tc.uids, uids, tc.want)
+			got := g.Components(tc.uids)
+			if uids := nodeUIDs(got); !slices.Equal(uids, tc.want) {
+				t.Errorf("Components(%v) = %v, want %v (sorted by UID)", tc.uids, uids, tc.want)
 			}
 		})
 	}
-	// The views carry state.
-	byUID := map[types.UID]graph.NodeView{}
-	for _, n := range g.Snapshot() {
+	all, total := g.Nodes(nil)
+	if uids := nodeUIDs(all); total != 7 || !slices.Equal(uids, []string{"a", "b", "c", "v", "x", "y", "z"}) {
+		t.Errorf("Nodes(nil) = %v of %d, want the whole graph sorted by UID", uids, total)
+	}
+	// The nodes carry state.
+	byUID := map[types.UID]graph.Node{}
+	for _, n := range all {
 		byUID[n.Identity.UID] = n
 	}
-	if v := byUID["v"]; !v.Virtual || v.Absent {
-		t.Errorf("view of v = %+v, want virtual, not absent", v)
+	if v := byUID["v"]; !v.Virtual || v.Absent || !slices.Equal(v.Dependents, []types.UID{"c"}) {
+		t.Errorf("node v = %+v, want virtual, not absent, with dependent c", v)
 	}
-	if x := byUID["x"]; !x.Deleting || !x.DeletingDependents || x.Virtual {
-		t.Errorf("view of x = %+v, want deleting dependents", x)
+	if x := byUID["x"]; !x.Deleting || !x.DeletingDependents() || x.Orphaning() || x.Virtual || !slices.Equal(x.Dependents, []types.UID{"y"}) {
+		t.Errorf("node x = %+v, want deleting dependents y", x)
 	}
-	if c := byUID["c"]; len(c.Owners) != 2 || c.Owners[0].UID != "b" || c.Owners[1].UID != "v" {
-		t.Errorf("owners of c = %+v", c.Owners)
+	if c := byUID["c"]; len(c.OwnerReferences) != 2 || c.OwnerReferences[0].UID != "b" || c.OwnerReferences[1].UID != "v" || c.Dependents != nil {
+		t.Errorf("owner references of c = %+v", c.OwnerReferences)
+	}
+	if a := byUID["a"]; !slices.Equal(a.Dependents, []types.UID{"b"}) {
+		t.Errorf("dependents of a = %v", a.Dependents)
 	}
 }
 
@@ -722,15 +729,28 @@ func TestCopiesAreIndependent(t *testing.T) {
 			t.Errorf("graph changed through Owner: %+v", ov2)
 		}
 	})
-	t.Run("Snapshot", func(t *testing.T) {
+	t.Run("Nodes", func(t *testing.T) {
 		g := newGraph()
-		for _, n := range g.Snapshot() {
-			for i := range n.Owners {
-				n.Owners[i].UID = "mutated"
+		all, _ := g.Nodes(nil)
+		for _, n := range append(all, g.Components([]types.UID{"d"})...) {
+			for i := range n.OwnerReferences {
+				n.OwnerReferences[i].UID = "mutated"
+			}
+			for i := range n.Finalizers {
+				n.Finalizers[i] = "mutated"
+			}
+			for i := range n.Dependents {
+				n.Dependents[i] = "mutated"
 			}
 		}
 		if err := g.CheckInvariants(); err != nil {
-			t.Errorf("graph changed through Snapshot: %v", err)
+			t.Errorf("graph changed through Nodes: %v", err)
+		}
+		if got, _ := g.Object("d"); !reflect.DeepEqual(got, want) {
+			t.Errorf("graph changed through Nodes: %+v", got)
+		}
+		if o := g.NodesByUID([]types.UID{"o"}); len(o) != 1 || !slices.Equal(o[0].Dependents, []types.UID{"d"}) {
+			t.Errorf("graph changed through Nodes.Dependents: %+v", o)
 		}
 	})
 	// The ownerReference pointer fields (BlockOwnerDeletion, Controller) are
@@ -741,8 +761,9 @@ func TestCopiesAreIndependent(t *testing.T) {
 		*it.OwnerReferences[0].BlockOwnerDeletion = false
 		ob, _ := g.Object("d")
 		*ob.OwnerReferences[0].BlockOwnerDeletion = false
-		for _, n := range g.Snapshot() {
-			for _, r := range n.Owners {
+		all, _ := g.Nodes(nil)
+		for _, n := range all {
+			for _, r := range n.OwnerReferences {
 				*r.BlockOwnerDeletion = false
 			}
 		}

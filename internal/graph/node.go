@@ -11,7 +11,7 @@ import (
 // monitors keep none), so at 100k objects its node layout is kgc's memory:
 // a node is 144 bytes and a reference 48, against 176 and 80 for the
 // Object and metav1.OwnerReference they hold. Readers get Objects and
-// OwnerReferences built from them (query.go).
+// OwnerReferences built from them (query.go, view.go).
 
 // kind is an apiVersion and kind, shared by every node and reference that
 // names it (see Graph.kindOf).

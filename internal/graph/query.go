@@ -2,14 +2,16 @@ package graph
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/kgc-dev/kgc/internal/rules"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// OwnerView is a copy of what the graph knows about a (possible) owner.
+// OwnerView is what the graph knows about a (possible) owner. It holds no
+// slices on purpose: the workers call Owner for every ownerReference of
+// every decision, so the answer copies no ownerReferences, finalizers or
+// dependents (only the owner's UID string is built). Readers that need
+// those call Item or Object.
 type OwnerView struct {
 	Identity           rules.Identity
 	Virtual            bool
@@ -43,7 +45,8 @@ func (g *Graph) Item(uid types.UID) (rules.Item, bool) {
 	return it, true
 }
 
-// Owner returns what the graph knows of the node with uid.
+// Owner returns what the graph knows of the node with uid: the hot-path
+// reader (see OwnerView).
 func (g *Graph) Owner(uid types.UID) (OwnerView, bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
@@ -95,73 +98,6 @@ func (g *Graph) Len() int {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	return len(g.nodes)
-}
-
-// NodeView is one node for display.
-type NodeView struct {
-	Identity           rules.Identity
-	Virtual            bool
-	Absent             bool
-	Deleting           bool
-	DeletingDependents bool
-	Owners             []metav1.OwnerReference
-}
-
-// Snapshot copies the nodes with the given UIDs and every node connected to
-// them through owner or dependent edges; with no UIDs, the whole graph.
-func (g *Graph) Snapshot(uids ...types.UID) []NodeView {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	var selected map[key]*node
-	if len(uids) == 0 {
-		selected = g.nodes
-	} else {
-		selected = g.component(uids)
-	}
-	out := make([]NodeView, 0, len(selected))
-	for _, n := range selected {
-		out = append(out, g.nodeView(n))
-	}
-	slices.SortFunc(out, func(a, b NodeView) int {
-		if a.Identity.UID < b.Identity.UID {
-			return -1
-		}
-		if a.Identity.UID > b.Identity.UID {
-			return 1
-		}
-		return 0
-	})
-	return out
-}
-
-// component returns the connected components containing uids. Caller holds mu.
-func (g *Graph) component(uids []types.UID) map[key]*node {
-	seen := make(map[key]*node)
-	var stack []key
-	for _, uid := range uids {
-		if k, ok := g.lookup(uid); ok {
-			stack = append(stack, k)
-		}
-	}
-	for len(stack) > 0 {
-		k := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if _, ok := seen[k]; ok {
-			continue
-		}
-		n := g.nodes[k]
-		if n == nil {
-			continue
-		}
-		seen[k] = n
-		for i := range n.refs {
-			stack = append(stack, n.refs[i].uid)
-		}
-		for dep := range n.dependents.all() {
-			stack = append(stack, dep)
-		}
-	}
-	return seen
 }
 
 // CheckInvariants verifies the graph's structural invariants; tests call it
@@ -270,16 +206,4 @@ func (g *Graph) Counts() Counts {
 		}
 	}
 	return c
-}
-
-// nodeView copies what a NodeView shows of n. Caller holds mu.
-func (g *Graph) nodeView(n *node) NodeView {
-	return NodeView{
-		Identity:           g.identity(n),
-		Virtual:            n.virtual,
-		Absent:             n.absent,
-		Deleting:           n.deleting,
-		DeletingDependents: n.deletingDependents(),
-		Owners:             g.expandRefs(n.refs),
-	}
 }

@@ -8,19 +8,28 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// ViewNode is one node for display with everything the graph knows about it:
-// a NodeView plus its finalizers and the UIDs of its observed dependents.
-type ViewNode struct {
-	NodeView
-	Orphaning  bool
-	Finalizers []string
-	// Dependents sorted.
+// Node is one node of the graph for display: the object as the graph holds
+// it, whether it is a placeholder, and its observed dependents. Its states
+// are the rules.Object methods (DeletingDependents, Orphaning), so the web
+// view, the DOT document and the workers agree on what "in Foreground
+// deletion" means. Workers decide from rules.Item (Item) instead, whose
+// dependents carry what a decision needs of each.
+type Node struct {
+	rules.Object
+	// Virtual: referenced, never observed (a placeholder). Object then
+	// holds only the Identity the first reference to it gave.
+	Virtual bool
+	// Absent: a placeholder for an object observed deleted.
+	Absent bool
+	// Dependents are the UIDs of the observed objects that reference this
+	// one, sorted.
 	Dependents []types.UID
 }
 
-// ViewBatch is how many nodes a view copies per read-lock hold. Between
-// batches the lock is released, so the graph's writer waits at most for one
-// batch however large the graph is.
+// ViewBatch is how many nodes a display reader (Nodes, NodesByUID,
+// Components) copies per read-lock hold. Between batches the lock is
+// released, so the graph's writer waits at most for one batch however large
+// the graph is.
 var ViewBatch = 256
 
 // afterViewBatch, when set (by tests), runs after each batch with the lock
@@ -45,13 +54,10 @@ func now() time.Time {
 	return time.Time{}
 }
 
-// viewOf copies n for display. Caller holds mu.
-func (g *Graph) viewOf(n *node) ViewNode {
-	v := ViewNode{
-		NodeView:   g.nodeView(n),
-		Orphaning:  n.orphaning(),
-		Finalizers: slices.Clone(n.finalizerList()),
-	}
+// nodeOf copies n for display, sharing nothing a reader could change.
+// Caller holds mu.
+func (g *Graph) nodeOf(n *node) Node {
+	v := Node{Object: g.object(n), Virtual: n.virtual, Absent: n.absent}
 	if n.dependents.len() > 0 {
 		v.Dependents = make([]types.UID, 0, n.dependents.len())
 		for dep := range n.dependents.all() {
@@ -69,20 +75,20 @@ func batchSize() int {
 	return ViewBatch
 }
 
-// ScanViews copies every node whose identity keep accepts (every node when
-// keep is nil) and returns them sorted by UID, with the number of nodes in the
+// Nodes copies every node whose identity keep accepts (every node when keep
+// is nil) and returns them sorted by UID, with the number of nodes in the
 // graph. It never holds the read lock for more than ViewBatch nodes: the
 // writer may apply events between batches, so the result is not one
 // instant's state, but each node is copied whole and appears at most once.
 // keep runs with the lock held and must not call into the graph.
-func (g *Graph) ScanViews(keep func(*rules.Identity) bool) (out []ViewNode, total int) {
+func (g *Graph) Nodes(keep func(*rules.Identity) bool) (out []Node, total int) {
 	batch := batchSize()
 	// out grows only while the lock is released, by at least a batch, so no
 	// hold pays for copying what was already copied.
 	if keep == nil {
-		out = make([]ViewNode, 0, g.Len()+batch)
+		out = make([]Node, 0, g.Len()+batch)
 	} else {
-		out = make([]ViewNode, 0, batch)
+		out = make([]Node, 0, batch)
 	}
 	g.mu.RLock()
 	start := now()
@@ -94,8 +100,8 @@ func (g *Graph) ScanViews(keep func(*rules.Identity) bool) (out []ViewNode, tota
 	// entries added may or may not be produced).
 	for _, nd := range g.nodes {
 		if keep == nil {
-			out = append(out, g.viewOf(nd))
-		} else if v := g.viewOf(nd); keep(&v.Identity) {
+			out = append(out, g.nodeOf(nd))
+		} else if v := g.nodeOf(nd); keep(&v.Identity) {
 			out = append(out, v)
 		}
 		n++
@@ -115,21 +121,21 @@ func (g *Graph) ScanViews(keep func(*rules.Identity) bool) (out []ViewNode, tota
 	total = len(g.nodes)
 	held(start)
 	g.mu.RUnlock()
-	return sortViews(out), total
+	return sortNodes(out), total
 }
 
-// Views copies the nodes with the given UIDs that are in the graph (in
+// NodesByUID copies the nodes with the given UIDs that are in the graph (in
 // batches of at most ViewBatch under the read lock), sorted by UID.
-func (g *Graph) Views(uids []types.UID) []ViewNode {
+func (g *Graph) NodesByUID(uids []types.UID) []Node {
 	batch := batchSize()
-	out := make([]ViewNode, 0, len(uids))
+	out := make([]Node, 0, len(uids))
 	for start := 0; start < len(uids); start += batch {
 		end := min(start+batch, len(uids))
 		g.mu.RLock()
 		t0 := now()
 		for _, uid := range uids[start:end] {
 			if nd := g.node(uid); nd != nil {
-				out = append(out, g.viewOf(nd))
+				out = append(out, g.nodeOf(nd))
 			}
 		}
 		held(t0)
@@ -138,13 +144,13 @@ func (g *Graph) Views(uids []types.UID) []ViewNode {
 			afterViewBatch()
 		}
 	}
-	return sortViews(out)
+	return sortNodes(out)
 }
 
-// ComponentViews copies the connected components (through owner and
-// dependent edges) containing uids, walking them in batches of at most
+// Components copies the connected components (through owner and dependent
+// edges) containing uids, sorted by UID, walking them in batches of at most
 // ViewBatch nodes per read-lock hold. UIDs not in the graph are skipped.
-func (g *Graph) ComponentViews(uids []types.UID) []ViewNode {
+func (g *Graph) Components(uids []types.UID) []Node {
 	seen := make(map[types.UID]bool, len(uids))
 	var frontier []types.UID
 	for _, u := range uids {
@@ -153,14 +159,14 @@ func (g *Graph) ComponentViews(uids []types.UID) []ViewNode {
 			frontier = append(frontier, u)
 		}
 	}
-	var out []ViewNode
+	var out []Node
 	for len(frontier) > 0 {
-		vs := g.Views(frontier)
+		vs := g.NodesByUID(frontier)
 		frontier = frontier[:0]
 		for i := range vs {
 			v := &vs[i]
-			for j := range v.Owners {
-				if u := v.Owners[j].UID; !seen[u] {
+			for j := range v.OwnerReferences {
+				if u := v.OwnerReferences[j].UID; !seen[u] {
 					seen[u] = true
 					frontier = append(frontier, u)
 				}
@@ -174,13 +180,13 @@ func (g *Graph) ComponentViews(uids []types.UID) []ViewNode {
 		}
 		out = append(out, vs...)
 	}
-	return sortViews(out)
+	return sortNodes(out)
 }
 
-// sortViews sorts by UID and drops duplicates (a node the writer re-created
+// sortNodes sorts by UID and drops duplicates (a node the writer re-created
 // mid-scan may be copied twice; either copy will do).
-func sortViews(vs []ViewNode) []ViewNode {
-	slices.SortFunc(vs, func(a, b ViewNode) int {
+func sortNodes(vs []Node) []Node {
+	slices.SortFunc(vs, func(a, b Node) int {
 		switch {
 		case a.Identity.UID < b.Identity.UID:
 			return -1

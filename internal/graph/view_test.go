@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -58,43 +59,80 @@ func withBatch(t testing.TB, n int, hook func()) {
 	t.Cleanup(func() { ViewBatch, afterViewBatch = oldN, oldHook })
 }
 
-func nodeViews(vs []ViewNode) []NodeView {
-	out := make([]NodeView, len(vs))
-	for i := range vs {
-		out[i] = vs[i].NodeView
+// oneLock is the reference the batched readers are checked against: one
+// read-lock hold copying the whole graph, or (with uids) the connected
+// components containing uids, found by a walk over the graph's own keys.
+func oneLock(g *Graph, uids ...types.UID) []Node {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	selected := g.nodes
+	if len(uids) > 0 {
+		selected = map[key]*node{}
+		var stack []key
+		for _, uid := range uids {
+			if k, ok := g.lookup(uid); ok {
+				stack = append(stack, k)
+			}
+		}
+		for len(stack) > 0 {
+			k := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			n := g.nodes[k]
+			if _, ok := selected[k]; ok || n == nil {
+				continue
+			}
+			selected[k] = n
+			for i := range n.refs {
+				stack = append(stack, n.refs[i].uid)
+			}
+			for dep := range n.dependents.all() {
+				stack = append(stack, dep)
+			}
+		}
 	}
-	return out
+	out := make([]Node, 0, len(selected))
+	for _, n := range selected {
+		out = append(out, g.nodeOf(n))
+	}
+	return sortNodes(out)
 }
 
-func TestViewsMatchSnapshot(t *testing.T) {
+// The batched readers copy what one lock hold copies when no writer runs.
+func TestNodesMatchOneLockCopy(t *testing.T) {
 	withBatch(t, 7, nil)
 	g := bigGraph(2000)
-	all, total := g.ScanViews(nil)
+	all, total := g.Nodes(nil)
 	if total != g.Len() || len(all) != total {
-		t.Fatalf("ScanViews: %d nodes, total %d; graph has %d", len(all), total, g.Len())
+		t.Fatalf("Nodes: %d nodes, total %d; graph has %d", len(all), total, g.Len())
 	}
-	if want := g.Snapshot(); !slices.EqualFunc(nodeViews(all), want, nodeViewEqual) {
-		t.Fatalf("ScanViews differs from Snapshot")
+	if want := oneLock(g); !reflect.DeepEqual(all, want) {
+		t.Fatalf("Nodes differs from a one-lock copy")
 	}
 	for i := range all {
 		v := &all[i]
-		if v.DeletingDependents != (v.Deleting && slices.Contains(v.Finalizers, rules.FinalizerForeground)) {
-			t.Errorf("%s: DeletingDependents %v with finalizers %v", v.Identity, v.DeletingDependents, v.Finalizers)
-		}
 		if !slices.IsSorted(v.Dependents) {
 			t.Errorf("%s: dependents not sorted", v.Identity)
 		}
+		if o, ok := g.Object(v.Identity.UID); ok != !v.Virtual || ok && !reflect.DeepEqual(o, v.Object) {
+			t.Errorf("%s: Node.Object %+v, Object %+v", v.Identity, v.Object, o)
+		}
 	}
 	owner, _ := g.Item("owner-0000003")
-	if v := g.Views([]types.UID{"owner-0000003", "nope"}); len(v) != 1 || len(v[0].Dependents) != len(owner.Dependents) || len(v[0].Dependents) != 4 {
-		t.Errorf("Views(owner-0000003) = %+v", v)
+	if v := g.NodesByUID([]types.UID{"owner-0000003", "nope"}); len(v) != 1 || len(v[0].Dependents) != len(owner.Dependents) || len(v[0].Dependents) != 4 {
+		t.Errorf("NodesByUID(owner-0000003) = %+v", v)
 	}
 	roots := []types.UID{"dep-0000097", "owner-0000010", "dep-0000097", "unknown"}
-	comp := g.ComponentViews(roots)
-	if want := g.Snapshot(roots...); !slices.EqualFunc(nodeViews(comp), want, nodeViewEqual) {
-		t.Errorf("ComponentViews = %d nodes, Snapshot = %d", len(comp), len(want))
+	comp := g.Components(roots)
+	if want := oneLock(g, roots...); !reflect.DeepEqual(comp, want) {
+		t.Errorf("Components = %d nodes, one-lock walk = %d", len(comp), len(want))
 	}
-	ns, _ := g.ScanViews(func(id *rules.Identity) bool { return id.Namespace == "ns-3" })
+	if len(comp) < 3 || !slices.ContainsFunc(comp, func(n Node) bool { return n.Virtual }) {
+		t.Errorf("component of dep-0000097 has %d nodes, want its owner, siblings and placeholder", len(comp))
+	}
+	if c := g.Components(nil); len(c) != 0 {
+		t.Errorf("Components(nil) = %d nodes, want none", len(c))
+	}
+	ns, _ := g.Nodes(func(id *rules.Identity) bool { return id.Namespace == "ns-3" })
 	for _, v := range ns {
 		if v.Identity.Namespace != "ns-3" {
 			t.Errorf("namespace scan kept %s", v.Identity)
@@ -105,15 +143,10 @@ func TestViewsMatchSnapshot(t *testing.T) {
 	}
 }
 
-func nodeViewEqual(a, b NodeView) bool {
-	return a.Identity == b.Identity && a.Virtual == b.Virtual && a.Absent == b.Absent && a.Deleting == b.Deleting &&
-		a.DeletingDependents == b.DeletingDependents && len(a.Owners) == len(b.Owners)
-}
-
 // Between batches the lock is free: the writer applies events mid-scan, and
 // the scan still returns each node once, every node that existed throughout,
 // and copies that do not alias the graph.
-func TestScanViewsReleasesLockBetweenBatches(t *testing.T) {
+func TestNodesReleasesLockBetweenBatches(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("KGC_TEST_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -140,8 +173,8 @@ func TestScanViewsReleasesLockBetweenBatches(t *testing.T) {
 		}
 	})
 	g = bigGraph(n)
-	before := g.Snapshot()
-	all, _ := g.ScanViews(nil)
+	before := oneLock(g)
+	all, _ := g.Nodes(nil)
 	// Nodes removed before the scan reached them are not visited.
 	if want := (len(before) - len(removed)) / batch; batches < want {
 		t.Errorf("%d batches for %d nodes (%d removed mid-scan), want at least %d", batches, len(before), len(removed), want)
@@ -163,16 +196,25 @@ func TestScanViewsReleasesLockBetweenBatches(t *testing.T) {
 	}
 	// Copies are independent of the graph.
 	for i := range all {
-		if len(all[i].Owners) > 0 {
-			*all[i].Owners[0].BlockOwnerDeletion = false
-			all[i].Owners[0].Name = "changed"
+		if len(all[i].OwnerReferences) > 0 {
+			*all[i].OwnerReferences[0].BlockOwnerDeletion = false
+			all[i].OwnerReferences[0].Name = "changed"
 		}
 		if len(all[i].Finalizers) > 0 {
 			all[i].Finalizers[0] = "changed"
 		}
+		if len(all[i].Dependents) > 0 {
+			all[i].Dependents[0] = "changed"
+		}
 	}
-	for _, v := range g.Snapshot() {
-		for _, r := range v.Owners {
+	if err := g.CheckInvariants(); err != nil {
+		t.Fatalf("a view aliases the graph: %v", err)
+	}
+	for _, v := range oneLock(g) {
+		if slices.Contains(v.Dependents, "changed") {
+			t.Fatalf("a view's dependents alias the graph: %s", v.Identity)
+		}
+		for _, r := range v.OwnerReferences {
 			if r.Name == "changed" || (r.BlockOwnerDeletion != nil && !*r.BlockOwnerDeletion && r.Kind == "ReplicaSet") {
 				t.Fatalf("a view aliases the graph: %+v", r)
 			}
@@ -227,8 +269,8 @@ func maxHold(t testing.TB, read func()) (longest time.Duration, holds int) {
 }
 
 // TestLockHoldsDuringScan checks that a whole-graph view of 100k nodes is
-// taken in bounded holds, and logs the longest hold next to the one-lock
-// Snapshot's (numbers for reading; BenchmarkWriterStall100k reports the
+// taken in bounded holds, and logs the longest hold next to a one-lock
+// copy's (numbers for reading; BenchmarkWriterStall100k reports the
 // writer's longest wait as a metric).
 func TestLockHoldsDuringScan(t *testing.T) {
 	if testing.Short() {
@@ -236,22 +278,22 @@ func TestLockHoldsDuringScan(t *testing.T) {
 	}
 	const n = 100_000
 	g := bigGraph(n)
-	longest, holds := maxHold(t, func() { g.ScanViews(nil) })
+	longest, holds := maxHold(t, func() { g.Nodes(nil) })
 	if want := (g.Len() + ViewBatch - 1) / ViewBatch; holds != want && holds != want+1 {
 		t.Errorf("%d lock holds for %d nodes in batches of %d, want %d", holds, g.Len(), ViewBatch, want)
 	}
 	start := time.Now()
-	g.Snapshot()
+	oneLock(g)
 	whole := time.Since(start)
-	t.Logf("%d nodes: ScanViews: %d holds of <= %d nodes, longest %v; one-lock Snapshot: one hold of %v",
+	t.Logf("%d nodes: Nodes: %d holds of <= %d nodes, longest %v; one-lock copy: one hold of %v",
 		g.Len(), holds, ViewBatch, longest, whole)
 }
 
-func BenchmarkScanViews100k(b *testing.B) {
+func BenchmarkNodes100k(b *testing.B) {
 	g := bigGraph(100_000)
 	b.ReportAllocs()
 	for b.Loop() {
-		if vs, _ := g.ScanViews(nil); len(vs) < 100_000 {
+		if vs, _ := g.Nodes(nil); len(vs) < 100_000 {
 			b.Fatal(len(vs))
 		}
 	}
@@ -261,7 +303,7 @@ func BenchmarkNamespaceScan100k(b *testing.B) {
 	g := bigGraph(100_000)
 	b.ReportAllocs()
 	for b.Loop() {
-		g.ScanViews(func(id *rules.Identity) bool { return id.Namespace == "ns-3" })
+		g.Nodes(func(id *rules.Identity) bool { return id.Namespace == "ns-3" })
 	}
 }
 
@@ -273,8 +315,8 @@ func BenchmarkWriterStall100k(b *testing.B) {
 		name string
 		read func()
 	}{
-		{"batched", func() { g.ScanViews(nil) }},
-		{"one-lock-snapshot", func() { g.Snapshot() }},
+		{"batched", func() { g.Nodes(nil) }},
+		{"one-lock-snapshot", func() { oneLock(g) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var worst time.Duration
@@ -308,9 +350,9 @@ func TestViewsWithConcurrentWriter(t *testing.T) {
 		}
 	}()
 	for range 20 {
-		all, _ := g.ScanViews(nil)
-		comp := g.ComponentViews([]types.UID{"owner-0000001", "dep-0000397"})
-		for _, vs := range [][]ViewNode{all, comp} {
+		all, _ := g.Nodes(nil)
+		comp := g.Components([]types.UID{"owner-0000001", "dep-0000397"})
+		for _, vs := range [][]Node{all, comp} {
 			for i := 1; i < len(vs); i++ {
 				if vs[i-1].Identity.UID >= vs[i].Identity.UID {
 					t.Fatalf("view not sorted or has duplicates at %s", vs[i].Identity.UID)

@@ -13,10 +13,10 @@
 //	                                       and dependents directly connected to them
 //
 // Bad parameters get 400 and unknown objects 404, except upstream's DOT
-// ?uid= query, which stays an empty graph as upstream serves it. Sources
-// that implement GraphProvider are read in batches of graph.ViewBatch
-// nodes per read-lock hold, so a 100k-node view never blocks the graph's
-// writer for long.
+// ?uid= query, which stays an empty graph as upstream serves it. The
+// handler reads the Source's graph through the graph's display readers,
+// in batches of graph.ViewBatch nodes per read-lock hold, so a 100k-node
+// view never blocks the graph's writer for long.
 //
 // UIPath serves the web view: embedded HTML, CSS and JavaScript (no
 // external resources, enforced by a Content-Security-Policy) that draws

@@ -17,22 +17,23 @@ import (
 // kube-controller-manager's debug graph: one node per object with its
 // coordinates and state as attributes, one edge from each dependent to each
 // of its owners.
-func WriteDOT(w io.Writer, nodes []graph.NodeView) error {
+func WriteDOT(w io.Writer, nodes []graph.Node) error {
 	b := bufio.NewWriterSize(w, 64<<10)
 	b.WriteString("strict digraph full {\n")
 	if len(nodes) > 0 {
 		present := make(map[types.UID]bool, len(nodes))
-		for _, n := range nodes {
-			present[n.Identity.UID] = true
+		for i := range nodes {
+			present[nodes[i].Identity.UID] = true
 		}
 		b.WriteString("  // Node definitions.\n")
-		for _, n := range nodes {
-			writeDOTNode(b, n)
+		for i := range nodes {
+			writeDOTNode(b, &nodes[i])
 		}
 		b.WriteString("  // Edge definitions.\n")
-		for _, n := range nodes {
-			seen := make(map[types.UID]bool, len(n.Owners))
-			for _, ref := range n.Owners {
+		for i := range nodes {
+			n := &nodes[i]
+			seen := make(map[types.UID]bool, len(n.OwnerReferences))
+			for _, ref := range n.OwnerReferences {
 				if !present[ref.UID] || seen[ref.UID] {
 					continue
 				}
@@ -49,7 +50,7 @@ func WriteDOT(w io.Writer, nodes []graph.NodeView) error {
 	return b.Flush()
 }
 
-func writeDOTNode(b *bufio.Writer, n graph.NodeView) {
+func writeDOTNode(b *bufio.Writer, n *graph.Node) {
 	gv, _ := schema.ParseGroupVersion(n.Identity.APIVersion)
 	kind := n.Identity.Kind + "." + gv.Version
 	if gv.Group != "" {
@@ -59,7 +60,7 @@ func writeDOTNode(b *bufio.Writer, n graph.NodeView) {
 	for _, c := range []struct {
 		name string
 		on   bool
-	}{{"missing", n.Absent}, {"beingDeleted", n.Deleting}, {"deletingDependents", n.DeletingDependents}, {"virtual", n.Virtual}} {
+	}{{"missing", n.Absent}, {"beingDeleted", n.Deleting}, {"deletingDependents", n.DeletingDependents()}, {"virtual", n.Virtual}} {
 		if c.on {
 			label += c.name + "\n"
 		}
@@ -83,7 +84,7 @@ func writeDOTNode(b *bufio.Writer, n graph.NodeView) {
 	attr("uid", string(n.Identity.UID))
 	attr("missing", strconv.FormatBool(n.Absent))
 	attr("beingDeleted", strconv.FormatBool(n.Deleting))
-	attr("deletingDependents", strconv.FormatBool(n.DeletingDependents))
+	attr("deletingDependents", strconv.FormatBool(n.DeletingDependents()))
 	attr("virtual", strconv.FormatBool(n.Virtual))
 	b.WriteString("  ];\n")
 }

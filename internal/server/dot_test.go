@@ -88,7 +88,7 @@ func TestWriteDOTQuoting(t *testing.T) {
 	for _, name := range nasty {
 		t.Run(name, func(t *testing.T) {
 			var b strings.Builder
-			nodes := []graph.NodeView{{Identity: rules.Identity{APIVersion: "example.com/v1", Kind: `K"ind`, Namespace: name, Name: name, UID: "u"}}}
+			nodes := []graph.Node{{Object: rules.Object{Identity: rules.Identity{APIVersion: "example.com/v1", Kind: `K"ind`, Namespace: name, Name: name, UID: "u"}}}}
 			if err := WriteDOT(&b, nodes); err != nil {
 				t.Fatal(err)
 			}
@@ -118,9 +118,9 @@ func TestWriteDOTQuoting(t *testing.T) {
 
 func TestWriteDOTEdges(t *testing.T) {
 	ref := func(uid string) metav1.OwnerReference { return metav1.OwnerReference{UID: types.UID(uid)} }
-	nodes := []graph.NodeView{
-		{Identity: rules.Identity{APIVersion: "v1", Kind: "A", Name: "a", UID: "a"}},
-		{Identity: rules.Identity{APIVersion: "v1", Kind: "B", Name: "b", UID: "b"}, Owners: []metav1.OwnerReference{ref("a"), ref("a"), ref("outside"), ref("b")}},
+	nodes := []graph.Node{
+		{Object: rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "A", Name: "a", UID: "a"}}},
+		{Object: rules.Object{Identity: rules.Identity{APIVersion: "v1", Kind: "B", Name: "b", UID: "b"}, OwnerReferences: []metav1.OwnerReference{ref("a"), ref("a"), ref("outside"), ref("b")}}},
 	}
 	var b strings.Builder
 	if err := WriteDOT(&b, nodes); err != nil {
@@ -129,7 +129,7 @@ func TestWriteDOTEdges(t *testing.T) {
 	doc := b.String()
 	checkDOTSyntax(t, doc)
 	// One edge per distinct owner in the set (a, and b itself); none to
-	// owners outside the snapshot.
+	// owners outside the set written.
 	if got := strings.Count(doc, " -> "); got != 2 {
 		t.Errorf("%d edges, want 2:\n%s", got, doc)
 	}
@@ -143,13 +143,13 @@ func TestWriteDOTEdges(t *testing.T) {
 // graph has no section comments.
 func TestWriteDOTUpstreamShape(t *testing.T) {
 
-	nodes := []graph.NodeView{
-		{Identity: rules.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "web", UID: "uid-1"}},
-		{
-			Identity: rules.Identity{APIVersion: "v1", Kind: "Pod", Namespace: "default", Name: "web-x", UID: "uid-2"},
-			Deleting: true,
-			Owners:   []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "uid-1"}},
-		},
+	nodes := []graph.Node{
+		{Object: rules.Object{Identity: rules.Identity{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "web", UID: "uid-1"}}},
+		{Object: rules.Object{
+			Identity:        rules.Identity{APIVersion: "v1", Kind: "Pod", Namespace: "default", Name: "web-x", UID: "uid-2"},
+			Deleting:        true,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "uid-1"}},
+		}},
 	}
 	want := `strict digraph full {
   // Node definitions.

@@ -8,7 +8,6 @@ import (
 	"mime"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,15 +17,6 @@ import (
 	"github.com/kgc-dev/kgc/internal/graphapi"
 	"github.com/kgc-dev/kgc/internal/rules"
 )
-
-// GraphProvider is implemented by sources that expose the graph itself. The
-// graph endpoint then copies it in bounded batches (never holding the
-// graph's lock for more than graph.ViewBatch nodes) and serves finalizers
-// and dependents in the JSON form. Sources that only implement Snapshot get
-// the same views computed from one Snapshot.
-type GraphProvider interface {
-	Graph() *graph.Graph
-}
 
 // graphQuery is a parsed request for the graph endpoint.
 type graphQuery struct {
@@ -135,106 +125,16 @@ func acceptsJSON(values []string) bool {
 	return false
 }
 
-// store is where views are read from: the graph itself in batches, or one
-// Snapshot held in memory.
-type store interface {
-	scan(keep func(*rules.Identity) bool) (nodes []graph.ViewNode, total int)
-	components(uids []types.UID) []graph.ViewNode
-	views(uids []types.UID) []graph.ViewNode
-	count() int
-}
-
-type graphStore struct{ g *graph.Graph }
-
-func (s graphStore) scan(keep func(*rules.Identity) bool) ([]graph.ViewNode, int) {
-	return s.g.ScanViews(keep)
-}
-func (s graphStore) components(uids []types.UID) []graph.ViewNode { return s.g.ComponentViews(uids) }
-func (s graphStore) views(uids []types.UID) []graph.ViewNode      { return s.g.Views(uids) }
-func (s graphStore) count() int                                   { return s.g.Len() }
-
-// memStore serves views from one Snapshot, for sources without the graph.
-type memStore struct {
-	nodes []graph.ViewNode
-	byUID map[types.UID]int
-}
-
-func newMemStore(snap []graph.NodeView) *memStore {
-	s := &memStore{nodes: make([]graph.ViewNode, len(snap)), byUID: make(map[types.UID]int, len(snap))}
-	for i := range snap {
-		s.nodes[i] = graph.ViewNode{NodeView: snap[i]}
-		s.byUID[snap[i].Identity.UID] = i
-	}
-	for i := range s.nodes {
-		seen := map[types.UID]bool{}
-		for _, ref := range s.nodes[i].Owners {
-			if j, ok := s.byUID[ref.UID]; ok && !seen[ref.UID] {
-				seen[ref.UID] = true
-				s.nodes[j].Dependents = append(s.nodes[j].Dependents, s.nodes[i].Identity.UID)
-			}
-		}
-	}
-	return s
-}
-
-func (s *memStore) scan(keep func(*rules.Identity) bool) ([]graph.ViewNode, int) {
-	var out []graph.ViewNode
-	for i := range s.nodes {
-		if keep == nil || keep(&s.nodes[i].Identity) {
-			out = append(out, s.nodes[i])
-		}
-	}
-	return out, len(s.nodes)
-}
-
-func (s *memStore) count() int { return len(s.nodes) }
-
-func (s *memStore) views(uids []types.UID) []graph.ViewNode {
-	var out []graph.ViewNode
-	for _, u := range uids {
-		if i, ok := s.byUID[u]; ok {
-			out = append(out, s.nodes[i])
-		}
-	}
-	sortViewNodes(out)
-	return out
-}
-
-func (s *memStore) components(uids []types.UID) []graph.ViewNode {
-	seen := map[types.UID]bool{}
-	stack := slices.Clone(uids)
-	var out []graph.ViewNode
-	for len(stack) > 0 {
-		u := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		i, ok := s.byUID[u]
-		if seen[u] || !ok {
-			continue
-		}
-		seen[u] = true
-		out = append(out, s.nodes[i])
-		for _, ref := range s.nodes[i].Owners {
-			stack = append(stack, ref.UID)
-		}
-		stack = append(stack, s.nodes[i].Dependents...)
-	}
-	sortViewNodes(out)
-	return out
-}
-
-func sortViewNodes(vs []graph.ViewNode) {
-	sort.Slice(vs, func(i, j int) bool { return vs[i].Identity.UID < vs[j].Identity.UID })
-}
-
-// selectNodes answers q from st: the whole graph, a namespace with its
-// direct neighbours, or the components of the selected objects.
-func selectNodes(st store, q *graphQuery) (nodes []graph.ViewNode, total int, err error) {
+// selectNodes answers q from g through its batched readers: the whole
+// graph, a namespace with its direct neighbours, or the components of the
+// selected objects.
+func selectNodes(g *graph.Graph, q *graphQuery) (nodes []graph.Node, total int, err error) {
 	switch {
 	case q.rawUIDOnly && len(q.uids) == 0:
-		return nil, st.count(), nil // upstream: ?uid= with no value selects nothing
+		return nil, g.Len(), nil // upstream: ?uid= with no value selects nothing
 	case q.inNS:
 		ns := q.namespace
-		nodes, total = st.scan(func(id *rules.Identity) bool { return id.Namespace == ns })
+		nodes, total = g.Nodes(func(id *rules.Identity) bool { return id.Namespace == ns })
 		have := make(map[types.UID]bool, len(nodes))
 		for i := range nodes {
 			have[nodes[i].Identity.UID] = true
@@ -247,7 +147,7 @@ func selectNodes(st store, q *graphQuery) (nodes []graph.ViewNode, total int, er
 			}
 		}
 		for i := range nodes {
-			for _, ref := range nodes[i].Owners {
+			for _, ref := range nodes[i].OwnerReferences {
 				add(ref.UID)
 			}
 			for _, d := range nodes[i].Dependents {
@@ -255,15 +155,15 @@ func selectNodes(st store, q *graphQuery) (nodes []graph.ViewNode, total int, er
 			}
 		}
 		if len(extra) > 0 {
-			nodes = append(nodes, st.views(extra)...)
-			sortViewNodes(nodes)
+			nodes = append(nodes, g.NodesByUID(extra)...)
+			slices.SortFunc(nodes, func(a, b graph.Node) int { return strings.Compare(string(a.Identity.UID), string(b.Identity.UID)) })
 		}
 		return nodes, total, nil
 	case q.object != nil || len(q.uids) > 0:
 		roots := slices.Clone(q.uids)
 		var missing []string
 		if len(q.uids) > 0 {
-			found := st.views(q.uids)
+			found := g.NodesByUID(q.uids)
 			if len(found) < len(q.uids) {
 				have := map[types.UID]bool{}
 				for i := range found {
@@ -278,7 +178,7 @@ func selectNodes(st store, q *graphQuery) (nodes []graph.ViewNode, total int, er
 		}
 		if q.object != nil {
 			o := q.object
-			matches, _ := st.scan(o.matches)
+			matches, _ := g.Nodes(o.matches)
 			if len(matches) == 0 {
 				missing = append(missing, o.String())
 			}
@@ -292,9 +192,9 @@ func selectNodes(st store, q *graphQuery) (nodes []graph.ViewNode, total int, er
 			return nil, 0, &httpError{http.StatusNotFound, "not in kgc's graph: " + strings.Join(missing, ", ") +
 				" (kgc tracks objects of deletable resources and the owners they reference)"}
 		}
-		return st.components(roots), st.count(), nil
+		return g.Components(roots), g.Len(), nil
 	default:
-		nodes, total = st.scan(nil)
+		nodes, total = g.Nodes(nil)
 		return nodes, total, nil
 	}
 }
@@ -305,33 +205,14 @@ func (h *handler) serveGraph(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var nodes []graph.ViewNode
-	var total int
-	if gp, ok := h.src.(GraphProvider); ok {
-		nodes, total, err = selectNodes(graphStore{gp.Graph()}, q)
-	} else if !q.json && q.object == nil && !q.inNS {
-		// Upstream's queries, answered with upstream's one call: the whole
-		// graph, or ?uid= closures.
-		var snap []graph.NodeView
-		if !q.rawUIDOnly || len(q.uids) > 0 {
-			snap = h.src.Snapshot(q.uids...)
-		}
-		ms := newMemStore(snap)
-		nodes, total = ms.nodes, len(ms.nodes)
-	} else {
-		nodes, total, err = selectNodes(newMemStore(h.src.Snapshot()), q)
-	}
+	nodes, total, err := selectNodes(h.src.Graph(), q)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	if !q.json {
-		views := make([]graph.NodeView, len(nodes))
-		for i := range nodes {
-			views[i] = nodes[i].NodeView
-		}
 		w.Header().Set("Content-Type", "text/vnd.graphviz; charset=utf-8")
-		_ = WriteDOT(w, views)
+		_ = WriteDOT(w, nodes)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -349,15 +230,15 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 // State classifies a node for display; see the graphapi.State* constants.
-func State(n *graph.ViewNode) string {
+func State(n *graph.Node) string {
 	switch {
 	case n.Virtual && n.Absent:
 		return graphapi.StateAbsent
 	case n.Virtual:
 		return graphapi.StatePlaceholder
-	case n.DeletingDependents:
+	case n.DeletingDependents():
 		return graphapi.StateWaitingForDependents
-	case n.Orphaning:
+	case n.Orphaning():
 		return graphapi.StateOrphaning
 	case n.Deleting:
 		return graphapi.StateDeleting
@@ -366,8 +247,8 @@ func State(n *graph.ViewNode) string {
 	}
 }
 
-// ToAPI converts views to the JSON wire format.
-func ToAPI(nodes []graph.ViewNode, total int, synced bool) graphapi.Graph {
+// ToAPI converts nodes to the JSON wire format.
+func ToAPI(nodes []graph.Node, total int, synced bool) graphapi.Graph {
 	out := graphapi.Graph{Nodes: make([]graphapi.Node, len(nodes)), Total: total, Synced: synced}
 	for i := range nodes {
 		n := &nodes[i]
@@ -379,7 +260,7 @@ func ToAPI(nodes []graph.ViewNode, total int, synced bool) graphapi.Graph {
 			Name:            n.Identity.Name,
 			State:           State(n),
 			Finalizers:      n.Finalizers,
-			OwnerReferences: n.Owners,
+			OwnerReferences: n.OwnerReferences,
 			Dependents:      n.Dependents,
 		}
 	}
@@ -387,6 +268,6 @@ func ToAPI(nodes []graph.ViewNode, total int, synced bool) graphapi.Graph {
 }
 
 // WriteJSON writes nodes as a graphapi.Graph.
-func WriteJSON(w io.Writer, nodes []graph.ViewNode, total int, synced bool) error {
+func WriteJSON(w io.Writer, nodes []graph.Node, total int, synced bool) error {
 	return json.NewEncoder(w).Encode(ToAPI(nodes, total, synced))
 }

@@ -20,12 +20,6 @@ import (
 	"github.com/kgc-dev/kgc/internal/rules"
 )
 
-// providerSource also exposes the graph, as pkg/kgc's source does: the
-// handler then reads it in batches.
-type providerSource struct{ fakeSource }
-
-func (s *providerSource) Graph() *graph.Graph { return s.g }
-
 // richGraph is testGraph plus a second namespace:
 //
 //	cm-a (other) -> lonely (Namespace, cluster-scoped)
@@ -48,16 +42,6 @@ func richGraph(t *testing.T) *graph.Graph {
 		Deleting:        true,
 	})
 	return g
-}
-
-// sources returns both kinds of source over the same graph: the handler
-// must answer alike from the graph in batches and from one Snapshot.
-func sources(t *testing.T) map[string]Source {
-	g := richGraph(t)
-	return map[string]Source{
-		"provider": &providerSource{fakeSource{g: g}},
-		"snapshot": &fakeSource{g: g},
-	}
 }
 
 func getJSONGraph(t *testing.T, h http.Handler, target string, accept bool) graphapi.Graph {
@@ -92,61 +76,52 @@ func uidsOf(g graphapi.Graph) []string {
 }
 
 func TestGraphJSONStatesAndDetails(t *testing.T) {
-	for name, src := range sources(t) {
-		t.Run(name, func(t *testing.T) {
-			mux := BuildMux(src, Options{})
-			g := getJSONGraph(t, mux, GraphPath+"?format=json", false)
-			if g.Total != 10 || len(g.Nodes) != 10 || !g.Synced {
-				t.Fatalf("total %d, %d nodes, synced %v; want 10, 10, true", g.Total, len(g.Nodes), g.Synced)
-			}
-			if !slices.IsSortedFunc(g.Nodes, func(a, b graphapi.Node) int { return strings.Compare(string(a.UID), string(b.UID)) }) {
-				t.Errorf("nodes not sorted by UID: %v", uidsOf(g))
-			}
-			want := map[types.UID]string{
-				"uid-1": graphapi.StateLive, "uid-2": graphapi.StateWaitingForDependents, "uid-3": graphapi.StateLive,
-				"uid-4": graphapi.StateAbsent, "uid-5": graphapi.StateLive, "uid-6": graphapi.StateLive,
-				"uid-9": graphapi.StatePlaceholder, "uid-10": graphapi.StateLive, "uid-11": graphapi.StateOrphaning,
-				"uid-12": graphapi.StateDeleting,
-			}
-			// A Snapshot-only source has no finalizers: it cannot tell orphaning.
-			full := name == "provider"
-			if !full {
-				want["uid-11"] = graphapi.StateDeleting
-			}
-			byUID := map[types.UID]graphapi.Node{}
-			for _, n := range g.Nodes {
-				byUID[n.UID] = n
-				if w, ok := want[n.UID]; ok && n.State != w {
-					t.Errorf("%s (%s): state %q, want %q", n.UID, n.Name, n.State, w)
-				}
-			}
-			rs := byUID["uid-2"]
-			if rs.Kind != "ReplicaSet" || rs.APIVersion != "apps/v1" || rs.Namespace != "default" || rs.Name != "web-abc" {
-				t.Errorf("uid-2 identity: %+v", rs)
-			}
-			if full && !slices.Equal(rs.Finalizers, []string{rules.FinalizerForeground}) {
-				t.Errorf("uid-2 finalizers %v", rs.Finalizers)
-			}
-			if len(rs.OwnerReferences) != 1 || rs.OwnerReferences[0].UID != "uid-1" || !*rs.OwnerReferences[0].BlockOwnerDeletion || !*rs.OwnerReferences[0].Controller {
-				t.Errorf("uid-2 owner references %+v", rs.OwnerReferences)
-			}
-			if !slices.Equal(rs.Dependents, []types.UID{"uid-3"}) {
-				t.Errorf("uid-2 dependents %v, want [uid-3]", rs.Dependents)
-			}
-			if d := byUID["uid-9"].Dependents; !slices.Equal(d, []types.UID{"uid-3"}) {
-				t.Errorf("placeholder dependents %v", d)
-			}
-			if d := byUID["uid-6"].Dependents; !slices.Equal(d, []types.UID{"uid-10"}) {
-				t.Errorf("lonely dependents %v", d)
-			}
-			if p := byUID["uid-3"]; len(p.OwnerReferences) != 3 {
-				t.Errorf("pod keeps its references as observed (3, with the duplicate): %+v", p.OwnerReferences)
-			}
-			// The Accept header selects JSON too.
-			if a := getJSONGraph(t, mux, GraphPath, true); len(a.Nodes) != 10 {
-				t.Errorf("Accept: application/json served %d nodes", len(a.Nodes))
-			}
-		})
+	mux := BuildMux(&fakeSource{g: richGraph(t)}, Options{})
+	g := getJSONGraph(t, mux, GraphPath+"?format=json", false)
+	if g.Total != 10 || len(g.Nodes) != 10 || !g.Synced {
+		t.Fatalf("total %d, %d nodes, synced %v; want 10, 10, true", g.Total, len(g.Nodes), g.Synced)
+	}
+	if !slices.IsSortedFunc(g.Nodes, func(a, b graphapi.Node) int { return strings.Compare(string(a.UID), string(b.UID)) }) {
+		t.Errorf("nodes not sorted by UID: %v", uidsOf(g))
+	}
+	want := map[types.UID]string{
+		"uid-1": graphapi.StateLive, "uid-2": graphapi.StateWaitingForDependents, "uid-3": graphapi.StateLive,
+		"uid-4": graphapi.StateAbsent, "uid-5": graphapi.StateLive, "uid-6": graphapi.StateLive,
+		"uid-9": graphapi.StatePlaceholder, "uid-10": graphapi.StateLive, "uid-11": graphapi.StateOrphaning,
+		"uid-12": graphapi.StateDeleting,
+	}
+	byUID := map[types.UID]graphapi.Node{}
+	for _, n := range g.Nodes {
+		byUID[n.UID] = n
+		if w, ok := want[n.UID]; ok && n.State != w {
+			t.Errorf("%s (%s): state %q, want %q", n.UID, n.Name, n.State, w)
+		}
+	}
+	rs := byUID["uid-2"]
+	if rs.Kind != "ReplicaSet" || rs.APIVersion != "apps/v1" || rs.Namespace != "default" || rs.Name != "web-abc" {
+		t.Errorf("uid-2 identity: %+v", rs)
+	}
+	if !slices.Equal(rs.Finalizers, []string{rules.FinalizerForeground}) {
+		t.Errorf("uid-2 finalizers %v", rs.Finalizers)
+	}
+	if len(rs.OwnerReferences) != 1 || rs.OwnerReferences[0].UID != "uid-1" || !*rs.OwnerReferences[0].BlockOwnerDeletion || !*rs.OwnerReferences[0].Controller {
+		t.Errorf("uid-2 owner references %+v", rs.OwnerReferences)
+	}
+	if !slices.Equal(rs.Dependents, []types.UID{"uid-3"}) {
+		t.Errorf("uid-2 dependents %v, want [uid-3]", rs.Dependents)
+	}
+	if d := byUID["uid-9"].Dependents; !slices.Equal(d, []types.UID{"uid-3"}) {
+		t.Errorf("placeholder dependents %v", d)
+	}
+	if d := byUID["uid-6"].Dependents; !slices.Equal(d, []types.UID{"uid-10"}) {
+		t.Errorf("lonely dependents %v", d)
+	}
+	if p := byUID["uid-3"]; len(p.OwnerReferences) != 3 {
+		t.Errorf("pod keeps its references as observed (3, with the duplicate): %+v", p.OwnerReferences)
+	}
+	// The Accept header selects JSON too.
+	if a := getJSONGraph(t, mux, GraphPath, true); len(a.Nodes) != 10 {
+		t.Errorf("Accept: application/json served %d nodes", len(a.Nodes))
 	}
 }
 
@@ -167,29 +142,27 @@ func TestGraphFilters(t *testing.T) {
 		{"uid=uid-12&uid=uid-4", []string{"uid-11", "uid-12", "uid-4", "uid-5"}},
 		{"uid=uid-12&kind=Namespace&name=lonely", []string{"uid-10", "uid-11", "uid-12", "uid-6"}},
 	}
-	for name, src := range sources(t) {
-		mux := BuildMux(src, Options{})
-		for _, tc := range tests {
-			t.Run(name+"/"+tc.query, func(t *testing.T) {
-				g := getJSONGraph(t, mux, GraphPath+"?format=json&"+tc.query, false)
-				if got := uidsOf(g); !slices.Equal(got, tc.want) {
-					t.Errorf("JSON nodes %v, want %v", got, tc.want)
-				}
-				if g.Total != 10 {
-					t.Errorf("total %d, want 10 (the whole graph)", g.Total)
-				}
-				res, body := serve(t, mux, http.MethodGet, GraphPath+"?"+tc.query)
-				if res.StatusCode != http.StatusOK {
-					t.Fatalf("DOT status %d: %s", res.StatusCode, body)
-				}
-				checkDOTSyntax(t, body)
-				want := slices.Clone(tc.want)
-				slices.Sort(want)
-				if got := nodeUIDs(body); !slices.Equal(got, want) {
-					t.Errorf("DOT nodes %v, want %v", got, want)
-				}
-			})
-		}
+	mux := BuildMux(&fakeSource{g: richGraph(t)}, Options{})
+	for _, tc := range tests {
+		t.Run(tc.query, func(t *testing.T) {
+			g := getJSONGraph(t, mux, GraphPath+"?format=json&"+tc.query, false)
+			if got := uidsOf(g); !slices.Equal(got, tc.want) {
+				t.Errorf("JSON nodes %v, want %v", got, tc.want)
+			}
+			if g.Total != 10 {
+				t.Errorf("total %d, want 10 (the whole graph)", g.Total)
+			}
+			res, body := serve(t, mux, http.MethodGet, GraphPath+"?"+tc.query)
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("DOT status %d: %s", res.StatusCode, body)
+			}
+			checkDOTSyntax(t, body)
+			want := slices.Clone(tc.want)
+			slices.Sort(want)
+			if got := nodeUIDs(body); !slices.Equal(got, want) {
+				t.Errorf("DOT nodes %v, want %v", got, want)
+			}
+		})
 	}
 }
 
@@ -214,55 +187,36 @@ func TestGraphBadRequests(t *testing.T) {
 		{"format=json&uid=uid-1&uid=missing", http.StatusNotFound, "uid missing"},
 		{"uid=uid-1&kind=Pod&name=nope", http.StatusNotFound, "Pod nope"},
 	}
-	for name, src := range sources(t) {
-		mux := BuildMux(src, Options{})
-		for _, tc := range tests {
-			t.Run(name+"/"+tc.query, func(t *testing.T) {
-				res, body := serve(t, mux, http.MethodGet, GraphPath+"?"+tc.query)
-				if res.StatusCode != tc.code || !strings.Contains(body, tc.msg) {
-					t.Errorf("got %d %q, want %d containing %q", res.StatusCode, body, tc.code, tc.msg)
-				}
-			})
-		}
-		// Upstream's DOT ?uid= ignores unknown objects.
-		res, body := serve(t, mux, http.MethodGet, GraphPath+"?uid=missing")
-		if res.StatusCode != http.StatusOK || nodeUIDs(body) != nil {
-			t.Errorf("%s: DOT ?uid=missing = %d %q, want an empty graph", name, res.StatusCode, body)
-		}
-		res, body = serve(t, mux, http.MethodGet, GraphPath+"?uid=missing&uid=uid-6")
-		if got := nodeUIDs(body); res.StatusCode != http.StatusOK || !slices.Equal(got, []string{"uid-10", "uid-6"}) {
-			t.Errorf("%s: DOT ?uid=missing&uid=uid-6 = %d %v, want uid-6's component", name, res.StatusCode, got)
-		}
+	mux := BuildMux(&fakeSource{g: richGraph(t)}, Options{})
+	for _, tc := range tests {
+		t.Run(tc.query, func(t *testing.T) {
+			res, body := serve(t, mux, http.MethodGet, GraphPath+"?"+tc.query)
+			if res.StatusCode != tc.code || !strings.Contains(body, tc.msg) {
+				t.Errorf("got %d %q, want %d containing %q", res.StatusCode, body, tc.code, tc.msg)
+			}
+		})
+	}
+	// Upstream's DOT ?uid= ignores unknown objects.
+	res, body := serve(t, mux, http.MethodGet, GraphPath+"?uid=missing")
+	if res.StatusCode != http.StatusOK || nodeUIDs(body) != nil {
+		t.Errorf("DOT ?uid=missing = %d %q, want an empty graph", res.StatusCode, body)
+	}
+	res, body = serve(t, mux, http.MethodGet, GraphPath+"?uid=missing&uid=uid-6")
+	if got := nodeUIDs(body); res.StatusCode != http.StatusOK || !slices.Equal(got, []string{"uid-10", "uid-6"}) {
+		t.Errorf("DOT ?uid=missing&uid=uid-6 = %d %v, want uid-6's component", res.StatusCode, got)
 	}
 }
 
 func TestGraphJSONNotSynced(t *testing.T) {
-	src := &providerSource{fakeSource{g: richGraph(t), ready: http.ErrServerClosed}}
+	src := &fakeSource{g: richGraph(t), ready: http.ErrServerClosed}
 	if g := getJSONGraph(t, BuildMux(src, Options{}), GraphPath+"?format=json", false); g.Synced {
 		t.Errorf("synced = true before the source is ready")
 	}
 }
 
-// The provider path answers the golden document too.
-func TestGraphGoldenProvider(t *testing.T) {
-	want, err := readGolden()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, body := serve(t, BuildMux(&providerSource{fakeSource{g: testGraph(t)}}, Options{}), http.MethodGet, GraphPath)
-	if body != want {
-		t.Errorf("provider DOT differs from the golden file:\n%s", body)
-	}
-}
-
-func readGolden() (string, error) {
-	b, err := os.ReadFile(filepath.Join("testdata", "graph.golden"))
-	return string(b), err
-}
-
 // bigSource is a 100k-node graph: 20k owners with four dependents each
 // across ten namespaces.
-func bigSource(b *testing.B) *providerSource {
+func bigSource(b *testing.B) *fakeSource {
 	g := graph.New()
 	yes := true
 	for i := 0; i < 20_000; i++ {
@@ -281,7 +235,7 @@ func bigSource(b *testing.B) *providerSource {
 	if g.Len() != 100_000 {
 		b.Fatalf("%d nodes", g.Len())
 	}
-	return &providerSource{fakeSource{g: g}}
+	return &fakeSource{g: g}
 }
 
 func benchmarkGraphEndpoint(b *testing.B, query string) {
@@ -312,4 +266,39 @@ func BenchmarkGraphJSONNamespace100k(b *testing.B) {
 // One object's component in a 100k-node graph (found by a scan).
 func BenchmarkGraphJSONObject100k(b *testing.B) {
 	benchmarkGraphEndpoint(b, "?format=json&kind=Pod&name=pod-4242&namespace=ns-0")
+}
+
+// TestGraphGoldenRich pins the wire formats byte for byte for a graph with
+// every node state: finalizers (foreground, orphan, custom), a placeholder,
+// an absent owner and a cluster-scoped owner. graphapi is read by
+// `kgc explain --server` and the web view, and the DOT form by upstream's
+// tools, so the same graph must always serve the same documents.
+func TestGraphGoldenRich(t *testing.T) {
+	mux := BuildMux(&fakeSource{g: richGraph(t)}, Options{})
+	for _, tc := range []struct{ query, golden string }{
+		{"", "rich.dot.golden"},
+		{"?format=json", "rich.json.golden"},
+		{"?format=json&namespace=other", "rich-other.json.golden"},
+		{"?format=json&uid=uid-3", "rich-uid3.json.golden"},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			res, body := serve(t, mux, http.MethodGet, GraphPath+tc.query)
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", res.StatusCode, body)
+			}
+			golden := filepath.Join("testdata", tc.golden)
+			if *update {
+				if err := os.WriteFile(golden, []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if body != string(want) {
+				t.Errorf("%s differs from %s (run go test -update if the change is intended):\n--- got\n%s\n--- want\n%s", tc.query, golden, body, want)
+			}
+		})
+	}
 }

@@ -7,8 +7,6 @@ import (
 	"net/http/pprof"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/kgc-dev/kgc/internal/graph"
 )
 
@@ -20,8 +18,10 @@ const GraphPath = "/debug/controllers/garbage-collector-controller/graph"
 type Source interface {
 	// Ready returns nil once the collector is useful (monitors synced).
 	Ready() error
-	// Snapshot copies the graph, or the components containing uids.
-	Snapshot(uids ...types.UID) []graph.NodeView
+	// Graph returns the collector's graph. The handler reads it only through
+	// its display readers (graph.Graph.Nodes, NodesByUID, Components), which
+	// hold the graph's lock for at most graph.ViewBatch nodes at a time.
+	Graph() *graph.Graph
 }
 
 // Check is one line of /readyz?verbose.

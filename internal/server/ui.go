@@ -68,22 +68,13 @@ func registerUI(mux *http.ServeMux, h *handler) {
 
 func (h *handler) serveNamespaces(w http.ResponseWriter, _ *http.Request) {
 	counts := map[string]int{}
-	var total int
 	count := func(id *rules.Identity) bool {
 		if id.Namespace != "" {
 			counts[id.Namespace]++
 		}
 		return false
 	}
-	if gp, ok := h.src.(GraphProvider); ok {
-		_, total = gp.Graph().ScanViews(count)
-	} else {
-		snap := h.src.Snapshot()
-		total = len(snap)
-		for i := range snap {
-			count(&snap[i].Identity)
-		}
-	}
+	_, total := h.src.Graph().Nodes(count)
 	out := NamespaceList{Namespaces: make([]NamespaceCount, 0, len(counts)), Total: total}
 	for ns, n := range counts {
 		out.Namespaces = append(out.Namespaces, NamespaceCount{ns, n})

@@ -33,7 +33,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
@@ -420,10 +419,7 @@ func gvrString(gvr schema.GroupVersionResource) string {
 	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
 }
 
-func (s source) Snapshot(uids ...types.UID) []graph.NodeView { return s.c.Graph().Snapshot(uids...) }
-
-// Graph lets the handler read the graph in bounded batches and serve its
-// JSON form with finalizers and dependents.
+// Graph is the graph the handler's views read (in bounded batches).
 func (s source) Graph() *graph.Graph { return s.c.Graph() }
 
 // lazyRecorder forwards to the recorder of the running Run, if any.

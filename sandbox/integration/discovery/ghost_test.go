@@ -189,7 +189,8 @@ func TestDeletedCRDReleasesItsInstancesDependents(t *testing.T) {
 		t.Fatal("a ConfigMap with a live owner was deleted")
 	}
 	poll(t, "no node of the deleted kind observed", func() bool {
-		for _, nv := range c.Graph().Snapshot() {
+		nodes, _ := c.Graph().Nodes(nil)
+		for _, nv := range nodes {
 			if nv.Identity.Kind == s.kind && !nv.Virtual {
 				return false
 			}
