@@ -118,12 +118,12 @@ func (g *Graph) object(n *node) rules.Object {
 
 // deletingDependents: see Object.DeletingDependents.
 func (n *node) deletingDependents() bool {
-	return n.deleting && slices.Contains(n.finalizerList(), rules.FinalizerForeground)
+	return rules.DeletingDependents(n.deleting, n.finalizerList())
 }
 
 // orphaning: see Object.Orphaning.
 func (n *node) orphaning() bool {
-	return n.deleting && slices.Contains(n.finalizerList(), rules.FinalizerOrphan)
+	return rules.Orphaning(n.deleting, n.finalizerList())
 }
 
 // finalizerList returns the node's finalizers (shared: not to be changed).

@@ -29,14 +29,21 @@ type Object struct {
 
 // DeletingDependents reports whether the object waits for its dependents:
 // being deleted with the foregroundDeletion finalizer.
-func (o *Object) DeletingDependents() bool {
-	return o.Deleting && slices.Contains(o.Finalizers, FinalizerForeground)
-}
+func (o *Object) DeletingDependents() bool { return DeletingDependents(o.Deleting, o.Finalizers) }
 
 // Orphaning reports whether the object waits for its dependents to be
 // orphaned: being deleted with the orphan finalizer.
-func (o *Object) Orphaning() bool {
-	return o.Deleting && slices.Contains(o.Finalizers, FinalizerOrphan)
+func (o *Object) Orphaning() bool { return Orphaning(o.Deleting, o.Finalizers) }
+
+// DeletingDependents is Object.DeletingDependents for an object stored in
+// another shape (the graph's compact nodes).
+func DeletingDependents(deleting bool, finalizers []string) bool {
+	return deleting && slices.Contains(finalizers, FinalizerForeground)
+}
+
+// Orphaning is Object.Orphaning for an object stored in another shape.
+func Orphaning(deleting bool, finalizers []string) bool {
+	return deleting && slices.Contains(finalizers, FinalizerOrphan)
 }
 
 // CustomFinalizers are the finalizers no garbage collector handles: whoever
