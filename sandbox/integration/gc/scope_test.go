@@ -2,13 +2,17 @@ package gc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
@@ -62,36 +66,68 @@ func TestCrossNamespaceReferences(t *testing.T) {
 
 	depB := tc.configMapIn(nsB, "dependent", withOwners(ownerA.ref(false)))
 	tc.waitGone(depB)
+	tc.waitWarning(depB, "OwnerRefInvalidNamespace")
 
-	// The Warning event on the dependent.
+	// Cluster-scoped dependents naming a namespaced owner kind, whether the
+	// UID is a live ConfigMap's or nobody's: invalid, never collected, and
+	// (upstream's published rule) every reference left as it is, a
+	// dangling one next to the invalid one too, with a Warning event.
+	liveRefs := []metav1.OwnerReference{ownerA.ref(false), missingRef(clusterRoleKind, tc.ns+"-never-existed")}
+	missingRefs := []metav1.OwnerReference{missingRef(configMapKind, "nothing")}
+	crLiveUID := tc.clusterRole("names-live-configmap", withOwners(liveRefs...), protected())
+	crMissingUID := tc.clusterRole("names-missing-configmap", withOwners(missingRefs...), protected())
+	// kgc records the event while it decides on the dependent: once it is
+	// there, kgc has decided, and the sentinel below gives any write of
+	// that decision time to land before the references are checked.
+	tc.waitWarning(crLiveUID, "OwnerRefInvalidNamespace")
+	tc.waitWarning(crMissingUID, "OwnerRefInvalidNamespace")
+	tc.assertKeptAfterGC(clusterRoleKind,
+		aliveWithReferences(crLiveUID, liveRefs),
+		aliveWithReferences(crMissingUID, missingRefs),
+		alive(ownerA),
+	)
+	// The configmap stream too: kgc must not have touched the real owner.
+	tc.assertKeptAfterGC(configMapKind, alive(ownerA))
+}
+
+// waitWarning waits for a Warning event with reason on o. Events on a
+// cluster-scoped object are recorded in namespace default, so they are
+// looked for in every namespace, by the object's UID.
+func (tc *testCase) waitWarning(o obj, reason string) {
+	tc.t.Helper()
 	var seen []string
 	err := wait.PollUntilContextTimeout(tc.ctx, pollInterval, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		evs, err := kubeClient.CoreV1().Events(nsB).List(ctx, metav1.ListOptions{})
+		evs, err := kubeClient.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("involvedObject.uid", string(o.uid)).String(),
+		})
 		if err != nil {
 			return false, nil
 		}
 		seen = seen[:0]
 		for _, ev := range evs.Items {
-			if ev.InvolvedObject.UID != depB.uid {
-				continue
-			}
 			seen = append(seen, fmt.Sprintf("%s/%s: %s", ev.Type, ev.Reason, ev.Message))
-			if ev.Reason == "OwnerRefInvalidNamespace" && ev.Type == corev1.EventTypeWarning &&
-				ev.InvolvedObject.Name == depB.name && ev.InvolvedObject.Namespace == nsB {
+			if ev.Reason == reason && ev.Type == corev1.EventTypeWarning &&
+				ev.InvolvedObject.Name == o.name && ev.InvolvedObject.Namespace == o.namespace {
 				return true, nil
 			}
 		}
 		return false, nil
 	})
 	if err != nil {
-		t.Errorf("no Warning event OwnerRefInvalidNamespace on %s within %s; events on it: %q", depB, waitTimeout, seen)
+		tc.t.Errorf("no Warning event %s on %s within %s; events on it: %q", reason, o, waitTimeout, seen)
 	}
+}
 
-	// Cluster-scoped dependents naming a namespaced owner kind, whether the
-	// UID is a live ConfigMap's or nobody's: invalid, never collected.
-	crLiveUID := tc.clusterRole("names-live-configmap", withOwners(ownerA.ref(false)), protected())
-	crMissingUID := tc.clusterRole("names-missing-configmap", withOwners(missingRef(configMapKind, "nothing")), protected())
-	tc.assertKeptAfterGC(clusterRoleKind, alive(crLiveUID), alive(crMissingUID), alive(ownerA))
-	// The configmap stream too: kgc must not have touched the real owner.
-	tc.assertKeptAfterGC(configMapKind, alive(ownerA))
+// aliveWithReferences: alive, with exactly the ownerReferences refs, in
+// order.
+func aliveWithReferences(o obj, refs []metav1.OwnerReference) kept {
+	return kept{o: o, check: func(m *metav1.PartialObjectMetadata) error {
+		if m.DeletionTimestamp != nil {
+			return errors.New("is being deleted")
+		}
+		if !apiequality.Semantic.DeepEqual(m.OwnerReferences, refs) {
+			return fmt.Errorf("ownerReferences changed: want %s", safety.Describe(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{OwnerReferences: refs}}))
+		}
+		return nil
+	}}
 }
