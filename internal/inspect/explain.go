@@ -3,7 +3,10 @@ package inspect
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/kgc-dev/kgc/internal/rules"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -232,14 +235,16 @@ func (d *Decision) DecideDependent(o *Object, res []Resolution, a rules.Action, 
 		}
 	case rules.RemoveReferences:
 		d.Verdict = VerdictRemoveReferences
-		kept := map[types.UID]bool{}
-		for _, r := range a.Refs {
-			kept[r.UID] = true
-		}
+		// The references kgc writes are the ones it keeps; every other
+		// entry goes, even one sharing its UID with a kept entry (the same
+		// owner named under a wrong name is dangling).
+		kept := slices.Clone(a.Refs)
 		for _, r := range o.OwnerReferences {
-			if !kept[r.UID] {
-				d.RemovedReferences = append(d.RemovedReferences, r)
+			if i := slices.IndexFunc(kept, func(k metav1.OwnerReference) bool { return apiequality.Semantic.DeepEqual(k, r) }); i >= 0 {
+				kept = slices.Delete(kept, i, i+1)
+				continue
 			}
+			d.RemovedReferences = append(d.RemovedReferences, r)
 		}
 		d.Why = append(d.Why, fmt.Sprintf("kgc keeps it: it has a live owner: %s; it removes the references to owners that are gone or being deleted: %s",
 			strings.Join(describe(rules.Solid), ", "), strings.Join(describe(rules.Dangling, rules.Waiting), ", ")))
