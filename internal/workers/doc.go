@@ -6,8 +6,11 @@
 // bounded pool of write slots (package apiops makes the calls). Planning
 // never writes.
 //
-// What every write rests on, and why each fact is fresh enough, is written
-// next to the code that makes it (execute.go) and in docs/correctness.md:
+// plan.go decides (planDeleteItem, planOrphanItem) and returns writes;
+// workers.go runs the queues and hands the writes to the write slots;
+// execute.go makes the calls. What every write rests on, and why each
+// fact is fresh enough, is written next to the code that makes it
+// (execute.go) and in docs/correctness.md:
 // preconditions guard the object written; facts about other objects are
 // monotonic (a UID observed deleted, a deletionTimestamp), confirmed by a
 // quorum read under a deletion lock (locks.go), or read from a graph in

@@ -2,8 +2,6 @@ package workers
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,109 +14,9 @@ import (
 	"github.com/kgc-dev/kgc/internal/rules"
 )
 
-// errRetry asks for a rate-limited re-check without reporting a failure.
-var errRetry = errors.New("re-check later")
-
-// errAgain asks for the item to be decided again at once: its writes
-// succeeded and its next step can follow (an orphaning owner whose
-// dependents were just orphaned).
-var errAgain = errors.New("decide again")
-
-// write is an API write that carries out a decision: it makes the call,
-// records it, and returns the item's outcome (see conflictOrNil).
-type write func(context.Context) error
-
-// planDeleteItem checks one item: a foreground owner waiting for its
-// dependents, or a live dependent that may be garbage. It returns the write
-// its decision needs, if any; nothing has been written when it returns.
-func (w *Workers) planDeleteItem(ctx context.Context, uid types.UID) (write, error) {
-	// A foreground owner that is still blocked has nothing to do but, now
-	// and then, re-check its dependents: decide that from the graph's
-	// blocking count instead of copying every dependent (see
-	// dependentsRecheck). An unblocked owner always takes the full path.
-	if o, ok := w.graph.Owner(uid); ok && !o.Virtual && o.DeletingDependents &&
-		w.graph.BlockingDependents(uid) > 0 && !w.rechecks.due(uid) {
-		return nil, nil
-	}
-	it, ok := w.graph.Item(uid)
-	if !ok || it.Virtual {
-		return nil, nil
-	}
-	// Already written to at this version: wait for the monitor (see writeLog).
-	if skip, stale := w.writes.check(uid, it.ResourceVersion); skip {
-		if stale {
-			return nil, errRetry
-		}
-		return nil, nil
-	}
-	var a rules.Action
-	switch {
-	case it.DeletingDependents():
-		a = rules.DecideForegroundOwner(&it)
-	case it.Deleting || len(it.OwnerReferences) == 0:
-		// Being deleted by someone else, or not a dependent at all.
-		return nil, nil
-	default:
-		states := make([]rules.OwnerState, len(it.OwnerReferences))
-		var errs []error
-		for i := range it.OwnerReferences {
-			s, err := w.resolver.resolve(ctx, it.Identity, &it.OwnerReferences[i])
-			states[i] = s
-			switch {
-			case err != nil:
-				errs = append(errs, err)
-			case s == rules.Unresolvable || s == rules.Invalid:
-				klog.FromContext(ctx).V(1).Info("Owner reference cannot be resolved; keeping object", "object", it.Identity.String(),
-					"ownerAPIVersion", it.OwnerReferences[i].APIVersion, "ownerKind", it.OwnerReferences[i].Kind, "state", s.String())
-				w.reportUnresolvable(it.Identity, &it.OwnerReferences[i], s)
-			}
-		}
-		if err := errors.Join(errs...); err != nil {
-			return nil, err
-		}
-		a = rules.DecideDependent(&it, states, rules.CycleCheck(uid, w.graph.WaitsFor))
-		if a.Type == rules.RemoveReferences && slices.Contains(states, rules.Waiting) {
-			return w.planConfirmedRemoval(&it, states, a)
-		}
-		a.Waiting = waitingOwners(&it, states)
-	}
-	return w.plan(ctx, &it, a)
-}
-
-// planConfirmedRemoval returns the write of a RemoveReferences decision
-// that removes a reference to a waiting owner because solid owners keep
-// the item.
-//
-// Removing that reference is right only while a solid owner really keeps
-// the item. If the owner is in fact gone (deleted a moment ago, its watch
-// event not applied yet) or being deleted, the item is garbage and must go
-// before the waiting owner's Foreground deletion may finish (S3); removing
-// the reference instead releases that owner at once (issue 14, item 3).
-// Solid from the graph is good enough to keep an item, never for this
-// irreversible write. So the write confirms each solid owner with a quorum
-// GET just before the patch, and holds the owner's deletion lock (shared)
-// from the GET to the patch: kgc's own DELETE of that owner (exclusive,
-// deleteItem), decided concurrently by another worker, cannot land in
-// between. If the confirmation changes the picture, the item is decided
-// again from what it found: deleted at once when it is garbage, else
-// checked again later. The mixed case is rare, and the one place a
-// decision from the graph pays a GET per solid owner. Removing only
-// dangling (or orphaned) references needs none of this: those owners are
-// gone whatever the solid one does, and if it went too, its deletion event
-// re-checks the item. What is left is upstream's window: another client
-// deleting the solid owner between the GET and the patch.
-func (w *Workers) planConfirmedRemoval(it *rules.Item, states []rules.OwnerState, a rules.Action) (write, error) {
-	t, err := w.target(it)
-	if err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context) error {
-		err := w.removeConfirmed(ctx, it, t, states, a)
-		w.writes.record(it.Identity.UID, it.ResourceVersion, err)
-		return conflictOrNil(err)
-	}, nil
-}
-
+// removeConfirmed is planConfirmedRemoval's write: it confirms the solid
+// owners under their deletion locks, then removes the references, or
+// decides again from what it found.
 func (w *Workers) removeConfirmed(ctx context.Context, it *rules.Item, t apiops.Target, states []rules.OwnerState, a rules.Action) error {
 	var owners []types.UID
 	for i, s := range states {
@@ -153,52 +51,6 @@ func (w *Workers) removeConfirmed(ctx context.Context, it *rules.Item, t apiops.
 	}
 	a.Waiting = waitingOwners(it, confirmed)
 	return w.execute(ctx, it, t, a)
-}
-
-// waitingOwners returns the UIDs of the owners states counts as waiting,
-// for DeleteItem decisions (nil otherwise).
-func waitingOwners(it *rules.Item, states []rules.OwnerState) []types.UID {
-	var out []types.UID
-	for i, s := range states {
-		if s == rules.Waiting {
-			out = append(out, it.OwnerReferences[i].UID)
-		}
-	}
-	return out
-}
-
-// plan turns a decision into the write that carries it out (nil when the
-// decision needs none). It is the only caller of apiops for the
-// attempt-to-delete path.
-func (w *Workers) plan(ctx context.Context, it *rules.Item, a rules.Action) (write, error) {
-	switch a.Type {
-	case rules.Keep:
-		if a.Retry {
-			return nil, errRetry
-		}
-		return nil, nil
-	case rules.CheckDependents:
-		for _, uid := range a.Dependents {
-			w.attemptToDelete.Add(uid)
-		}
-		return nil, nil
-	case rules.RemoveForegroundFinalizer:
-		if err := w.negativeFactsReady(ctx, it.Identity, rules.FinalizerForeground); err != nil {
-			return nil, err
-		}
-	case rules.RemoveReferences, rules.DeleteItem:
-	default:
-		return nil, fmt.Errorf("unknown action %d", a.Type)
-	}
-	t, err := w.target(it)
-	if err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context) error {
-		err := w.execute(ctx, it, t, a)
-		w.writes.record(it.Identity.UID, it.ResourceVersion, err)
-		return conflictOrNil(err)
-	}, nil
 }
 
 // execute makes the calls of a write decided for it, at t.
@@ -345,108 +197,6 @@ func conflictOrNil(err error) error {
 		return errRetry
 	}
 	return err
-}
-
-// planOrphanItem decides for an owner being deleted with the orphan
-// finalizer (rules.DecideOrphan) and returns the writes that carry the
-// decision out: one ownerReference patch per dependent that still
-// references it, each taking a write slot like every other write; or, once
-// none does, the removal of its orphan finalizer. Nothing has been written
-// when it returns. After the patches succeed the owner is decided again at
-// once (errAgain), and then finds every dependent orphaned: the write log
-// records what each patch removed, so the graph need not have caught up.
-//
-// Each patch removes the references by the owner's UID and carries the
-// dependent's uid (apiops.RemoveOwnerReference), so whatever else changed
-// on the dependent meanwhile, only this owner's reference goes.
-func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, error) {
-	owner, ok := w.graph.Item(uid)
-	if !ok || owner.Virtual || !owner.Orphaning() {
-		return nil, nil
-	}
-	if skip, stale := w.writes.check(uid, owner.ResourceVersion); skip {
-		if stale {
-			return nil, errRetry
-		}
-		return nil, nil
-	}
-	deps := make([]rules.Object, 0, len(owner.Dependents))
-	uncertain := false
-	for _, d := range owner.Dependents {
-		dep, ok := w.graph.Object(d.UID)
-		switch {
-		case !ok:
-		case w.writes.orphaned(dep.Identity.UID, dep.ResourceVersion, uid):
-			// kgc's own patch removed the reference, or found it gone.
-		case w.writes.wrote(dep.Identity.UID, dep.ResourceVersion):
-			// kgc wrote to this dependent at the version the graph still
-			// shows, but not to remove this owner's reference (another
-			// owner's orphaning, a reference removal): the graph cannot
-			// tell whether the reference to this owner is still on the
-			// server. The finalizer must wait until the graph shows the
-			// dependent's newer version; skipping it here lost orphans
-			// (issue 14, item 1).
-			uncertain = true
-		default:
-			deps = append(deps, dep)
-		}
-	}
-	a := rules.DecideOrphan(&owner.Object, deps)
-	switch {
-	case a.Type == rules.OrphanDependents:
-		return w.orphanWrites(uid, a.Orphan)
-	case uncertain:
-		return nil, errRetry
-	}
-	if err := w.negativeFactsReady(ctx, owner.Identity, rules.FinalizerOrphan); err != nil {
-		return nil, err
-	}
-	t, err := w.target(&owner)
-	if err != nil {
-		return nil, err
-	}
-	return []write{func(ctx context.Context) error {
-		klog.FromContext(ctx).V(2).Info("Dependents orphaned; removing orphan finalizer", "object", owner.Identity.String())
-		// Recorded before the write: the owner's deletion may reach the
-		// graph, and a lagging dependent be checked, before this call
-		// returns. Only kgc's own removal counts: a client that deletes
-		// the owner again with another policy makes the apiserver drop
-		// the orphan finalizer, and then its dependents are garbage.
-		w.orphaned.Add(uid)
-		_, err := w.ops.ReplaceFinalizers(ctx, t, owner.Finalizers, a.Finalizers)
-		if err != nil && !apierrors.IsNotFound(err) {
-			w.orphaned.Delete(uid) // still orphaning, or no longer: not ours
-		}
-		w.record(metrics.OpRemoveFinalizer, err)
-		w.writes.record(uid, owner.ResourceVersion, err)
-		return conflictOrNil(err)
-	}}, nil
-}
-
-// orphanWrites returns one write per dependent of owner to orphan. Each
-// succeeds with errAgain: the owner is decided again once all are done.
-func (w *Workers) orphanWrites(owner types.UID, orphans []rules.Orphan) ([]write, error) {
-	ws := make([]write, 0, len(orphans))
-	for _, o := range orphans {
-		dep := o.Dependent
-		t, err := w.target(&rules.Item{Object: *dep})
-		if err != nil {
-			return nil, fmt.Errorf("orphaning %s: %w", dep.Identity, err)
-		}
-		ws = append(ws, func(ctx context.Context) error {
-			_, err := w.ops.RemoveOwnerReference(ctx, t, owner, o.Indices)
-			w.record(metrics.OpOrphan, err)
-			// Success (or 404) proves the dependent no longer references
-			// this owner: the patch removes the reference by the owner's
-			// UID whatever else the object holds.
-			w.writes.recordOrphan(dep.Identity.UID, dep.ResourceVersion, owner, err)
-			if err = conflictOrNil(err); err != nil {
-				return err
-			}
-			return errAgain
-		})
-	}
-	return ws, nil
 }
 
 // record counts one write and its outcome.
