@@ -6,7 +6,9 @@
 #   - a throwaway module outside the repository (wired to this checkout by a
 #     go.work, as a user's module would be by its go.mod) pastes the README
 #     snippet into a test, starts the sandbox control plane in place of
-#     envtest, and checks that deleting an owner deletes its dependents.
+#     envtest, and checks that deleting an owner deletes its dependents;
+#   - the same module runs the README's namespace snippet, which deletes a
+#     namespace and waits for it to be gone (kgc's namespace lifecycle).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -20,6 +22,11 @@ fi
 snippet=$(awk '/<!-- envtest-snippet:start -->/{on=1; next} /<!-- envtest-snippet:end -->/{on=0} on && !/^```/' "$root/README.md")
 if [ -z "$snippet" ]; then
 	echo "verify-importable: no envtest snippet found in README.md" >&2; exit 1
+fi
+
+nssnippet=$(awk '/<!-- envtest-namespace-snippet:start -->/{on=1; next} /<!-- envtest-namespace-snippet:end -->/{on=0} on && !/^```/' "$root/README.md")
+if [ -z "$nssnippet" ]; then
+	echo "verify-importable: no envtest namespace snippet found in README.md" >&2; exit 1
 fi
 
 tmp=$(mktemp -d)
@@ -110,6 +117,22 @@ cat <<'TAIL'
 		t.Fatalf("the README snippet did not give cascading deletion: %v", err)
 	}
 }
+
+func TestReadmeNamespaceSnippet(t *testing.T) {
+	ctx := t.Context()
+	cp, err := controlplane.Start(ctx, controlplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Stop() })
+	cfg := cp.Config
+
+	// ---- README.md envtest namespace snippet, verbatim ----
+TAIL
+printf '%s\n' "$nssnippet" | sed 's/^\(.\)/\t\1/'
+cat <<'TAIL'
+	// ---- end of snippet ----
+}
 TAIL
 } > "$tmp/consumer/readme_test.go"
 
@@ -117,4 +140,4 @@ cd "$tmp/consumer"
 gofmt -l . | grep . && { echo "verify-importable: the pasted snippet is not gofmt-clean" >&2; exit 1; }
 go vet ./...
 go test -count=1 ./...
-echo "verify-importable: ok (README snippet gives cascading deletion from a module outside the repository)"
+echo "verify-importable: ok (README snippets give cascading deletion and namespace deletion from a module outside the repository)"

@@ -118,6 +118,7 @@ func Run(ctx context.Context, o *RunOptions) error {
 		Registerer:            newRegistry(),
 		Profiling:             o.Observability.Profiling,
 		EventComponent:        o.Observability.EventComponent,
+		NamespaceLifecycle:    o.NamespaceLifecycle,
 	})
 	if err != nil {
 		return err

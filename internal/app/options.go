@@ -29,6 +29,7 @@ type RunOptions struct {
 	UnlistedHold          time.Duration
 	IgnoredResources      []string
 	HTTPAddress           string
+	NamespaceLifecycle    bool
 	LeaderElection        LeaderElectionOptions
 	Observability         ObservabilityOptions
 	KCM                   KCMOptions
@@ -71,6 +72,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.UnlistedHold, "unlisted-hold", o.UnlistedHold, "How long an owner's orphan or foregroundDeletion finalizer waits for resources that could hold its dependents and have never been listed (a failing list); past it the finalizer is removed, and dependents found later are still orphaned, not deleted, for Orphan.")
 	fs.StringSliceVar(&o.IgnoredResources, "ignored-resources", o.IgnoredResources, "Resources never monitored, as resource.group (core: resource). Pass an empty value to monitor everything.")
 	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address for /healthz, /readyz and the debug graph. Empty disables the server.")
+	fs.BoolVar(&o.NamespaceLifecycle, "namespace-lifecycle", o.NamespaceLifecycle, "Also do the namespace controller's job: empty deleted namespaces (Pods first), set their status conditions, and remove their kubernetes finalizer once nothing is left. For API servers without kube-controller-manager; leave it off where kube-controller-manager runs its namespace controller.")
 	o.LeaderElection.AddFlags(fs)
 	o.Observability.AddFlags(fs)
 	o.KCM.AddFlags(fs)

@@ -81,6 +81,7 @@ func TestRunFlags(t *testing.T) {
 		{name: "http address", args: []string{"--http-address=127.0.0.1:9000"}, modify: func(o *RunOptions) { o.HTTPAddress = "127.0.0.1:9000" }},
 		{name: "http disabled", args: []string{"--http-address="}, modify: func(o *RunOptions) { o.HTTPAddress = "" }},
 		{name: "ipv6 http address", args: []string{"--http-address=[::1]:10258"}, modify: func(o *RunOptions) { o.HTTPAddress = "[::1]:10258" }},
+		{name: "namespace lifecycle", args: []string{"--namespace-lifecycle"}, modify: func(o *RunOptions) { o.NamespaceLifecycle = true }},
 		{
 			name: "ignored resources replace the defaults",
 			args: []string{"--ignored-resources=pods,deployments.apps"},

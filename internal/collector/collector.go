@@ -18,6 +18,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/metrics"
+	"github.com/kgc-dev/kgc/internal/namespaces"
 	"github.com/kgc-dev/kgc/internal/workers"
 )
 
@@ -61,6 +62,11 @@ type Config struct {
 	DrainTimeout time.Duration
 	// Metrics is optional; nil records nothing.
 	Metrics *metrics.Metrics
+	// Namespaces, when set, turns on the namespace lifecycle (package
+	// namespaces) with these API calls: deleting namespaces are emptied
+	// and finalized, as kube-controller-manager's namespace controller
+	// does. nil (the default) leaves namespaces alone.
+	Namespaces namespaces.API
 	// Clock drives the queues' backoff, the write log, foreground re-checks,
 	// periodic rediscovery and the monitors' backoff; nil is the real clock
 	// (tests inject a fake one: see testhooks.go).
@@ -74,7 +80,9 @@ type Collector struct {
 	cfg     Config
 	builder *builder.Builder
 	workers *workers.Workers
-	synced  atomic.Bool
+	// namespaces is the namespace lifecycle, nil when off.
+	namespaces *namespaces.Controller
+	synced     atomic.Bool
 }
 
 // New builds a Collector from cfg.
@@ -120,6 +128,13 @@ func New(cfg Config) (*Collector, error) {
 		cfg.DrainTimeout = 5 * time.Second
 	}
 	c := &Collector{cfg: cfg}
+	if cfg.Namespaces != nil {
+		nc, err := namespaces.New(namespaces.Config{API: cfg.Namespaces, Metrics: cfg.Metrics, Clock: cfg.Clock})
+		if err != nil {
+			return nil, err
+		}
+		c.namespaces = nc
+	}
 	g := graph.New()
 	// The builder tells the workers what each event changed; the workers
 	// ask the builder which resources are not listed yet and where a kind
@@ -128,7 +143,12 @@ func New(cfg Config) (*Collector, error) {
 	c.builder = builder.New(builder.Config{
 		Metadata: cfg.Metadata, Discovery: cfg.Discovery, Mapper: cfg.Mapper,
 		Ignored: cfg.Ignored, ResyncPeriod: cfg.ResyncPeriod, Metrics: cfg.Metrics, Clock: cfg.Clock,
-	}, g, builder.SinkFunc(func(ev graph.Event, eff graph.Effects) { c.workers.Observed(ev, eff) }))
+	}, g, builder.SinkFunc(func(ev graph.Event, eff graph.Effects) {
+		c.workers.Observed(ev, eff)
+		if c.namespaces != nil {
+			c.namespaces.Observed(ev, eff)
+		}
+	}))
 	c.workers = workers.New(workers.Config{
 		Metadata: cfg.Metadata, Mapper: cfg.Mapper, Recorder: cfg.Recorder,
 		Workers: cfg.Workers, MaxWritesInFlight: cfg.MaxWritesInFlight, UnlistedHold: cfg.UnlistedHold,
@@ -277,6 +297,17 @@ func (c *Collector) Run(ctx context.Context) error {
 	c.synced.Store(true)
 	logger.Info("Monitors synced; starting workers", "workers", c.cfg.Workers, "maxWritesInFlight", c.cfg.MaxWritesInFlight, "nodes", c.Graph().Len())
 	c.workers.Start(ctx, workCtx)
+	if c.namespaces != nil {
+		// The namespace lifecycle confirms every negative fact with quorum
+		// LISTs of its own, so it needs no synced graph; it starts with the
+		// workers so that a namespace's Background-deleted owners have a
+		// collector for their dependents (as in kube-controller-manager).
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.namespaces.Run(ctx)
+		}()
+	}
 
 	<-ctx.Done()
 	logger.Info("Stopping")

@@ -64,6 +64,11 @@ type Metrics struct {
 	queueLongest    *prometheus.GaugeVec
 	queueRetries    *prometheus.CounterVec
 
+	nsSyncs       *prometheus.CounterVec
+	nsSync        prometheus.Histogram
+	nsDeletion    prometheus.Histogram
+	nsTerminating prometheus.Gauge
+
 	collectors []prometheus.Collector
 }
 
@@ -152,6 +157,24 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 			Namespace: namespace, Subsystem: "workqueue", Name: "retries_total",
 			Help: "Rate-limited retries of items in a work queue.",
 		}, []string{"name"}),
+		nsSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "namespace", Name: "syncs_total",
+			Help: "Passes of the namespace lifecycle over a deleting namespace, by outcome (finalized, waiting, failed, skipped).",
+		}, []string{"outcome"}),
+		nsSync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "namespace", Name: "sync_duration_seconds",
+			Help:    "Time one pass of the namespace lifecycle over one namespace takes (discovery, deletions, confirming lists, status and finalize writes).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+		}),
+		nsDeletion: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "namespace", Name: "deletion_duration_seconds",
+			Help:    "Time from kgc observing a namespace deleting to kgc removing its kubernetes finalizer.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
+		}),
+		nsTerminating: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "namespace", Name: "terminating",
+			Help: "Namespaces kgc observes deleting whose kubernetes finalizer it has not removed yet.",
+		}),
 	}
 	build := buildinfo.Get()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -163,6 +186,7 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 	m.collectors = []prometheus.Collector{
 		buildInfo, m.operations, m.apiRequests, m.cascade, m.unresolvable, m.lookups, m.unlisted,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries,
+		m.nsSyncs, m.nsSync, m.nsDeletion, m.nsTerminating,
 		&stateCollector{src: src},
 	}
 	for _, c := range m.collectors {
@@ -188,7 +212,51 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 			m.unlisted.WithLabelValues(f, outcome)
 		}
 	}
+	for _, outcome := range []string{NamespaceFinalized, NamespaceWaiting, NamespaceFailed, NamespaceSkipped} {
+		m.nsSyncs.WithLabelValues(outcome)
+	}
 	return m, nil
+}
+
+// Outcomes of one pass of the namespace lifecycle over a namespace.
+const (
+	// NamespaceFinalized: its kubernetes finalizer was removed.
+	NamespaceFinalized = "finalized"
+	// NamespaceWaiting: content remains (finalizers, graceful deletion) or
+	// the admission grace period has not passed; checked again later.
+	NamespaceWaiting = "waiting"
+	// NamespaceFailed: an API call failed (discovery, a list, a delete, a
+	// conflict); retried with backoff.
+	NamespaceFailed = "failed"
+	// NamespaceSkipped: nothing to do (not deleting, gone, or no
+	// kubernetes finalizer).
+	NamespaceSkipped = "skipped"
+)
+
+// NamespaceSync records one pass of the namespace lifecycle.
+func (m *Metrics) NamespaceSync(outcome string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.nsSyncs.WithLabelValues(outcome).Inc()
+	m.nsSync.Observe(d.Seconds())
+}
+
+// NamespaceFinalized records a namespace whose kubernetes finalizer kgc
+// removed d after it first observed it deleting.
+func (m *Metrics) NamespaceFinalized(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.nsDeletion.Observe(d.Seconds())
+}
+
+// NamespacesTerminating sets the number of deleting namespaces kgc works on.
+func (m *Metrics) NamespacesTerminating(n int) {
+	if m == nil {
+		return
+	}
+	m.nsTerminating.Set(float64(n))
 }
 
 // Collectors returns every collector New registered (for docs tests).

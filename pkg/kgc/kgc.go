@@ -46,10 +46,12 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/kgc-dev/kgc/internal/apiops"
 	"github.com/kgc-dev/kgc/internal/collector"
 	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/metrics"
+	"github.com/kgc-dev/kgc/internal/namespaces"
 	"github.com/kgc-dev/kgc/internal/rules"
 	"github.com/kgc-dev/kgc/internal/server"
 )
@@ -136,6 +138,14 @@ type Options struct {
 	// DefaultEventComponent; UpstreamEventComponent makes them look like
 	// kube-controller-manager's collector's. See ValidateEventComponent.
 	EventComponent string
+	// NamespaceLifecycle turns on kgc's namespace lifecycle: a deleted
+	// Namespace is emptied (Pods first, then every namespaced resource;
+	// the objects' own finalizers are waited for), its status conditions
+	// report progress, and its "kubernetes" finalizer is removed once
+	// nothing is left, so that the Namespace goes — what
+	// kube-controller-manager's namespace controller does, for API servers
+	// without one (envtest). Off by default; see docs/semantics.md.
+	NamespaceLifecycle bool
 }
 
 // DefaultIgnoredResources returns the resources kgc ignores by default: core
@@ -234,7 +244,12 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 		httpClient: httpClient,
 		done:       make(chan struct{}),
 	}
+	var nsAPI namespaces.API
+	if opts.NamespaceLifecycle {
+		nsAPI = &apiops.NamespaceOps{Namespaces: cs.CoreV1().Namespaces(), Metadata: md, Discovery: dc}
+	}
 	out.c, err = collector.New(collector.Config{
+		Namespaces:        nsAPI,
 		Metadata:          md,
 		Discovery:         dc,
 		Mapper:            restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),

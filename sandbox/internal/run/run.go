@@ -66,9 +66,13 @@ type sandboxConfig struct {
 	dir         string
 	httpAddress string
 	workers     int
-	demo        bool
-	verbose     bool
-	v           int
+	// namespaceLifecycle: kgc also empties and finalizes deleted
+	// namespaces, which nothing else does in a sandbox without a
+	// controller manager.
+	namespaceLifecycle bool
+	demo               bool
+	verbose            bool
+	v                  int
 }
 
 func parseSandboxFlags(args []string, stderr io.Writer) (sandboxConfig, error) {
@@ -78,6 +82,7 @@ func parseSandboxFlags(args []string, stderr io.Writer) (sandboxConfig, error) {
 	fs.StringVar(&c.dir, "dir", DefaultDir, `state directory (etcd data, certificates, kubeconfig), kept across runs; "" for a temporary directory removed on exit`)
 	fs.StringVar(&c.httpAddress, "http-address", DefaultHTTPAddress, "address for kgc's HTTP endpoints (/healthz, /readyz, /metrics, /debug/pprof, the graph); port 0 picks a free port")
 	fs.IntVar(&c.workers, "workers", 0, "kgc workers per queue (0: kgc's default)")
+	fs.BoolVar(&c.namespaceLifecycle, "namespace-lifecycle", true, "kgc also does the namespace controller's job (deleted namespaces are emptied and go); the sandbox runs no kube-controller-manager")
 	fs.BoolVar(&c.demo, "demo", false, "run the built-in cascade demo once kgc is ready, then exit (status 0 when the cascades completed)")
 	fs.BoolVar(&c.verbose, "verbose", false, "show kube-apiserver's and etcd's own logs")
 	fs.IntVar(&c.v, "v", 0, "kgc log verbosity")
@@ -129,10 +134,11 @@ func sandboxCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}()
 
 	collector, err := kgc.New(cp.Config, kgc.Options{
-		Workers:    cfg.workers,
-		Logger:     newLogger(stderr, cfg.v),
-		Registerer: prometheus.NewRegistry(),
-		Profiling:  true,
+		Workers:            cfg.workers,
+		NamespaceLifecycle: cfg.namespaceLifecycle,
+		Logger:             newLogger(stderr, cfg.v),
+		Registerer:         prometheus.NewRegistry(),
+		Profiling:          true,
 	})
 	if err != nil {
 		return fmt.Errorf("creating kgc: %w", err)
