@@ -23,6 +23,7 @@ import (
 
 	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/inspect"
+	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // InspectDeps lets embedders and tests adjust how the inspection commands
@@ -208,7 +209,7 @@ func newExplainCommand(deps InspectDeps) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			e, err := inspect.Explain(cmd.Context(), v, obj)
+			e, err := inspect.Explain(cmd.Context(), rules.Policy{}, v, obj)
 			if err != nil {
 				return err
 			}
@@ -265,7 +266,7 @@ func newPreviewCommand(deps InspectDeps) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p, err := inspect.PreviewDelete(cmd.Context(), v, obj, policy)
+			p, err := inspect.PreviewDelete(cmd.Context(), rules.Policy{}, v, obj, policy)
 			if err != nil {
 				return err
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/metrics"
 	"github.com/kgc-dev/kgc/internal/namespaces"
+	"github.com/kgc-dev/kgc/internal/rules"
 	"github.com/kgc-dev/kgc/internal/workers"
 )
 
@@ -60,6 +61,9 @@ type Config struct {
 	// items may finish their API calls; default 5s (below the default gap
 	// between a leader's renew deadline and its lease duration).
 	DrainTimeout time.Duration
+	// Rules is the configurable part of the garbage-collection rules
+	// (keep-rules); the zero value is kube-controller-manager's rules.
+	Rules rules.Policy
 	// Metrics is optional; nil records nothing.
 	Metrics *metrics.Metrics
 	// Namespaces, when set, turns on the namespace lifecycle (package
@@ -153,7 +157,7 @@ func New(cfg Config) (*Collector, error) {
 		Metadata: cfg.Metadata, Mapper: cfg.Mapper, Recorder: cfg.Recorder,
 		Workers: cfg.Workers, MaxWritesInFlight: cfg.MaxWritesInFlight, UnlistedHold: cfg.UnlistedHold,
 		Unlisted: c.builder.Unlisted, Resource: c.builder.Resource,
-		Metrics: cfg.Metrics, Clock: cfg.Clock,
+		Rules: cfg.Rules, Metrics: cfg.Metrics, Clock: cfg.Clock,
 	}, g)
 	return c, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -21,7 +22,7 @@ func BenchmarkPreviewDelete(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		p, err := PreviewDelete(context.Background(), c.view(), d, metav1.DeletePropagationForeground)
+		p, err := PreviewDelete(context.Background(), rules.Policy{}, c.view(), d, metav1.DeletePropagationForeground)
 		if err != nil || len(p.Deleted) != 2101 {
 			b.Fatalf("%v, %d deleted", err, len(p.Deleted))
 		}

@@ -101,7 +101,7 @@ const unhandledNote = "nothing in kgc will remove this; whoever owns it must"
 
 // Decide is kgc's verdict on o, with the reasons, from the view's state.
 // It also returns o's owner classification and dependents.
-func Decide(ctx context.Context, v View, o *Object) (Decision, []OwnerInfo, []*Object, error) {
+func Decide(ctx context.Context, p rules.Policy, v View, o *Object) (Decision, []OwnerInfo, []*Object, error) {
 	deps, err := v.Dependents(ctx, o)
 	if err != nil {
 		return Decision{}, nil, nil, err
@@ -120,7 +120,7 @@ func Decide(ctx context.Context, v View, o *Object) (Decision, []OwnerInfo, []*O
 			owners = append(owners, OwnerInfo{Reference: ref, State: "not-checked", Reason: "the object is being deleted; kgc does not look at its owners any more"})
 		}
 	}
-	return decide(o, deps, res, viewWaitsFor(ctx, v, o, deps)), owners, deps, nil
+	return decide(p, o, deps, res, viewWaitsFor(ctx, v, o, deps)), owners, deps, nil
 }
 
 // viewWaitsFor is graph.WaitsFor over a view: the dependents of an object
@@ -150,7 +150,7 @@ func viewWaitsFor(ctx context.Context, v View, o *Object, deps []*Object) func(t
 	}
 }
 
-func decide(o *Object, deps []*Object, res []Resolution, waitsFor func(types.UID) []types.UID) Decision {
+func decide(p rules.Policy, o *Object, deps []*Object, res []Resolution, waitsFor func(types.UID) []types.UID) Decision {
 	item := o.item(dependentsOf(o, deps))
 	custom := o.CustomFinalizers()
 	var d Decision
@@ -194,7 +194,7 @@ func decide(o *Object, deps []*Object, res []Resolution, waitsFor func(types.UID
 		d.Verdict = VerdictKeep
 		d.Why = append(d.Why, "it has no ownerReferences: it is not anyone's dependent, so kgc never deletes it; it goes only when someone deletes it")
 	default:
-		a := rules.DecideDependent(&item, states(res), rules.CycleCheck(o.UID, waitsFor))
+		a := p.DecideDependent(&item, states(res), rules.CycleCheck(o.UID, waitsFor))
 		d.DecideDependent(o, res, a, len(deps))
 	}
 	switch d.Verdict {
@@ -228,7 +228,9 @@ func (d *Decision) DecideDependent(o *Object, res []Resolution, a rules.Action, 
 			return
 		}
 		d.Verdict = VerdictKeep
-		if s := describe(rules.Invalid); len(s) > 0 {
+		if a.Why != "" {
+			d.Why = append(d.Why, "kgc keeps it, although none of its owners is alive, by keep-rule "+a.Why)
+		} else if s := describe(rules.Invalid); len(s) > 0 {
 			d.Why = append(d.Why, fmt.Sprintf("kgc never collects it, and leaves all its references as they are, while it has an invalid reference: %s", strings.Join(s, ", ")))
 		} else if s := describe(rules.Solid); len(s) > 0 {
 			d.Why = append(d.Why, fmt.Sprintf("kgc keeps it: it has a live owner: %s", strings.Join(s, ", ")))
@@ -270,8 +272,8 @@ func (d *Decision) DecideDependent(o *Object, res []Resolution, a rules.Action, 
 }
 
 // Explain answers "why is this object (not) deleted?".
-func Explain(ctx context.Context, v View, o *Object) (*Explanation, error) {
-	d, owners, deps, err := Decide(ctx, v, o)
+func Explain(ctx context.Context, p rules.Policy, v View, o *Object) (*Explanation, error) {
+	d, owners, deps, err := Decide(ctx, p, v, o)
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +286,7 @@ func Explain(ctx context.Context, v View, o *Object) (*Explanation, error) {
 				e.NonBlocking = append(e.NonBlocking, dep)
 				continue
 			}
-			w, err := waitFor(ctx, v, dep, seen)
+			w, err := waitFor(ctx, p, v, dep, seen)
 			if err != nil {
 				return nil, err
 			}
@@ -304,14 +306,14 @@ func Explain(ctx context.Context, v View, o *Object) (*Explanation, error) {
 	return e, nil
 }
 
-func waitFor(ctx context.Context, v View, o *Object, seen map[types.UID]bool) (*Wait, error) {
+func waitFor(ctx context.Context, p rules.Policy, v View, o *Object, seen map[types.UID]bool) (*Wait, error) {
 	w := &Wait{Object: o, UnhandledFinalizers: o.CustomFinalizers()}
 	if seen[o.UID] {
 		w.Cycle = true
 		return w, nil
 	}
 	seen[o.UID] = true
-	d, _, deps, err := Decide(ctx, v, o)
+	d, _, deps, err := Decide(ctx, p, v, o)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +323,7 @@ func waitFor(ctx context.Context, v View, o *Object, seen map[types.UID]bool) (*
 			if !dep.blocks(o.UID) {
 				continue
 			}
-			c, err := waitFor(ctx, v, dep, seen)
+			c, err := waitFor(ctx, p, v, dep, seen)
 			if err != nil {
 				return nil, err
 			}

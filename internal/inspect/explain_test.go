@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -80,7 +81,7 @@ func TestDecideVerdicts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, _, _, err := Decide(ctx, v, o)
+			d, _, _, err := Decide(ctx, rules.Policy{}, v, o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +104,7 @@ func TestExplainStuckForeground(t *testing.T) {
 	c.add(cmR, "a", "notes", owned(d, false))
 	ctx := context.Background()
 	v := c.view()
-	e, err := Explain(ctx, v, d)
+	e, err := Explain(ctx, rules.Policy{}, v, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func TestExplainOrphaning(t *testing.T) {
 	rs := c.add(rsR, "a", "rs", deleting(), finalizers(metav1.FinalizerOrphanDependents))
 	c.add(podR, "a", "p1", owned(rs, true))
 	c.add(podR, "a", "p2", owned(rs, false))
-	e, err := Explain(context.Background(), c.view(), rs)
+	e, err := Explain(context.Background(), rules.Policy{}, c.view(), rs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestExplainCycleTerminates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := Explain(context.Background(), v, x)
+	e, err := Explain(context.Background(), rules.Policy{}, v, x)
 	if err != nil {
 		t.Fatal(err)
 	}

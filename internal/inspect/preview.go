@@ -67,6 +67,7 @@ type simObject struct {
 
 type simulation struct {
 	v       View
+	rules   rules.Policy
 	objs    map[types.UID]*simObject
 	order   []types.UID
 	steps   []Step
@@ -82,13 +83,13 @@ const maxPreviewObjects = 100000
 
 // PreviewDelete simulates `DELETE target` with policy from the current
 // state, with the apiserver's and kgc's semantics. It only reads.
-func PreviewDelete(ctx context.Context, v View, target *Object, policy metav1.DeletionPropagation) (*Preview, error) {
+func PreviewDelete(ctx context.Context, p rules.Policy, v View, target *Object, policy metav1.DeletionPropagation) (*Preview, error) {
 	switch policy {
 	case metav1.DeletePropagationBackground, metav1.DeletePropagationForeground, metav1.DeletePropagationOrphan:
 	default:
 		return nil, fmt.Errorf("unknown cascade %q: want background, foreground or orphan", policy)
 	}
-	s := &simulation{v: v, objs: map[types.UID]*simObject{}}
+	s := &simulation{v: v, rules: p, objs: map[types.UID]*simObject{}}
 	if err := s.load(ctx, target); err != nil {
 		return nil, err
 	}
@@ -316,7 +317,7 @@ func (s *simulation) round(level int) bool {
 				states[i] = s.state(so, ref)
 			}
 			it := o.item(s.graphDependents(uid))
-			a := rules.DecideDependent(&it, states, rules.CycleCheck(uid, s.waitsFor))
+			a := s.rules.DecideDependent(&it, states, rules.CycleCheck(uid, s.waitsFor))
 			if a.Type == rules.RemoveReferences || a.Type == rules.DeleteItem {
 				acts = append(acts, action{so: so, a: a})
 			}
@@ -406,6 +407,16 @@ func (s *simulation) result(target *Object, policy metav1.DeletionPropagation) *
 }
 
 func (s *simulation) keptWhy(so *simObject) string {
+	if len(so.obj.OwnerReferences) > 0 {
+		states := make([]rules.OwnerState, len(so.obj.OwnerReferences))
+		for i, ref := range so.obj.OwnerReferences {
+			states[i] = s.state(so, ref)
+		}
+		it := so.obj.item(s.graphDependents(so.obj.UID))
+		if a := s.rules.DecideDependent(&it, states, nil); a.Why != "" {
+			return "kept by keep-rule " + a.Why
+		}
+	}
 	var solid, other []string
 	for _, ref := range so.obj.OwnerReferences {
 		name := kindGroup(ref.APIVersion, ref.Kind) + "/" + ref.Name

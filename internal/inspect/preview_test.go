@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kgc-dev/kgc/internal/rules"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -110,7 +111,7 @@ func TestPreviewOrder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := PreviewDelete(context.Background(), v, d, tc.policy)
+			p, err := PreviewDelete(context.Background(), rules.Policy{}, v, d, tc.policy)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +160,7 @@ func TestPreviewCycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := PreviewDelete(context.Background(), v, xo, metav1.DeletePropagationForeground)
+	p, err := PreviewDelete(context.Background(), rules.Policy{}, v, xo, metav1.DeletePropagationForeground)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestPreviewCycle(t *testing.T) {
 func TestPreviewRejectsUnknownPolicy(t *testing.T) {
 	c := newCluster(t)
 	o := c.add(cmR, "a", "x")
-	if _, err := PreviewDelete(context.Background(), c.view(), o, "Sideways"); err == nil {
+	if _, err := PreviewDelete(context.Background(), rules.Policy{}, c.view(), o, "Sideways"); err == nil {
 		t.Error("want an error")
 	}
 }
@@ -188,7 +189,7 @@ func TestPreviewRedeleteChangesPolicy(t *testing.T) {
 	d := c.add(deployR, "a", "d", deleting(), finalizers(metav1.FinalizerDeleteDependents, "example.com/other"))
 	c.add(rsR, "a", "rs", owned(d, true))
 	v := c.view()
-	p, err := PreviewDelete(context.Background(), v, d, metav1.DeletePropagationBackground)
+	p, err := PreviewDelete(context.Background(), rules.Policy{}, v, d, metav1.DeletePropagationBackground)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestPreviewRedeleteChangesPolicy(t *testing.T) {
 	c2 := newCluster(t)
 	d2 := c2.add(deployR, "a", "d", deleting(), finalizers(metav1.FinalizerDeleteDependents))
 	c2.add(rsR, "a", "rs", owned(d2, true))
-	p, err = PreviewDelete(context.Background(), c2.view(), d2, metav1.DeletePropagationBackground)
+	p, err = PreviewDelete(context.Background(), rules.Policy{}, c2.view(), d2, metav1.DeletePropagationBackground)
 	if err != nil {
 		t.Fatal(err)
 	}

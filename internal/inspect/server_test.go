@@ -141,7 +141,7 @@ func TestServerViewExplainStuck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := Explain(ctx, v, d)
+	e, err := Explain(ctx, rules.Policy{}, v, d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,3 +123,20 @@ func TestDecideOrphan(t *testing.T) {
 		t.Errorf("DecideOrphan changed the owner's finalizers: %v", owner.Finalizers)
 	}
 }
+
+// A keep-rule vetoes deletions only: the decision is otherwise the
+// package's, and the zero Policy is exactly DecideDependent.
+func TestPolicyKeepRule(t *testing.T) {
+	keepAll := Policy{Keep: []KeepRule{{Name: "all", Keeps: func(*Object) string { return "kept" }}}}
+	ref := func(uid types.UID) metav1.OwnerReference { return metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: string(uid), UID: uid} }
+	it := &Item{Object: Object{Identity: Identity{UID: "d"}, OwnerReferences: []metav1.OwnerReference{ref("a"), ref("b")}}}
+	if a := keepAll.DecideDependent(it, []OwnerState{Dangling, Dangling}, nil); a.Type != Keep || a.Why != "all: kept" {
+		t.Errorf("vetoed deletion = %+v, want Keep with the rule's reason", a)
+	}
+	if a := keepAll.DecideDependent(it, []OwnerState{Solid, Dangling}, nil); a.Type != RemoveReferences || len(a.Refs) != 1 {
+		t.Errorf("reference removal under a keep-rule = %+v, want the dangling reference removed", a)
+	}
+	if a := (Policy{}).DecideDependent(it, []OwnerState{Dangling, Dangling}, nil); a.Type != DeleteItem {
+		t.Errorf("zero Policy = %+v, want DeleteItem", a)
+	}
+}

@@ -52,6 +52,9 @@ type Action struct {
 	// Orphan, for OrphanDependents: each dependent that still references
 	// the item, with the indices of those references.
 	Orphan []Orphan
+	// Why, for Keep: the keep-rule that vetoed a deletion, and its reason
+	// (see Policy).
+	Why string
 }
 
 // Orphan is one dependent to orphan: the indices of its references to the

@@ -139,6 +139,17 @@ func viaVersion(apiVersion string, r metav1.OwnerReference) metav1.OwnerReferenc
 	return r
 }
 
+// protectNamespace is a keep-rule for the table: never collect objects in
+// namespace ns.
+func protectNamespace(ns string) rules.KeepRule {
+	return rules.KeepRule{Name: "protect-" + ns, Keeps: func(o *rules.Object) string {
+		if o.Identity.Namespace == ns {
+			return "namespace " + ns + " is protected"
+		}
+		return ""
+	}}
+}
+
 // unservedKind names a kind no API serves.
 var unservedKind = metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "Widget", Name: "w", UID: "uid-widget"}
 
@@ -233,7 +244,10 @@ func keys(ks ...string) []string {
 }
 
 type equivCase struct {
-	name  string
+	name string
+	// rules: the policy (keep-rules) the collector, explain and preview
+	// all run under; zero: kube-controller-manager's rules.
+	rules rules.Policy
 	world []worldObj
 	// explain: objects to explain, each in a world of its own (the
 	// collector's decision writes).
@@ -452,6 +466,22 @@ func equivalenceCases() []equivCase {
 			Deleted: keys("web", "twice"), KGCDeletes: map[string]metav1.DeletionPropagation{"twice": bg},
 		}},
 	}, {
+		// A keep-rule (here: never collect objects in namespace b) is
+		// written once, in rules.Policy; the collector, explain and
+		// preview all follow it.
+		name:  "a keep-rule vetoes a deletion; references to absent owners still go",
+		rules: rules.Policy{Keep: []rules.KeepRule{protectNamespace("b")}},
+		world: []worldObj{
+			cmIn("b", "owner"),
+			cmIn("b", "kept", ownedBy(toCM("owner"))),
+			cmIn("b", "stray", ownedBy(toCM("ghost"))),
+			cmIn("b", "mixed", ownedBy(toCM("owner"), toCM("ghost"))),
+		},
+		explain: []explainWant{{object: "b/stray", verdict: keep()}, {object: "b/mixed", verdict: removeRefs("ghost")}},
+		preview: previewWant{target: "b/owner", cascade: bg, cascadeResult: cascadeResult{
+			Deleted: keys("b/owner"), Kept: keys("b/kept", "b/mixed"),
+		}},
+	}, {
 		// Known drifts, found by this table: the expectations are the
 		// collector's behaviour.
 		name: "a kept object in another namespace naming a Foreground owner's UID blocks it",
@@ -484,11 +514,11 @@ func TestExplainAndPreviewFollowTheCollector(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, want := range tc.explain {
 				t.Run("explain "+want.object, func(t *testing.T) {
-					runPaths(t, want.drift, func(mismatch mismatchFunc) { checkExplain(t, mismatch, tc.world, want) })
+					runPaths(t, want.drift, func(mismatch mismatchFunc) { checkExplain(t, mismatch, tc.rules, tc.world, want) })
 				})
 			}
 			t.Run(fmt.Sprintf("preview %s %s", tc.preview.target, tc.preview.cascade), func(t *testing.T) {
-				runPaths(t, tc.preview.drift, func(mismatch mismatchFunc) { checkPreview(t, mismatch, tc.world, tc.preview) })
+				runPaths(t, tc.preview.drift, func(mismatch mismatchFunc) { checkPreview(t, mismatch, tc.rules, tc.world, tc.preview) })
 			})
 		})
 	}
@@ -564,14 +594,14 @@ func lookup(t *testing.T, ctx context.Context, v *inspect.LiveView, o worldObj) 
 // collector's verdict); and, in a fresh copy of the world, the collector's
 // resolver classifies each of the object's references, against explain's
 // classification.
-func checkExplain(t *testing.T, mismatch mismatchFunc, w []worldObj, want explainWant) {
+func checkExplain(t *testing.T, mismatch mismatchFunc, pol rules.Policy, w []worldObj, want explainWant) {
 	_, ctx := ktesting.NewTestContext(t)
 	o := findObj(t, w, want.object)
 
 	srv := fakeapi.NewServer()
 	createWorld(t, srv, w)
 	view := inspect.NewLiveView(fakeapi.NewMapper(), srv.Client, inspectResources(t))
-	d, owners, _, err := inspect.Decide(ctx, view, lookup(t, ctx, view, o))
+	d, owners, _, err := inspect.Decide(ctx, pol, view, lookup(t, ctx, view, o))
 	if err != nil {
 		t.Fatalf("explain: %v", err)
 	}
@@ -581,7 +611,7 @@ func checkExplain(t *testing.T, mismatch mismatchFunc, w []worldObj, want explai
 	}
 	slices.Sort(explained.Removed)
 
-	collected, warnings := collectorVerdict(t, srv, w, o)
+	collected, warnings := collectorVerdict(t, srv, pol, w, o)
 	if !equalVerdicts(collected, explained) {
 		mismatch("explain says %s (%s), the collector does %s", explained, strings.Join(d.Why, "; "), collected)
 	}
@@ -629,11 +659,12 @@ func equalVerdicts(a, b verdict) bool {
 // newWorldStepper returns workers that are never started (see stepper) on
 // srv, which holds the world, whose graph has observed every object, as
 // its graph builder would have once its monitors synced.
-func newWorldStepper(t *testing.T, srv *fakeapi.Server, w []worldObj) (*stepper, *fakeapi.Recorder) {
+func newWorldStepper(t *testing.T, srv *fakeapi.Server, pol rules.Policy, w []worldObj) (*stepper, *fakeapi.Recorder) {
 	t.Helper()
 	s := newStepper(t, srv)
 	rec := &fakeapi.Recorder{}
 	s.c.cfg.Recorder = rec
+	s.c.cfg.Rules = pol
 	for _, o := range w {
 		if observeWorldObj(t, s, srv, o) == nil {
 			t.Fatalf("%s is not on the server", o.key())
@@ -651,9 +682,9 @@ func newWorldStepper(t *testing.T, srv *fakeapi.Server, w []worldObj) (*stepper,
 // decides, and the writes it returns are sent to the fake server. What
 // those writes did, or that there were none, is the collector's verdict
 // in explain's terms.
-func collectorVerdict(t *testing.T, srv *fakeapi.Server, w []worldObj, o worldObj) (verdict, []fakeapi.Warning) {
+func collectorVerdict(t *testing.T, srv *fakeapi.Server, pol rules.Policy, w []worldObj, o worldObj) (verdict, []fakeapi.Warning) {
 	t.Helper()
-	s, rec := newWorldStepper(t, srv, w)
+	s, rec := newWorldStepper(t, srv, pol, w)
 	gvr, ns, name := o.res.GVR, o.meta.Namespace, o.meta.Name
 	before, err := srv.Get(gvr, ns, name)
 	if err != nil {
@@ -745,7 +776,7 @@ func collectorStates(t *testing.T, w []worldObj, o worldObj) []rules.OwnerState 
 	t.Helper()
 	srv := fakeapi.NewServer()
 	createWorld(t, srv, w)
-	s, _ := newWorldStepper(t, srv, w)
+	s, _ := newWorldStepper(t, srv, rules.Policy{}, w)
 	id := rules.Identity{APIVersion: o.res.APIVersion(), Kind: o.res.Kind, Namespace: o.meta.Namespace, Name: o.meta.Name, UID: o.meta.UID}
 	out := make([]rules.OwnerState, len(o.meta.OwnerReferences))
 	for i := range o.meta.OwnerReferences {
@@ -784,11 +815,11 @@ func lostReferences(before, after []metav1.OwnerReference) []string {
 // checkPreview runs the real collector on the world until it settles,
 // previews the DELETE from that state, sends the DELETE, lets the
 // collector settle again, and compares what changed with the preview.
-func checkPreview(t *testing.T, mismatch mismatchFunc, w []worldObj, want previewWant) {
+func checkPreview(t *testing.T, mismatch mismatchFunc, pol rules.Policy, w []worldObj, want previewWant) {
 	srv := fakeapi.NewServer()
 	kgcDeletes := recordDeletes(srv)
 	createWorld(t, srv, w)
-	s, _ := newWorldStepper(t, srv, w)
+	s, _ := newWorldStepper(t, srv, pol, w)
 	settleWorld(t, s, srv, w)
 
 	target := findObj(t, w, want.target)
@@ -797,7 +828,7 @@ func checkPreview(t *testing.T, mismatch mismatchFunc, w []worldObj, want previe
 		t.Fatalf("the collector collected the target %s before it was deleted", target.key())
 	}
 	view := inspect.NewLiveView(fakeapi.NewMapper(), srv.Client, inspectResources(t))
-	p, err := inspect.PreviewDelete(s.ctx, view, lookup(t, s.ctx, view, target), want.cascade)
+	p, err := inspect.PreviewDelete(s.ctx, pol, view, lookup(t, s.ctx, view, target), want.cascade)
 	if err != nil {
 		t.Fatalf("preview: %v", err)
 	}

@@ -45,7 +45,7 @@ func (w *Workers) removeConfirmed(ctx context.Context, it *rules.Item, t apiops.
 		return w.execute(ctx, it, t, a)
 	}
 	unlock()
-	a = rules.DecideDependent(it, confirmed, rules.CycleCheck(it.Identity.UID, w.graph.WaitsFor))
+	a = w.cfg.Rules.DecideDependent(it, confirmed, rules.CycleCheck(it.Identity.UID, w.graph.WaitsFor))
 	if a.Type != rules.DeleteItem {
 		return errRetry
 	}

@@ -74,7 +74,7 @@ func (w *Workers) planDeleteItem(ctx context.Context, uid types.UID) (write, err
 		if err := errors.Join(errs...); err != nil {
 			return nil, err
 		}
-		a = rules.DecideDependent(&it, states, rules.CycleCheck(uid, w.graph.WaitsFor))
+		a = w.cfg.Rules.DecideDependent(&it, states, rules.CycleCheck(uid, w.graph.WaitsFor))
 		if a.Type == rules.RemoveReferences && slices.Contains(states, rules.Waiting) {
 			return w.planConfirmedRemoval(&it, states, a)
 		}

@@ -51,6 +51,9 @@ type Config struct {
 	// Resource returns the monitored resource of an observed kind (the
 	// graph builder's Resource); nil: ask Mapper.
 	Resource func(schema.GroupVersionKind) (schema.GroupVersionResource, bool)
+	// Rules is the configurable part of the rules (keep-rules); the zero
+	// value is kube-controller-manager's rules.
+	Rules rules.Policy
 	// Metrics is optional; nil records nothing.
 	Metrics *metrics.Metrics
 	// Clock drives the queues' backoff, the write log and foreground
