@@ -128,7 +128,9 @@ func TestDecideOrphan(t *testing.T) {
 // package's, and the zero Policy is exactly DecideDependent.
 func TestPolicyKeepRule(t *testing.T) {
 	keepAll := Policy{Keep: []KeepRule{{Name: "all", Keeps: func(*Object) string { return "kept" }}}}
-	ref := func(uid types.UID) metav1.OwnerReference { return metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: string(uid), UID: uid} }
+	ref := func(uid types.UID) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: string(uid), UID: uid}
+	}
 	it := &Item{Object: Object{Identity: Identity{UID: "d"}, OwnerReferences: []metav1.OwnerReference{ref("a"), ref("b")}}}
 	if a := keepAll.DecideDependent(it, []OwnerState{Dangling, Dangling}, nil); a.Type != Keep || a.Why != "all: kept" {
 		t.Errorf("vetoed deletion = %+v, want Keep with the rule's reason", a)
