@@ -69,19 +69,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
 	"github.com/kgc-dev/kgc/sandbox/controlplane"
 )
 
-func TestReadmeSnippet(t *testing.T) {
+// startAPIServer starts the sandbox's etcd + kube-apiserver (standing in
+// for envtest) until the test ends: the ctx and cfg the snippets use.
+func startAPIServer(t *testing.T) (context.Context, *rest.Config) {
 	ctx := t.Context()
 	cp, err := controlplane.Start(ctx, controlplane.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cp.Stop() })
-	cfg := cp.Config
+	return ctx, cp.Config
+}
+
+func TestReadmeSnippet(t *testing.T) {
+	ctx, cfg := startAPIServer(t)
 
 	// ---- README.md envtest snippet, verbatim ----
 HEAD
@@ -119,13 +126,7 @@ cat <<'TAIL'
 }
 
 func TestReadmeNamespaceSnippet(t *testing.T) {
-	ctx := t.Context()
-	cp, err := controlplane.Start(ctx, controlplane.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cp.Stop() })
-	cfg := cp.Config
+	ctx, cfg := startAPIServer(t)
 
 	// ---- README.md envtest namespace snippet, verbatim ----
 TAIL

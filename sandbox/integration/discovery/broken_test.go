@@ -271,18 +271,7 @@ func setConversion(t *testing.T, crd string, conversion map[string]any) {
 // when the test ends.
 func createBrokenAPIService(t *testing.T) {
 	t.Helper()
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiregistration.k8s.io/v1",
-		"kind":       "APIService",
-		"metadata":   map[string]any{"name": brokenAPIService},
-		"spec": map[string]any{
-			"group": "broken.example.com", "version": "v1beta1",
-			"service":               map[string]any{"namespace": "default", "name": "kgc-no-such-apiservice", "port": int64(443)},
-			"groupPriorityMinimum":  int64(1000),
-			"versionPriority":       int64(15),
-			"insecureSkipTLSVerify": true,
-		},
-	}}
+	u := testenv.UnavailableAPIService("broken.example.com", "v1beta1")
 	if _, err := dynamicClient.Resource(apiServiceGVR).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create APIService: %v", err)
 	}

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 
@@ -154,18 +153,7 @@ func TestUnavailableAPIService(t *testing.T) {
 	name := "v1beta1.nsbroken.example.com"
 	ns := createNamespace(t)
 	configMap(t, ns, "cm")
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiregistration.k8s.io/v1",
-		"kind":       "APIService",
-		"metadata":   map[string]any{"name": name},
-		"spec": map[string]any{
-			"group": "nsbroken.example.com", "version": "v1beta1",
-			"service":               map[string]any{"namespace": "default", "name": "kgc-no-such-apiservice", "port": int64(443)},
-			"groupPriorityMinimum":  int64(1000),
-			"versionPriority":       int64(15),
-			"insecureSkipTLSVerify": true,
-		},
-	}}
+	u := testenv.UnavailableAPIService("nsbroken.example.com", "v1beta1")
 	if _, err := dynamicClient.Resource(apiServiceGVR).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create APIService: %v", err)
 	}

@@ -130,3 +130,21 @@ func CRD(group, resource, kind string, namespaced bool, versions ...string) *uns
 		},
 	}}
 }
+
+// UnavailableAPIService is an aggregated APIService for group/version whose
+// backing Service does not exist: the aggregator reports it unavailable
+// and discovery of its group fails (a broken aggregated API).
+func UnavailableAPIService(group, version string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1",
+		"kind":       "APIService",
+		"metadata":   map[string]any{"name": version + "." + group},
+		"spec": map[string]any{
+			"group": group, "version": version,
+			"service":               map[string]any{"namespace": "default", "name": "kgc-no-such-apiservice", "port": int64(443)},
+			"groupPriorityMinimum":  int64(1000),
+			"versionPriority":       int64(15),
+			"insecureSkipTLSVerify": true,
+		},
+	}}
+}
