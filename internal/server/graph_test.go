@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -286,19 +284,7 @@ func TestGraphGoldenRich(t *testing.T) {
 			if res.StatusCode != http.StatusOK {
 				t.Fatalf("status %d: %s", res.StatusCode, body)
 			}
-			golden := filepath.Join("testdata", tc.golden)
-			if *update {
-				if err := os.WriteFile(golden, []byte(body), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if body != string(want) {
-				t.Errorf("%s differs from %s (run go test -update if the change is intended):\n--- got\n%s\n--- want\n%s", tc.query, golden, body, want)
-			}
+			checkGolden(t, tc.golden, tc.query, body)
 		})
 	}
 }

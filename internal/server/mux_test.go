@@ -146,19 +146,7 @@ func TestGraphGolden(t *testing.T) {
 		t.Errorf("Content-Type = %q", ct)
 	}
 	checkDOTSyntax(t, body)
-	golden := filepath.Join("testdata", "graph.golden")
-	if *update {
-		if err := os.WriteFile(golden, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if body != string(want) {
-		t.Errorf("graph differs from %s (run go test -update if the change is intended):\n--- got\n%s\n--- want\n%s", golden, body, want)
-	}
+	checkGolden(t, "graph.golden", "graph", body)
 }
 
 var uidAttr = regexp.MustCompile(`(?m)^    uid="([^"]*)"$`)
@@ -268,5 +256,24 @@ func TestOptionalEndpoints(t *testing.T) {
 		if res, body := serve(t, on, http.MethodGet, path); res.StatusCode != http.StatusOK {
 			t.Errorf("%s not served when enabled: %d %s", path, res.StatusCode, body)
 		}
+	}
+}
+
+// checkGolden compares body, the answer to what, with testdata/name (or
+// rewrites the file under -update).
+func checkGolden(t *testing.T, name, what, body string) {
+	t.Helper()
+	golden := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(golden, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if body != string(want) {
+		t.Errorf("%s differs from %s (run go test -update if the change is intended):\n--- got\n%s\n--- want\n%s", what, golden, body, want)
 	}
 }
