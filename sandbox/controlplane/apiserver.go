@@ -14,11 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/apiserver/pkg/util/compatibility"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	basecompatibility "k8s.io/component-base/compatibility"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 	"k8s.io/kubernetes/pkg/controlplane/reconcilers"
@@ -106,18 +103,10 @@ func (a *apiServer) stop() error {
 func startAPIServer(startCtx context.Context, etcdURL string, pki pkiFiles, addr string, watchCacheSizes []string) (*apiServer, error) {
 	s := options.NewServerRunOptions()
 
-	// A registry per server, as kube-apiserver's own test server does: the
-	// process-wide default registry may be Set only once, while a test
-	// binary can start many control planes. The feature gate is a copy for
-	// the same reason; no feature is overridden, so code that reads the
-	// global gate directly sees the same values.
-	featureGate := utilfeature.DefaultMutableFeatureGate.DeepCopy()
-	effectiveVersion := compatibility.DefaultBuildEffectiveVersion()
-	effectiveVersion.SetEmulationVersion(featureGate.EmulationVersion())
-	effectiveVersion.SetMinCompatibilityVersion(featureGate.MinCompatibilityVersion())
-	registry := basecompatibility.NewComponentGlobalsRegistry()
-	if err := registry.Register(basecompatibility.DefaultKubeComponent, effectiveVersion, featureGate); err != nil {
-		return nil, fmt.Errorf("registering component globals: %w", err)
+	// A registry per server (see newComponentRegistry).
+	registry, err := newComponentRegistry()
+	if err != nil {
+		return nil, err
 	}
 	if err := registry.Set(); err != nil {
 		return nil, fmt.Errorf("setting component globals: %w", err)

@@ -32,6 +32,22 @@ type Options struct {
 	// served by etcd directly (a watch from a compacted revision then fails
 	// with 410 Gone, see CompactEtcd). Nil keeps every cache.
 	WatchCacheSizes []string
+
+	// Cluster also runs the rest of a cluster: kube-controller-manager
+	// with every controller but its garbage collector (Deployments make
+	// ReplicaSets, ReplicaSets make Pods, the namespace controller empties
+	// deleted namespaces, …), kube-scheduler, and simulated nodes (kwok)
+	// on which Pods become Running and terminate when deleted. Without it
+	// only etcd and kube-apiserver run: nothing reconciles workloads.
+	Cluster bool
+	// Nodes is the number of simulated nodes with Cluster; 0 means
+	// DefaultNodes.
+	Nodes int
+	// ControllerManagerFlags are extra kube-controller-manager flags, given
+	// after the sandbox's own so that they win; for example
+	// "--controllers=*,-garbage-collector-controller,-namespace-controller"
+	// to leave namespaces to kgc as well. Only with Cluster.
+	ControllerManagerFlags []string
 }
 
 // ControlPlane is a running etcd + kube-apiserver pair. Create it with Start
@@ -67,6 +83,11 @@ type ControlPlane struct {
 	// while the apiserver is stopped.
 	apiMu     sync.Mutex
 	api       *apiServer
+
+	// The rest of the cluster (Options.Cluster); nil when not running.
+	controllerManager *component
+	scheduler         *component
+	nodes             *simulatedNodes
 	stopped   bool
 	stopOnce  sync.Once
 	stopError error
@@ -127,6 +148,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err := writeKubeconfig(cp.KubeconfigPath, cp.Config); err != nil {
 		return nil, err
 	}
+	if opts.Cluster {
+		if err := cp.startCluster(ctx, opts); err != nil {
+			return nil, err
+		}
+	}
 	cp.logf("control plane started in %v (dir %s)", time.Since(began).Round(time.Millisecond), cp.Dir)
 	return cp, nil
 }
@@ -151,6 +177,10 @@ func (cp *ControlPlane) stop() error {
 	defer cp.apiMu.Unlock()
 	cp.stopped = true
 	ranAPI := cp.api != nil || cp.apiAddr != ""
+	// The clients of the apiserver go before it: kube-controller-manager,
+	// kube-scheduler and kwok would otherwise retry against a stopped
+	// server until their own shutdown.
+	errs = append(errs, cp.stopCluster()...)
 	// The apiserver goes first: it holds etcd clients and watches, and
 	// stopping etcd under it would turn a clean drain into a storm of
 	// retries.
@@ -273,4 +303,55 @@ func prepareDir(dir string) (string, bool, error) {
 		return "", false, fmt.Errorf("creating %s: %w", abs, err)
 	}
 	return abs, false, nil
+}
+
+// startCluster starts the simulated nodes, kube-scheduler and
+// kube-controller-manager (Options.Cluster). The nodes go first so that the
+// first Pods find somewhere to run.
+func (cp *ControlPlane) startCluster(ctx context.Context, opts Options) error {
+	count := opts.Nodes
+	if count <= 0 {
+		count = DefaultNodes
+	}
+	began := time.Now()
+	var err error
+	if cp.nodes, err = startNodes(ctx, cp.Config, count, opts.Verbose); err != nil {
+		return fmt.Errorf("starting simulated nodes: %w", err)
+	}
+	cp.logf("%d simulated nodes (kwok) ready in %v", count, time.Since(began).Round(time.Millisecond))
+
+	began = time.Now()
+	if cp.scheduler, err = startScheduler(ctx, cp); err != nil {
+		return fmt.Errorf("starting kube-scheduler: %w", err)
+	}
+	// Recorded even on error so that Stop can wait for the goroutine.
+	cp.controllerManager, err = startControllerManager(ctx, cp, opts.ControllerManagerFlags)
+	if err != nil {
+		return fmt.Errorf("starting kube-controller-manager: %w", err)
+	}
+	cp.logf("kube-controller-manager and kube-scheduler ready in %v", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// stopCluster stops what startCluster started, in reverse order. Called
+// with apiMu held.
+func (cp *ControlPlane) stopCluster() []error {
+	var errs []error
+	if cp.controllerManager != nil {
+		if err := cp.controllerManager.stop(); err != nil {
+			errs = append(errs, err)
+		}
+		cp.controllerManager = nil
+	}
+	if cp.scheduler != nil {
+		if err := cp.scheduler.stop(); err != nil {
+			errs = append(errs, err)
+		}
+		cp.scheduler = nil
+	}
+	if cp.nodes != nil {
+		cp.nodes.stop()
+		cp.nodes = nil
+	}
+	return errs
 }
