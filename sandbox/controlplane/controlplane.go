@@ -81,16 +81,16 @@ type ControlPlane struct {
 
 	// apiMu serializes StopAPIServer, StartAPIServer and Stop; api is nil
 	// while the apiserver is stopped.
-	apiMu     sync.Mutex
-	api       *apiServer
+	apiMu sync.Mutex
+	api   *apiServer
 
 	// The rest of the cluster (Options.Cluster); nil when not running.
 	controllerManager *component
 	scheduler         *component
 	nodes             *simulatedNodes
-	stopped   bool
-	stopOnce  sync.Once
-	stopError error
+	stopped           bool
+	stopOnce          sync.Once
+	stopError         error
 }
 
 // Start runs etcd and then kube-apiserver, and returns once the apiserver is
