@@ -164,7 +164,8 @@ func TestRandomSchedules(t *testing.T) {
 					if os.Getenv("KGC_SIM_STRICT") == "" {
 						if _, again := RunRandom(seed, w); !again.Failed() {
 							mu.Lock()
-							t.Logf("seed %d failed once and passed on replay (not counted): %s\ntrace of the objects involved:\n%s", seed, out, s.Trace(out.Focus()...))
+							t.Logf("seed %d failed once and passed on replay (not counted): %s\ntrace of the objects involved:\n%s\nits schedule (replay it with KGC_SIM_SCHEDULE, as a file):\n%s",
+								seed, out, s.Trace(out.Focus()...), FormatSchedule(seed, s.Actions()))
 							mu.Unlock()
 							continue
 						}
