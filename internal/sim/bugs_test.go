@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -227,11 +226,11 @@ func TestIssue14Item4GhostAfterCRDDeletion(t *testing.T) {
 // deletes the dependent on a decision made while the owner was waiting, so
 // the DELETE lands while the owner exists and is no longer in Foreground
 // deletion (S1 read literally). Upstream has the same race, with a smaller
-// window (it reads the owner just before the DELETE).
+// window (it reads the owner just before the DELETE). Fixed: the DELETE
+// holds its waiting owners' deletion locks and is not sent once kgc
+// released one of them (docs/correctness.md, difference 7).
 func TestF1DependentDeletedAfterOwnerLeftForeground(t *testing.T) {
-	if os.Getenv("KGC_SIM_UNSKIP") == "" {
-		t.Skip("F1: new finding, not fixed; un-skip once it is")
-	}
+	skipFixed(t, "F1")
 	s := newScripted(t)
 	o, err := s.Create(ConfigMaps, "a", "o", []string{Finalizer})
 	s.must(err)

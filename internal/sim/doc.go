@@ -93,7 +93,29 @@
 // all gone or waiting, none with a solid owner and dangling or waiting
 // references (L1). On failure the test prints the seed, how to replay it,
 // and the trace of the steps with the state changes of the objects
-// involved.
+// involved, then shrinks the schedule.
+//
+// # Schedules and shrinking (schedule.go, shrink.go)
+//
+// A random schedule is recorded as Actions that name objects by their
+// coordinates, not their UIDs: create, delete, set-refs, unhold, annotate,
+// deliver (the next event of one resource's watch), advance (the fake
+// clock), expire, restart, start, down, fail-lists, version, unserve,
+// serve, faults. Replay runs any subsequence of a schedule from scratch: an
+// action on an object the subsequence never creates does nothing, and a
+// reference to one is dropped. Replaying the recorded schedule repeats a
+// failure far more often than re-running the seed, whose later draws
+// depend on what the collector did. Shrink reduces a failing schedule with
+// delta debugging (ddmin over the actions, then single ownerReferences),
+// keeping a candidate when it fails with the same kind of violation
+// (Signature), within a bound on replays and wall time; the candidates and
+// their order depend only on which candidates failed. The result is
+// printed one action a line (FormatSchedule; ParseSchedule reads it back),
+// followed by the trace of its failing replay: each step, each event
+// delivered to a monitor, each injected fault, and each write with who
+// made it. TestShrinkFindsMinimalSchedule switches issue 14 item 2's fix
+// off and checks that a failing schedule found at random shrinks to a
+// shorter one that still fails as item 2.
 //
 // # Running
 //
@@ -102,6 +124,8 @@
 //	KGC_SIM_SCHEDULES=100000 KGC_SIM_BASE=5000 go test ...
 //	KGC_SIM_ALL=1 ...                                  # every feature, known bugs fail
 //	KGC_SIM_STRICT=1 ...                               # fail also on failures a replay does not repeat
+//	KGC_SIM_SEED=42 KGC_SIM_SHRINK=1 ...               # replay one seed and shrink it if it fails
+//	KGC_SIM_SCHEDULE=<file> go test -run TestReplaySchedule -v ./internal/sim/  # replay a printed schedule
 //	make soak-sim                                      # a million schedules
 //
 // A failure that a replay of its seed does not repeat is logged, not

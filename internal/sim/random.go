@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,6 +9,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kgc-dev/kgc/internal/collector"
 )
 
 // World sizes and the features a random schedule may use.
@@ -24,6 +27,9 @@ type World struct {
 	Discovery   bool // version switches, CRD-like resources deleted and recreated
 	Expiry      bool // watches dropped with 410
 	Down        bool // resources whose LIST fails for a long time
+	// Configure, when set, adjusts every collector's config (Sim.Configure):
+	// a test that switches a fix off through a config knob.
+	Configure func(*collector.Config)
 }
 
 // AllFeatures is a World with every feature on.
@@ -74,7 +80,7 @@ func (o *Outcome) String() string {
 type rs struct {
 	*Sim
 	w        World
-	annotate Obj
+	annotate objKey
 	hasAnnot bool
 	nameSeq  int
 }
@@ -82,11 +88,24 @@ type rs struct {
 var objectGRs = []schema.GroupResource{ConfigMaps, Deployments, ReplicaSets, Jobs, ClusterRoles, Widgets, Gadgets}
 
 // RunRandom runs one random schedule drawn from seed and returns the
-// simulation (for its trace) and the outcome. The collector is stopped.
+// simulation (for its trace and its schedule, Actions) and the outcome.
+// The collector is stopped.
 func RunRandom(seed uint64, w World) (*Sim, *Outcome) {
-	s := &rs{Sim: New(seed), w: w}
+	s := &rs{Sim: newSim(seed, w), w: w}
 	out := &Outcome{Seed: seed}
 	out.Err = s.run()
+	s.finish(out)
+	return s.Sim, out
+}
+
+func newSim(seed uint64, w World) *Sim {
+	s := New(seed)
+	s.Configure = w.Configure
+	return s
+}
+
+// finish stops the collector and fills in the outcome.
+func (s *Sim) finish(out *Outcome) {
 	if err := s.Stop(); err != nil && out.Err == nil {
 		out.Err = err
 	}
@@ -94,13 +113,14 @@ func RunRandom(seed uint64, w World) (*Sim, *Outcome) {
 	if out.Err == nil && len(out.Violations) == 0 {
 		out.Owed = s.Check()
 	}
+	s.mu.Lock()
 	out.Steps = len(s.steps)
 	for _, st := range s.steps {
 		if strings.Contains(st, "preferred version") || strings.Contains(st, "deleted (still in discovery") {
 			out.DiscoveryChanged = true
 		}
 	}
-	return s.Sim, out
+	s.mu.Unlock()
 }
 
 func (s *rs) chance(p float64) bool { return s.rng.Float64() < p }
@@ -114,8 +134,9 @@ func (s *rs) live(notDeleting bool) []Object {
 	return slices.DeleteFunc(objs, func(o Object) bool { return o.Meta.DeletionTimestamp != nil })
 }
 
-func handle(o Object) Obj {
-	return Obj{GR: o.Kind.GR(), Namespace: o.Meta.Namespace, Name: o.Meta.Name, UID: o.Meta.UID}
+// on returns an action of op on o.
+func on(op string, o Object) Action {
+	return Action{Op: op, GR: o.Kind.GR(), Namespace: o.Meta.Namespace, Name: o.Meta.Name}
 }
 
 // createRandom creates one object with up to two owners among the live
@@ -137,15 +158,19 @@ func (s *rs) createRandom() error {
 	if len(cands) > 0 {
 		nrefs = []int{0, 1, 1, 1, 2, 2}[s.rng.IntN(6)]
 	}
-	var refs []metav1.OwnerReference
+	var refs []RefSpec
+	var uids []string
 	for range nrefs {
 		o := cands[s.rng.IntN(len(cands))]
-		if slices.ContainsFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == o.Meta.UID }) {
+		if slices.Contains(uids, string(o.Meta.UID)) {
 			continue
 		}
-		ref := Ref(&o.Kind, &o.Meta, s.chance(0.5))
+		uids = append(uids, string(o.Meta.UID))
+		ref := RefSpec{GR: o.Kind.GR(), Name: o.Meta.Name, Block: s.chance(0.5)}
 		if len(o.Kind.Versions) > 1 && s.chance(0.3) {
-			ref.APIVersion = schema.GroupVersion{Group: o.Kind.Group, Version: o.Kind.Versions[s.rng.IntN(len(o.Kind.Versions))]}.String()
+			if v := o.Kind.Versions[s.rng.IntN(len(o.Kind.Versions))]; v != o.Kind.Preferred {
+				ref.Version = v
+			}
 		}
 		refs = append(refs, ref)
 	}
@@ -154,12 +179,17 @@ func (s *rs) createRandom() error {
 		fins = []string{Finalizer}
 	}
 	s.nameSeq++
-	o, err := s.Create(gr, ns, fmt.Sprintf("o%d", s.nameSeq), fins, refs...)
-	if err != nil {
+	a := Action{Op: OpCreate, GR: gr, Namespace: ns, Name: fmt.Sprintf("o%d", s.nameSeq), Finalizers: fins, Refs: refs}
+	if err := s.Apply(a); err != nil {
+		return err
+	}
+	if _, ok := s.handleOf(a.key()); !ok {
 		return nil // the resource is not served right now
 	}
 	if s.w.Cycles && s.chance(0.04) {
-		return s.Patch(o, "self reference", map[string]any{"ownerReferences": append(refs, s.OwnerRef(o, true))})
+		self := Action{Op: OpSetRefs, GR: gr, Namespace: ns, Name: a.Name,
+			Refs: append(slices.Clone(refs), RefSpec{GR: gr, Name: a.Name, Block: true})}
+		return s.Apply(self)
 	}
 	return nil
 }
@@ -184,7 +214,9 @@ func (s *rs) deleteRandom() error {
 	if !s.w.MultiOrphan && p == metav1.DeletePropagationOrphan && s.sharesDependentWithOrphaning(o) {
 		p = metav1.DeletePropagationBackground
 	}
-	return s.Delete(handle(o), p)
+	a := on(OpDelete, o)
+	a.Policy = p
+	return s.Apply(a)
 }
 
 func (s *rs) sharesDependentWithOrphaning(owner Object) bool {
@@ -235,10 +267,9 @@ func (s *rs) editRefs() error {
 		c := cands[s.rng.IntN(len(cands))]
 		refs = append(refs, Ref(&c.Kind, &c.Meta, s.chance(0.5)))
 	}
-	if refs == nil {
-		refs = []metav1.OwnerReference{}
-	}
-	return s.Patch(handle(o), "set ownerReferences "+refsString(refs), map[string]any{"ownerReferences": refs})
+	a := on(OpSetRefs, o)
+	a.Refs = s.refSpecs(refs)
+	return s.Apply(a)
 }
 
 func (s *rs) removeFinalizer() error {
@@ -251,17 +282,14 @@ func (s *rs) removeFinalizer() error {
 	if len(held) == 0 {
 		return nil
 	}
-	o := held[s.rng.IntN(len(held))]
-	fins := slices.DeleteFunc(slices.Clone(o.Meta.Finalizers), func(f string) bool { return f == Finalizer })
-	if fins == nil {
-		fins = []string{}
-	}
-	return s.Patch(handle(o), "remove foreign finalizer", map[string]any{"finalizers": fins})
+	return s.Apply(on(OpUnhold, held[s.rng.IntN(len(held))]))
 }
 
 func (s *rs) run() error {
 	if s.w.Faults && s.chance(0.5) {
-		s.FaultRate = []float64{0.02, 0.1, 0.25}[s.rng.IntN(3)]
+		if err := s.Apply(Action{Op: OpFaults, Rate: []float64{0.02, 0.1, 0.25}[s.rng.IntN(3)]}); err != nil {
+			return err
+		}
 	}
 	for range s.w.Objects {
 		if err := s.createRandom(); err != nil {
@@ -270,7 +298,7 @@ func (s *rs) run() error {
 	}
 	if s.w.Annotator && s.chance(0.4) {
 		if objs := s.live(true); len(objs) > 0 {
-			s.annotate, s.hasAnnot = handle(objs[s.rng.IntN(len(objs))]), true
+			s.annotate, s.hasAnnot = on(OpAnnotate, objs[s.rng.IntN(len(objs))]).key(), true
 		}
 	}
 	if s.w.LateStart && s.chance(0.3) {
@@ -280,13 +308,13 @@ func (s *rs) run() error {
 			}
 		}
 		if s.chance(0.5) {
-			s.FailLists(objectGRs[s.rng.IntN(len(objectGRs))], 1+s.rng.IntN(2))
+			gr := objectGRs[s.rng.IntN(len(objectGRs))]
+			if err := s.Apply(Action{Op: OpFailLists, GR: gr, N: 1 + s.rng.IntN(2)}); err != nil {
+				return err
+			}
 		}
 	}
-	if err := s.Start(); err != nil {
-		return err
-	}
-	if err := s.Settle(); err != nil {
+	if err := s.Apply(Action{Op: OpStart}); err != nil {
 		return err
 	}
 	for range s.w.Steps {
@@ -300,8 +328,39 @@ func (s *rs) run() error {
 			return nil
 		}
 	}
+	return s.heal()
+}
+
+// heal ends a schedule: a collector runs (a shrunk schedule may have left
+// out its start), every fault heals, and the simulation runs to
+// quiescence.
+func (s *Sim) heal() error {
+	if s.coll == nil {
+		s.Step("start collector (the schedule has none running)")
+		if err := s.Start(); err != nil {
+			return err
+		}
+		if err := s.Settle(); err != nil {
+			return err
+		}
+	}
 	s.Heal()
 	return s.Quiesce(2 * time.Hour)
+}
+
+// deliverAll delivers every pending event as DeliverAll does, one action
+// each.
+func (s *rs) deliverAll() error {
+	for range 10000 {
+		p := s.Srv.Pending()
+		if len(p) == 0 {
+			return nil
+		}
+		if err := s.Apply(Action{Op: OpDeliver, GR: p[s.rng.IntN(len(p))]}); err != nil {
+			return err
+		}
+	}
+	return errors.New("watch events keep coming")
 }
 
 // step draws one scheduler step.
@@ -316,38 +375,41 @@ func (s *rs) step() error {
 			if len(p) == 0 {
 				return nil
 			}
-			return s.Deliver(p[s.rng.IntN(len(p))])
+			return s.Apply(Action{Op: OpDeliver, GR: p[s.rng.IntN(len(p))]})
 		}},
-		{4, s.DeliverAll},
+		{4, s.deliverAll},
 		{12, s.deleteRandom},
 		{6, s.createRandom},
 		{5, s.removeFinalizer},
 		{5, s.editRefs},
 		{8, func() error {
-			return s.Advance([]time.Duration{time.Millisecond, time.Second, 30 * time.Second}[s.rng.IntN(3)])
+			return s.Apply(Action{Op: OpAdvance, D: []time.Duration{time.Millisecond, time.Second, 30 * time.Second}[s.rng.IntN(3)]})
 		}},
 	}
 	if s.hasAnnot {
-		choices = append(choices, choice{10, func() error { return s.Annotate(s.annotate) }})
+		choices = append(choices, choice{10, func() error {
+			return s.Apply(Action{Op: OpAnnotate, GR: s.annotate.gr, Namespace: s.annotate.namespace, Name: s.annotate.name})
+		}})
 	}
 	if s.w.Expiry {
-		choices = append(choices, choice{3, func() error { return s.Expire(objectGRs[s.rng.IntN(len(objectGRs))]) }})
+		choices = append(choices, choice{3, func() error {
+			return s.Apply(Action{Op: OpExpire, GR: objectGRs[s.rng.IntN(len(objectGRs))]})
+		}})
 	}
 	if s.w.Restarts {
-		choices = append(choices, choice{1, func() error { s.Step("restart collector"); return s.Restart() }})
+		choices = append(choices, choice{1, func() error { return s.Apply(Action{Op: OpRestart}) }})
 	}
 	if s.w.Down {
 		choices = append(choices, choice{2, func() error {
 			gr := objectGRs[s.rng.IntN(len(objectGRs))]
-			s.SetDown(gr, s.chance(0.6))
-			return nil
+			return s.Apply(Action{Op: OpDown, GR: gr, Down: s.chance(0.6)})
 		}})
 	}
 	if s.w.Discovery {
 		choices = append(choices, choice{2, func() error {
 			switch s.rng.IntN(4) {
 			case 0:
-				s.SwitchVersion(Widgets, []string{"v1", "v2"}[s.rng.IntN(2)])
+				return s.Apply(Action{Op: OpVersion, GR: Widgets, Version: []string{"v1", "v2"}[s.rng.IntN(2)]})
 			case 1:
 				// As kube-apiserver does after a CRD is deleted: the
 				// resource stays in discovery while its LIST answers 404
@@ -356,11 +418,10 @@ func (s *rs) step() error {
 				// looks to kgc like a vanished aggregated API, whose
 				// objects kgc keeps (discovery.Monitors: only resources a
 				// CRD served are swept when they vanish).
-				s.Unserve(Gadgets, true)
+				return s.Apply(Action{Op: OpUnserve, GR: Gadgets})
 			default:
-				s.Serve(Gadgets)
+				return s.Apply(Action{Op: OpServe, GR: Gadgets})
 			}
-			return nil
 		}})
 	}
 	total := 0

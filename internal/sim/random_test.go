@@ -109,8 +109,12 @@ func TestRandomSchedules(t *testing.T) {
 	if v := os.Getenv("KGC_SIM_SEED"); v != "" {
 		seed := envInt(t, "KGC_SIM_SEED", 0)
 		s, out := RunRandom(seed, w)
-		t.Logf("seed %d: %d steps\ntrace:\n%s", seed, out.Steps, s.Trace())
+		t.Logf("seed %d: %d steps\ntrace:\n%s\nschedule:\n%s", seed, out.Steps, s.Trace(), FormatSchedule(seed, s.Actions()))
 		if out.Failed() {
+			if os.Getenv("KGC_SIM_SHRINK") != "" {
+				_, shrunk := reportShrunk(t, s, out, w, ShrinkOptions{Logf: t.Logf})
+				t.Logf("%s", shrunk)
+			}
 			t.Fatalf("%s", out)
 		}
 		return
@@ -160,15 +164,19 @@ func TestRandomSchedules(t *testing.T) {
 					if os.Getenv("KGC_SIM_STRICT") == "" {
 						if _, again := RunRandom(seed, w); !again.Failed() {
 							mu.Lock()
-							t.Logf("seed %d failed once and passed on replay (not counted): %s\ntrace of the objects involved:\n%s", seed, out, s.Trace(out.Focus()...))
+							t.Logf("seed %d failed once and passed on replay (not counted): %s\ntrace of the objects involved:\n%s\nits schedule (replay it with KGC_SIM_SCHEDULE, as a file):\n%s",
+								seed, out, s.Trace(out.Focus()...), FormatSchedule(seed, s.Actions()))
 							mu.Unlock()
 							continue
 						}
 					}
 					failed.Add(1)
+					// Shrink it: the minimal schedule that fails the same
+					// way, with its trace and a file to replay it from.
+					_, shrunk := reportShrunk(t, s, out, w, ShrinkOptions{MaxRuns: 200, MaxTime: 2 * time.Minute})
 					mu.Lock()
-					t.Errorf("%s\nclassified as: %q\nreplay: KGC_SIM_SEED=%d go test -race -run TestRandomSchedules ./internal/sim/\ntrace of the objects involved:\n%s",
-						out, classify(out), seed, s.Trace(out.Focus()...))
+					t.Errorf("%s\nclassified as: %q\nreplay: KGC_SIM_SEED=%d go test -race -run TestRandomSchedules ./internal/sim/\ntrace of the objects involved:\n%s\n%s",
+						out, classify(out), seed, s.Trace(out.Focus()...), shrunk)
 					mu.Unlock()
 				}
 			}

@@ -947,6 +947,8 @@ func (s *Server) Deliver(gr schema.GroupResource) (bool, error) {
 	if w.ns != "" && e.meta.Namespace != w.ns {
 		return true, nil
 	}
+	s.trace("delivered to kgc's %s monitor: %s %s rv %s", w.gvr.GroupResource(), strings.ToLower(string(e.typ)),
+		describe(objKey{gr, e.meta.Namespace, e.meta.Name}, &e.meta), e.meta.ResourceVersion)
 	obj := s.typed(w.gvr, r, &e.meta)
 	if err := w.send(watch.Event{Type: e.typ, Object: obj}); err != nil {
 		return true, err

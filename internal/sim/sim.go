@@ -78,6 +78,14 @@ type Sim struct {
 	// FaultRate is the probability of a 429/500 on a collector call.
 	FaultRate float64
 	calls     map[string]int
+	// Configure, when set, adjusts the config of every collector Start
+	// starts (a test that switches a fix off through a config knob).
+	Configure func(*collector.Config)
+
+	// The schedule applied through Apply, as it took effect, and the
+	// objects it created, by coordinates (schedule.go).
+	actions []Action
+	names   map[objKey]Obj
 }
 
 // New returns a simulation with the world's kinds and no objects; call
@@ -88,7 +96,7 @@ func New(seed uint64) *Sim {
 		Seed: seed, Clock: clk, Srv: NewServer(clk, Kinds()...),
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		Workers: 1, ResyncPeriod: 30 * time.Second,
-		calls: map[string]int{},
+		calls: map[string]int{}, names: map[objKey]Obj{},
 	}
 	s.mapper = s.Srv.Mapper()
 	s.Srv.Trace = func(line string) {
@@ -127,10 +135,12 @@ func (s *Sim) fault(c Call) error {
 	if float64(h.Sum64()%10000)/10000 >= rate {
 		return nil
 	}
+	var err error = apierrors.NewInternalError(errors.New("injected"))
 	if h.Sum64()%2 == 0 {
-		return apierrors.NewTooManyRequests("injected", 1)
+		err = apierrors.NewTooManyRequests("injected", 1)
 	}
-	return apierrors.NewInternalError(errors.New("injected"))
+	s.Srv.trace("fault: kgc's %s answered %s", strings.TrimSpace(key), apierrors.ReasonForError(err))
+	return err
 }
 
 // Step records one scheduler step in the trace.
@@ -154,7 +164,7 @@ func (s *Sim) Start() error {
 	if s.coll != nil {
 		return errors.New("collector already running")
 	}
-	c, err := collector.New(collector.Config{
+	cfg := collector.Config{
 		Metadata:     s.Srv.Client(ActorKGC),
 		Discovery:    s.Srv,
 		Mapper:       s.mapper,
@@ -162,7 +172,11 @@ func (s *Sim) Start() error {
 		Ignored:      []schema.GroupResource{{Resource: "events"}},
 		ResyncPeriod: s.ResyncPeriod,
 		Clock:        s.Clock,
-	})
+	}
+	if s.Configure != nil {
+		s.Configure(&cfg)
+	}
+	c, err := collector.New(cfg)
 	if err != nil {
 		return err
 	}

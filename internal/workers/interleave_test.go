@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -554,5 +555,76 @@ func TestOrphanFinalizerRemovedByOthersLeavesGarbage(t *testing.T) {
 	}
 	if _, err := srv.Get(fakeapi.ConfigMaps, "a", "d"); !apierrors.IsNotFound(err) {
 		t.Errorf("dependent of an owner whose orphan finalizer someone else removed: %v, want deleted", err)
+	}
+}
+
+// listLandsAfterRead makes the first question "what is unlisted?" the
+// moment a resource's first LIST lands in the graph: the objects are
+// applied, and the resource counts as listed from then on. A worker that
+// read the graph before and asks after must not take "nothing unlisted" as
+// covering what it read (simulator seed 1625; the real-apiserver model
+// test's seed 873744650).
+func (s *stepper) listLandsAfterRead(gvr schema.GroupVersionResource, objs ...*metav1.PartialObjectMetadata) {
+	landed := false
+	s.c.unlisted = func() []discovery.Resource {
+		if !landed {
+			landed = true
+			for _, o := range objs {
+				s.observe(gvr, o)
+			}
+		}
+		return nil
+	}
+}
+
+// Orphan: O's worker reads O's dependents while configmaps are not listed
+// yet (none in the graph); the configmaps list, with D referencing O,
+// lands before the worker checks what is unlisted. The finalizer must not
+// go on the dependents read before: D still references O on the server.
+func TestOrphanFinalizerWaitsForListLandingAfterRead(t *testing.T) {
+	srv := fakeapi.NewServer()
+	s := newStepper(t, srv)
+	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+	d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", fakeapi.DeploymentRef("o", "o-uid")))
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationOrphan)
+	s.observe(fakeapi.Deployments, o)
+	s.listLandsAfterRead(fakeapi.ConfigMaps, d)
+
+	err := s.orphanStep("o-uid")
+	if cur, gerr := srv.Get(fakeapi.Deployments, "a", "o"); gerr != nil || !slices.Contains(cur.Finalizers, metav1.FinalizerOrphanDependents) {
+		t.Fatalf("orphan step = %v: the orphan finalizer went while d, listed after the dependents were read, still references o (owner: %v, %v)", err, cur, gerr)
+	}
+	if !errors.Is(err, errRetry) {
+		t.Fatalf("orphan step = %v, want a retry", err)
+	}
+	// The next turn orphans D, then removes the finalizer.
+	if err := s.orphanStep("o-uid"); err != nil {
+		t.Fatal(err)
+	}
+	if got := refUIDs(s.mustGet(fakeapi.ConfigMaps, d)); len(got) != 0 {
+		t.Errorf("d still references %v", got)
+	}
+	if _, err := srv.Get(fakeapi.Deployments, "a", "o"); !apierrors.IsNotFound(err) {
+		t.Errorf("o still there after its dependent was orphaned: %v", err)
+	}
+}
+
+// Foreground: the same race for the foregroundDeletion finalizer and a
+// blocking dependent.
+func TestForegroundFinalizerWaitsForListLandingAfterRead(t *testing.T) {
+	srv := fakeapi.NewServer()
+	s := newStepper(t, srv)
+	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+	d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", fakeapi.DeploymentRef("o", "o-uid")))
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.Deployments, o)
+	s.listLandsAfterRead(fakeapi.ConfigMaps, d)
+
+	err := s.deleteStep("o-uid")
+	if cur, gerr := srv.Get(fakeapi.Deployments, "a", "o"); gerr != nil || !slices.Contains(cur.Finalizers, metav1.FinalizerDeleteDependents) {
+		t.Fatalf("foreground step = %v: the foregroundDeletion finalizer went while d, listed after the dependents were read, still blocks o (owner: %v, %v)", err, cur, gerr)
+	}
+	if !errors.Is(err, errRetry) {
+		t.Fatalf("foreground step = %v, want a retry", err)
 	}
 }

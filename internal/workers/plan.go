@@ -148,6 +148,11 @@ func (w *Workers) plan(ctx context.Context, it *rules.Item, a rules.Action) (wri
 		if err := w.negativeFactsReady(ctx, it.Identity, rules.FinalizerForeground); err != nil {
 			return nil, err
 		}
+		// "No blocking dependent" was read from the graph before the
+		// check: read it again now that every resource is known listed.
+		if again, ok := w.graph.Item(it.Identity.UID); !ok || rules.DecideForegroundOwner(&again).Type != rules.RemoveForegroundFinalizer {
+			return nil, errRetry
+		}
 	case rules.RemoveReferences, rules.DeleteItem:
 	default:
 		return nil, fmt.Errorf("unknown action %d", a.Type)
@@ -186,28 +191,7 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 		}
 		return nil, nil
 	}
-	deps := make([]rules.Object, 0, len(owner.Dependents))
-	uncertain := false
-	for _, d := range owner.Dependents {
-		dep, ok := w.graph.Object(d.UID)
-		switch {
-		case !ok:
-		case w.writes.orphaned(dep.Identity.UID, dep.ResourceVersion, uid):
-			// kgc's own patch removed the reference, or found it gone.
-		case w.writes.wrote(dep.Identity.UID, dep.ResourceVersion):
-			// kgc wrote to this dependent at the version the graph still
-			// shows, but not to remove this owner's reference (another
-			// owner's orphaning, a reference removal): the graph cannot
-			// tell whether the reference to this owner is still on the
-			// server. The finalizer must wait until the graph shows the
-			// dependent's newer version; skipping it here lost orphans
-			// (issue 14, item 1).
-			uncertain = true
-		default:
-			deps = append(deps, dep)
-		}
-	}
-	a := rules.DecideOrphan(&owner.Object, deps)
+	a, uncertain := w.decideOrphan(&owner)
 	switch {
 	case a.Type == rules.OrphanDependents:
 		return w.orphanWrites(uid, a.Orphan)
@@ -216,6 +200,15 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 	}
 	if err := w.negativeFactsReady(ctx, owner.Identity, rules.FinalizerOrphan); err != nil {
 		return nil, err
+	}
+	// "No dependent left" was read from the graph before the check: a
+	// resource's first list may have landed in between, with dependents
+	// the read missed (the check then finds nothing unlisted). Read it
+	// again now that every resource is known listed.
+	if again, ok := w.graph.Item(uid); !ok || !again.Orphaning() {
+		return nil, nil
+	} else if b, uncertain := w.decideOrphan(&again); b.Type != rules.RemoveOrphanFinalizer || uncertain {
+		return nil, errRetry
 	}
 	t, err := w.target(&owner)
 	if err != nil {
@@ -237,6 +230,34 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 		w.writes.record(uid, owner.ResourceVersion, err)
 		return conflictOrNil(err)
 	}}, nil
+}
+
+// decideOrphan decides for an orphaning owner from the graph's
+// dependents (rules.DecideOrphan). uncertain is set when a dependent's
+// reference to the owner cannot be told from the graph (see below): the
+// finalizer must then wait.
+func (w *Workers) decideOrphan(owner *rules.Item) (a rules.Action, uncertain bool) {
+	deps := make([]rules.Object, 0, len(owner.Dependents))
+	for _, d := range owner.Dependents {
+		dep, ok := w.graph.Object(d.UID)
+		switch {
+		case !ok:
+		case w.writes.orphaned(dep.Identity.UID, dep.ResourceVersion, owner.Identity.UID):
+			// kgc's own patch removed the reference, or found it gone.
+		case w.writes.wrote(dep.Identity.UID, dep.ResourceVersion):
+			// kgc wrote to this dependent at the version the graph still
+			// shows, but not to remove this owner's reference (another
+			// owner's orphaning, a reference removal): the graph cannot
+			// tell whether the reference to this owner is still on the
+			// server. The finalizer must wait until the graph shows the
+			// dependent's newer version; skipping it here lost orphans
+			// (issue 14, item 1).
+			uncertain = true
+		default:
+			deps = append(deps, dep)
+		}
+	}
+	return rules.DecideOrphan(&owner.Object, deps), uncertain
 }
 
 // orphanWrites returns one write per dependent of owner to orphan. Each
