@@ -262,6 +262,8 @@ func ToAPI(nodes []graph.Node, total int, synced bool) graphapi.Graph {
 			Finalizers:      n.Finalizers,
 			OwnerReferences: n.OwnerReferences,
 			Dependents:      n.Dependents,
+
+			DeletionTimestamp: n.DeletionTimestamp,
 		}
 	}
 	return out
