@@ -30,6 +30,12 @@ const (
 	StateAbsent = "absent"
 )
 
+// DeletingForQuery is the graph endpoint's query parameter that selects
+// the connected components of the objects whose deletion was asked for at
+// least a duration ago (?deletingFor=5m): what `kgc stuck --server`, the
+// web view's stuck filter and kgc's stuck metrics read.
+const DeletingForQuery = "deletingFor"
+
 // Graph is a set of nodes with their edges.
 type Graph struct {
 	// Nodes sorted by UID.

@@ -348,16 +348,12 @@ func (s *ServerView) Dependents(ctx context.Context, owner *Object) ([]*Object, 
 	return out, nil
 }
 
-// StuckQuery is the graph endpoint's query parameter that selects the
-// connected components of the objects deleting for at least a duration.
-const StuckQuery = "deletingFor"
-
 // DeletingSince implements StuckSource: one graph read of the components
 // of the objects deleting since t (a kgc that does not know the filter
 // answers with its whole graph, which holds them too).
 func (s *ServerView) DeletingSince(ctx context.Context, t time.Time) ([]*Object, error) {
 	d := max(time.Since(t), 0)
-	g, err := s.fetch(ctx, url.Values{StuckQuery: {d.String()}})
+	g, err := s.fetch(ctx, url.Values{graphapi.DeletingForQuery: {d.String()}})
 	if err != nil {
 		return nil, err
 	}
