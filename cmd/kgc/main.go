@@ -12,7 +12,8 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := app.Execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	// Installed as kubectl-kgc, the same binary is a kubectl plugin.
+	code := app.Main(ctx, os.Args, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

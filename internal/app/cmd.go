@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,9 +23,32 @@ import (
 // RunFunc runs the collector with completed, validated options.
 type RunFunc func(ctx context.Context, o *RunOptions) error
 
+// PluginName is the name under which kubectl runs kgc as a plugin: the
+// same binary, installed (or linked) as kubectl-kgc somewhere on $PATH,
+// answers `kubectl kgc explain|preview|tree|stuck`.
+const PluginName = "kubectl-kgc"
+
+// IsPlugin reports whether argv0 (os.Args[0]) names the kubectl plugin.
+func IsPlugin(argv0 string) bool {
+	base := strings.TrimSuffix(filepath.Base(argv0), ".exe")
+	return base == PluginName
+}
+
+// Main runs kgc with the process's argv (argv[0] included) and returns the
+// exit code: as the kubectl plugin when argv[0] names it, else as kgc.
+func Main(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
+	if len(argv) > 0 && IsPlugin(argv[0]) {
+		return execute(ctx, NewPluginCommand(), argv[1:], stdout, stderr)
+	}
+	return Execute(ctx, argv[min(1, len(argv)):], stdout, stderr)
+}
+
 // Execute runs kgc with args and returns the process exit code.
 func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmd := NewRootCommand(ctx, Run)
+	return execute(ctx, NewRootCommand(ctx, Run), args, stdout, stderr)
+}
+
+func execute(ctx context.Context, cmd *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
@@ -45,6 +70,31 @@ func NewRootCommand(ctx context.Context, run RunFunc) *cobra.Command {
 	}
 	root.AddCommand(NewRunCommand(run), NewVersionCommand())
 	AddInspectCommands(root, InspectDeps{})
+	return root
+}
+
+// NewPluginCommand returns `kubectl kgc`: the read-only commands, with
+// kubectl's --kubeconfig, --context and -n/--namespace (every inspection
+// command takes them).
+func NewPluginCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "kgc",
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl kgc"},
+		Short:         "Ask kgc's garbage-collection rules about the cluster: explain, preview, tree, stuck",
+		Long:          "kubectl kgc answers garbage-collection questions with kgc's semantics (kube-controller-manager's collector's): why an object is not deleted (explain), what a deletion would remove (preview delete), what owns what (tree), and which deletions are stuck and why (stuck). It only reads.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(NewVersionCommand())
+	AddInspectCommands(root, InspectDeps{})
+	var examples func(*cobra.Command)
+	examples = func(c *cobra.Command) {
+		c.Example = strings.ReplaceAll(strings.ReplaceAll(c.Example, "kubectl kgc ", "kgc "), "  kgc ", "  kubectl kgc ")
+		for _, sub := range c.Commands() {
+			examples(sub)
+		}
+	}
+	examples(root)
 	return root
 }
 
@@ -111,6 +161,7 @@ func Run(ctx context.Context, o *RunOptions) error {
 		Workers:               o.ConcurrentGCSyncs,
 		MaxWritesInFlight:     o.MaxWritesInFlight,
 		UnlistedHold:          o.UnlistedHold,
+		StuckThreshold:        o.StuckThreshold,
 		IgnoredResources:      o.Ignored,
 		DiscoveryResyncPeriod: o.DiscoveryResyncPeriod,
 		QPS:                   o.KubeAPIQPS,

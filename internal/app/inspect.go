@@ -36,15 +36,16 @@ type InspectDeps struct {
 	HTTPClient *http.Client
 }
 
-// AddInspectCommands registers `kgc explain`, `kgc preview delete` and
-// `kgc tree` on root.
+// AddInspectCommands registers `kgc explain`, `kgc preview delete`,
+// `kgc tree` and `kgc stuck` on root.
 func AddInspectCommands(root *cobra.Command, deps InspectDeps) {
-	root.AddCommand(newExplainCommand(deps), newPreviewCommand(deps), newTreeCommand(deps))
+	root.AddCommand(newExplainCommand(deps), newPreviewCommand(deps), newTreeCommand(deps), newStuckCommand(deps))
 }
 
 // inspectOptions are the flags every inspection command shares.
 type inspectOptions struct {
 	kubeconfig string
+	context    string
 	namespace  string
 	server     string
 	output     string
@@ -54,6 +55,7 @@ type inspectOptions struct {
 func (o *inspectOptions) addFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Defaults to $KUBECONFIG, then ~/.kube/config, then the in-cluster service account.")
+	fs.StringVar(&o.context, "context", "", "The kubeconfig context to use (as kubectl's --context). Defaults to the current context.")
 	fs.StringVarP(&o.namespace, "namespace", "n", "", "Namespace of the object. Defaults to the kubeconfig context's namespace, else \"default\".")
 	fs.StringVar(&o.server, "server", "", "Ask a running kgc (its --http-address URL, e.g. http://127.0.0.1:10258) instead of reading the API server.")
 	fs.StringVarP(&o.output, "output", "o", "text", "Output format: text or json.")
@@ -61,11 +63,12 @@ func (o *inspectOptions) addFlags(cmd *cobra.Command) {
 }
 
 // clientConfig loads the client config like `kgc run`: --kubeconfig, then
-// $KUBECONFIG and ~/.kube/config, then the in-cluster service account.
-func clientConfig(kubeconfig string) clientcmd.ClientConfig {
+// $KUBECONFIG and ~/.kube/config, then the in-cluster service account;
+// context, when set, picks the kubeconfig's context (kubectl's --context).
+func clientConfig(kubeconfig, context string) clientcmd.ClientConfig {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context})
 }
 
 func (o *inspectOptions) validate() error {
@@ -81,7 +84,7 @@ func (o *inspectOptions) view(deps InspectDeps) (inspect.View, string, error) {
 	if err := o.validate(); err != nil {
 		return nil, "", err
 	}
-	cc := clientConfig(o.kubeconfig)
+	cc := clientConfig(o.kubeconfig, o.context)
 	ns := o.namespace
 	if ns == "" {
 		if n, _, err := cc.Namespace(); err == nil && n != "" {
@@ -99,9 +102,10 @@ func (o *inspectOptions) view(deps InspectDeps) (inspect.View, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
-		if o.kubeconfig != "" {
-			// With an explicit kubeconfig, short names and resource names
-			// resolve like kubectl's.
+		if o.kubeconfig != "" || o.context != "" {
+			// With an explicit kubeconfig or context, short names and
+			// resource names resolve like kubectl's (and kinds no API
+			// serves are recognized as such).
 			if cfg, err := cc.ClientConfig(); err == nil {
 				o.wrap(cfg, deps)
 				if dc, err := discovery.NewDiscoveryClientForConfig(cfg); err == nil {

@@ -27,6 +27,7 @@ type RunOptions struct {
 	MaxWritesInFlight     int
 	DiscoveryResyncPeriod time.Duration
 	UnlistedHold          time.Duration
+	StuckThreshold        time.Duration
 	IgnoredResources      []string
 	HTTPAddress           string
 	NamespaceLifecycle    bool
@@ -48,6 +49,7 @@ func NewRunOptions() *RunOptions {
 		ConcurrentGCSyncs:     20,
 		DiscoveryResyncPeriod: 30 * time.Second,
 		UnlistedHold:          time.Minute,
+		StuckThreshold:        5 * time.Minute,
 		HTTPAddress:           ":10258",
 		LeaderElection:        NewLeaderElectionOptions(),
 		Observability:         NewObservabilityOptions(),
@@ -70,6 +72,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxWritesInFlight, "max-writes-inflight", o.MaxWritesInFlight, "The most API writes (DELETEs and patches) in flight at once; 0 means twice --concurrent-gc-syncs. Workers hand decided writes to these slots and go on deciding.")
 	fs.DurationVar(&o.DiscoveryResyncPeriod, "discovery-resync-period", o.DiscoveryResyncPeriod, "How often to rediscover deletable resources and start or stop their monitors.")
 	fs.DurationVar(&o.UnlistedHold, "unlisted-hold", o.UnlistedHold, "How long an owner's orphan or foregroundDeletion finalizer waits for resources that could hold its dependents and have never been listed (a failing list); past it the finalizer is removed, and dependents found later are still orphaned, not deleted, for Orphan.")
+	fs.DurationVar(&o.StuckThreshold, "stuck-threshold", o.StuckThreshold, "How long a deletion may take before kgc_stuck_objects and kgc_oldest_stuck_deletion_seconds count it (what `kgc stuck --older-than` selects).")
 	fs.StringSliceVar(&o.IgnoredResources, "ignored-resources", o.IgnoredResources, "Resources never monitored, as resource.group (core: resource). Pass an empty value to monitor everything.")
 	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address for /healthz, /readyz and the debug graph. Empty disables the server.")
 	fs.BoolVar(&o.NamespaceLifecycle, "namespace-lifecycle", o.NamespaceLifecycle, "Also do the namespace controller's job: empty deleted namespaces (Pods first), set their status conditions, and remove their kubernetes finalizer once nothing is left. For API servers without kube-controller-manager; leave it off where kube-controller-manager runs its namespace controller.")
@@ -108,6 +111,9 @@ func (o *RunOptions) Validate() []error {
 	}
 	if o.UnlistedHold <= 0 {
 		errs = append(errs, fmt.Errorf("--unlisted-hold must be positive, got %s", o.UnlistedHold))
+	}
+	if o.StuckThreshold <= 0 {
+		errs = append(errs, fmt.Errorf("--stuck-threshold must be positive, got %s", o.StuckThreshold))
 	}
 	if o.DiscoveryResyncPeriod < time.Second {
 		errs = append(errs, fmt.Errorf("--discovery-resync-period must be at least 1s, got %s", o.DiscoveryResyncPeriod))

@@ -51,6 +51,7 @@ func defaults() RunOptions {
 		ConcurrentGCSyncs:     20,
 		DiscoveryResyncPeriod: 30 * time.Second,
 		UnlistedHold:          time.Minute,
+		StuckThreshold:        5 * time.Minute,
 		HTTPAddress:           ":10258",
 		LeaderElection:        NewLeaderElectionOptions(), // off: TestMain pins "not in a cluster"
 		Observability:         NewObservabilityOptions(),
@@ -77,6 +78,7 @@ func TestRunFlags(t *testing.T) {
 		{name: "workers", args: []string{"--concurrent-gc-syncs=3"}, modify: func(o *RunOptions) { o.ConcurrentGCSyncs = 3 }},
 		{name: "writes in flight", args: []string{"--max-writes-inflight=64"}, modify: func(o *RunOptions) { o.MaxWritesInFlight = 64 }},
 		{name: "unlisted hold", args: []string{"--unlisted-hold=30s"}, modify: func(o *RunOptions) { o.UnlistedHold = 30 * time.Second }},
+		{name: "stuck threshold", args: []string{"--stuck-threshold=1h"}, modify: func(o *RunOptions) { o.StuckThreshold = time.Hour }},
 		{name: "resync", args: []string{"--discovery-resync-period=2m30s"}, modify: func(o *RunOptions) { o.DiscoveryResyncPeriod = 150 * time.Second }},
 		{name: "http address", args: []string{"--http-address=127.0.0.1:9000"}, modify: func(o *RunOptions) { o.HTTPAddress = "127.0.0.1:9000" }},
 		{name: "http disabled", args: []string{"--http-address="}, modify: func(o *RunOptions) { o.HTTPAddress = "" }},
@@ -170,6 +172,7 @@ func TestRunFlagErrors(t *testing.T) {
 		{name: "workers negative", args: []string{"--concurrent-gc-syncs=-3"}, want: []string{"--concurrent-gc-syncs must be positive, got -3"}, validation: true},
 		{name: "writes in flight negative", args: []string{"--max-writes-inflight=-1"}, want: []string{"--max-writes-inflight must not be negative (0 means twice --concurrent-gc-syncs), got -1"}, validation: true},
 		{name: "unlisted hold zero", args: []string{"--unlisted-hold=0s"}, want: []string{"--unlisted-hold must be positive, got 0s"}, validation: true},
+		{name: "stuck threshold zero", args: []string{"--stuck-threshold=0s"}, want: []string{"--stuck-threshold must be positive, got 0s"}, validation: true},
 		{name: "resync too short", args: []string{"--discovery-resync-period=500ms"}, want: []string{"--discovery-resync-period must be at least 1s"}, validation: true},
 		{name: "http address without port", args: []string{"--http-address=localhost"}, want: []string{`--http-address "localhost"`}, validation: true},
 		{name: "http address with too many colons", args: []string{"--http-address=::1:80"}, want: []string{"--http-address"}, validation: true},

@@ -191,6 +191,10 @@ func (c *Collector) MonitorHandlers() (monitors, handlers int) {
 	return c.builder.MonitorHandlers()
 }
 
+// Unlisted returns the monitored resources whose monitor has not
+// delivered a complete list yet (discovery.Monitors.Unlisted).
+func (c *Collector) Unlisted() []discovery.Resource { return c.builder.Unlisted() }
+
 // Held returns the owners whose finalizer is held back because resources
 // that could hold their dependents are not listed yet, and the last ones
 // released anyway once UnlistedHold passed.

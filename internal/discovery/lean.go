@@ -25,6 +25,11 @@ func leanObject(pom *metav1.PartialObjectMetadata, apiVersion, kind string) rule
 		ResourceVersion: pom.ResourceVersion,
 		Deleting:        pom.DeletionTimestamp != nil,
 	}
+	if pom.DeletionTimestamp != nil {
+		// A copy: the decoded object is dropped once converted.
+		ts := *pom.DeletionTimestamp
+		o.DeletionTimestamp = &ts
+	}
 	if len(pom.OwnerReferences) > 0 {
 		o.OwnerReferences = make([]metav1.OwnerReference, len(pom.OwnerReferences))
 		for i := range pom.OwnerReferences {

@@ -45,6 +45,8 @@ func TestLeanObject(t *testing.T) {
 		OwnerReferences: before.OwnerReferences,
 		Finalizers:      before.Finalizers,
 		Deleting:        true,
+
+		DeletionTimestamp: before.DeletionTimestamp,
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("lean = %+v, want %+v", o, want)
@@ -53,7 +55,7 @@ func TestLeanObject(t *testing.T) {
 		t.Error("leanObject changed its input")
 	}
 	// Nothing of the decoded object's slices is kept: it can be dropped.
-	if &o.OwnerReferences[0] == &in.OwnerReferences[0] || &o.Finalizers[0] == &in.Finalizers[0] {
+	if &o.OwnerReferences[0] == &in.OwnerReferences[0] || &o.Finalizers[0] == &in.Finalizers[0] || o.DeletionTimestamp == in.DeletionTimestamp {
 		t.Error("the lean object aliases the decoded one's slices")
 	}
 	// Repeated strings are shared between objects.

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"sync"
+	"time"
 
 	"github.com/kgc-dev/kgc/internal/rules"
 	"k8s.io/apimachinery/pkg/types"
@@ -75,6 +76,12 @@ type Graph struct {
 	// joined with NUL.
 	kinds      map[kind]*kind
 	finalizers map[string]*[]string
+	// deleting indexes the observed nodes with a deletionTimestamp, with
+	// that timestamp (zero when the event carried none). Few nodes are
+	// deleting at once, so the stuck report and its metrics start from
+	// here instead of scanning every node, and nodes pay nothing for a
+	// field most never use.
+	deleting map[key]time.Time
 }
 
 // New returns an empty graph.
@@ -82,6 +89,7 @@ func New() *Graph {
 	return &Graph{
 		nodes: make(map[key]*node), odd: make(map[types.UID]key), oddUIDs: make(map[key]types.UID),
 		kinds: make(map[kind]*kind), finalizers: make(map[string]*[]string),
+		deleting: make(map[key]time.Time),
 	}
 }
 
@@ -142,6 +150,7 @@ func (g *Graph) upsert(obj *rules.Object, gen uint32, eff *Effects) {
 	n.refs = cur
 	n.finalizers = g.finalizersOf(obj.Finalizers)
 	n.deleting = obj.Deleting
+	g.setDeleting(uid, obj)
 	n.virtual, n.absent, n.gen = false, false, gen
 
 	// Reference lists are short (one or two entries): scanning them is
@@ -277,6 +286,7 @@ func (g *Graph) removeNode(n *node, eff *Effects) {
 	// Keep a placeholder so the dependents' edges stay consistent; they are
 	// re-checked now that their owner is gone.
 	n.rv, n.refs, n.finalizers, n.deleting = "", nil, nil, false
+	delete(g.deleting, uid)
 	n.virtual, n.absent = true, true
 	eff.CascadeStarted = append(eff.CascadeStarted, id.UID)
 	for dep := range n.dependents.all() {
@@ -301,4 +311,18 @@ func (g *Graph) sweep(apiVersion, k string, gen uint32, eff *Effects) {
 	for _, n := range gone {
 		g.removeNode(n, eff)
 	}
+}
+
+// setDeleting records whether obj, the node with key k, is deleting, and
+// since when. Caller holds mu for writing.
+func (g *Graph) setDeleting(k key, obj *rules.Object) {
+	if !obj.Deleting {
+		delete(g.deleting, k)
+		return
+	}
+	var t time.Time
+	if obj.DeletionTimestamp != nil {
+		t = obj.DeletionTimestamp.Time
+	}
+	g.deleting[k] = t
 }

@@ -107,13 +107,19 @@ func (g *Graph) identity(n *node) rules.Identity {
 // object returns a copy of what the node holds of its object, sharing
 // nothing a reader could change. Caller holds mu.
 func (g *Graph) object(n *node) rules.Object {
-	return rules.Object{
+	o := rules.Object{
 		Identity:        g.identity(n),
 		ResourceVersion: n.rv,
 		OwnerReferences: g.expandRefs(n.refs),
 		Finalizers:      slices.Clone(n.finalizerList()),
 		Deleting:        n.deleting,
 	}
+	if n.deleting {
+		if t := g.deleting[n.uid]; !t.IsZero() {
+			o.DeletionTimestamp = &metav1.Time{Time: t}
+		}
+	}
+	return o
 }
 
 // deletingDependents: see Object.DeletingDependents.

@@ -2,6 +2,9 @@ package graph
 
 import (
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/kgc-dev/kgc/internal/rules"
 	"k8s.io/apimachinery/pkg/types"
@@ -156,6 +159,18 @@ func (g *Graph) CheckInvariants() error {
 			}
 		}
 	}
+	deleting := 0
+	for k, n := range g.nodes {
+		if n.deleting {
+			deleting++
+			if _, ok := g.deleting[k]; !ok {
+				return fmt.Errorf("deleting node %s is not indexed as deleting", g.identity(n))
+			}
+		}
+	}
+	if deleting != len(g.deleting) {
+		return fmt.Errorf("%d nodes indexed as deleting, %d are", len(g.deleting), deleting)
+	}
 	if len(g.odd) != len(g.oddUIDs) {
 		return fmt.Errorf("%d synthetic keys, %d UIDs for them", len(g.odd), len(g.oddUIDs))
 	}
@@ -206,4 +221,36 @@ func (g *Graph) Counts() Counts {
 		}
 	}
 	return c
+}
+
+// DeletingSince returns the observed nodes whose deletion was asked for at
+// or before t (their deletionTimestamp), oldest first, and how many nodes
+// are deleting in all. Nodes deleting without a known timestamp are not
+// returned. It reads an index of the deleting nodes, not the whole graph:
+// the stuck report and its metrics call it at every scrape.
+func (g *Graph) DeletingSince(t time.Time) (uids []types.UID, deleting int) {
+	g.mu.RLock()
+	type entry struct {
+		uid types.UID
+		at  time.Time
+	}
+	var es []entry
+	for k, at := range g.deleting {
+		if !at.IsZero() && !at.After(t) {
+			es = append(es, entry{g.uidOf(k), at})
+		}
+	}
+	deleting = len(g.deleting)
+	g.mu.RUnlock()
+	slices.SortFunc(es, func(a, b entry) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return strings.Compare(string(a.uid), string(b.uid))
+	})
+	uids = make([]types.UID, len(es))
+	for i := range es {
+		uids[i] = es[i].uid
+	}
+	return uids, deleting
 }

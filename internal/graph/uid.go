@@ -119,6 +119,7 @@ func (g *Graph) uidOf(k key) types.UID {
 // Caller holds mu for writing.
 func (g *Graph) release(k key) {
 	delete(g.nodes, k)
+	delete(g.deleting, k)
 	if k.hi == 0 {
 		if uid, ok := g.oddUIDs[k]; ok {
 			delete(g.oddUIDs, k)

@@ -30,6 +30,12 @@ const (
 	StateAbsent = "absent"
 )
 
+// DeletingForQuery is the graph endpoint's query parameter that selects
+// the connected components of the objects whose deletion was asked for at
+// least a duration ago (?deletingFor=5m): what `kgc stuck --server`, the
+// web view's stuck filter and kgc's stuck metrics read.
+const DeletingForQuery = "deletingFor"
+
 // Graph is a set of nodes with their edges.
 type Graph struct {
 	// Nodes sorted by UID.
@@ -39,6 +45,21 @@ type Graph struct {
 	// Synced reports whether kgc's monitors had synced when this was taken:
 	// before that the graph may be missing objects.
 	Synced bool `json:"synced"`
+	// Unlisted are the monitored resources kgc has never listed completely
+	// (a conversion webhook down, an unavailable APIService, a monitor still
+	// starting): their objects are missing from the graph, and kgc holds
+	// the orphan and foregroundDeletion finalizers of owners whose
+	// dependents they could hold (up to --unlisted-hold).
+	Unlisted []Resource `json:"unlisted,omitempty"`
+}
+
+// Resource is one monitored resource.
+type Resource struct {
+	// Resource is group/version/resource ("v1/configmaps" in the core group).
+	Resource   string `json:"resource"`
+	Namespaced bool   `json:"namespaced"`
+	// Error is the last error of its list or watch, if any.
+	Error string `json:"error,omitempty"`
 }
 
 // Node is one object, observed or referenced.
@@ -54,6 +75,8 @@ type Node struct {
 	Finalizers []string `json:"finalizers,omitempty"`
 	// OwnerReferences as observed (empty for placeholders).
 	OwnerReferences []metav1.OwnerReference `json:"ownerReferences,omitempty"`
+	// DeletionTimestamp as observed, for an object being deleted.
+	DeletionTimestamp *metav1.Time `json:"deletionTimestamp,omitempty"`
 	// Dependents are the UIDs of the observed objects that reference this one.
 	Dependents []types.UID `json:"dependents,omitempty"`
 }

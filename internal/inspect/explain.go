@@ -63,7 +63,9 @@ type Decision struct {
 	Unblock bool `json:"unblock,omitempty"`
 	// RemovedReferences: the references kgc removes (VerdictRemoveReferences).
 	RemovedReferences []metav1.OwnerReference `json:"removedReferences,omitempty"`
-	Why               []string                `json:"why"`
+	// KeepRule: the keep-rule that keeps the object (VerdictKeep).
+	KeepRule string   `json:"keepRule,omitempty"`
+	Why      []string `json:"why"`
 }
 
 // Explanation answers "why is this object (not) deleted?".
@@ -229,6 +231,7 @@ func (d *Decision) DecideDependent(o *Object, res []Resolution, a rules.Action, 
 		}
 		d.Verdict = VerdictKeep
 		if a.Why != "" {
+			d.KeepRule = a.Why
 			d.Why = append(d.Why, "kgc keeps it, although none of its owners is alive, by keep-rule "+a.Why)
 		} else if s := describe(rules.Invalid); len(s) > 0 {
 			d.Why = append(d.Why, fmt.Sprintf("kgc never collects it, and leaves all its references as they are, while it has an invalid reference: %s", strings.Join(s, ", ")))

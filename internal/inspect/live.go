@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/kgc-dev/kgc/internal/discovery"
+	"github.com/kgc-dev/kgc/internal/graphapi"
 	"github.com/kgc-dev/kgc/internal/rules"
 )
 
@@ -46,6 +48,10 @@ type LiveView struct {
 	// Warnings: resources that could not be listed; their objects are
 	// missing from the answers.
 	Warnings []string
+	// unlisted: the same resources, for the stuck report.
+	unlisted []graphapi.Resource
+	// objects indexed so far, each once.
+	objects []*Object
 }
 
 type listKey struct {
@@ -109,7 +115,9 @@ func fromMeta(m *metav1.PartialObjectMetadata, apiVersion, kind string) *Object 
 		ResourceVersion: m.ResourceVersion,
 		Deleting:        m.DeletionTimestamp != nil,
 		Finalizers:      slices.Clone(m.Finalizers),
-		OwnerReferences: slices.Clone(m.OwnerReferences),
+
+		DeletionTimestamp: m.DeletionTimestamp.DeepCopy(),
+		OwnerReferences:   slices.Clone(m.OwnerReferences),
 	}
 }
 
@@ -268,6 +276,9 @@ func (v *LiveView) index(ctx context.Context, scope string) error {
 			// One broken resource (an unavailable aggregated API, a failing
 			// conversion webhook) must not hide everything else.
 			v.Warnings = append(v.Warnings, err.Error())
+			if !slices.ContainsFunc(v.unlisted, func(u graphapi.Resource) bool { return u.Resource == gvrString(r.GVR) }) {
+				v.unlisted = append(v.unlisted, graphapi.Resource{Resource: gvrString(r.GVR), Namespaced: r.Namespaced, Error: err.Error()})
+			}
 			continue
 		}
 		for _, o := range l {
@@ -275,6 +286,7 @@ func (v *LiveView) index(ctx context.Context, scope string) error {
 				continue // the same object served by two resources
 			}
 			v.seen[o.UID] = true
+			v.objects = append(v.objects, o)
 			for _, ref := range o.OwnerReferences {
 				v.byOwner[ref.UID] = append(v.byOwner[ref.UID], o)
 			}
@@ -321,4 +333,28 @@ func sortObjects(os []*Object) {
 		}
 		return strings.Compare(string(a.UID), string(b.UID))
 	})
+}
+
+// DeletingSince implements StuckSource: it lists every deletable resource
+// in every namespace (bounded by MaxObjects).
+func (v *LiveView) DeletingSince(ctx context.Context, t time.Time) ([]*Object, error) {
+	if err := v.index(ctx, ""); err != nil {
+		return nil, err
+	}
+	if err := v.index(ctx, allNamespaces); err != nil {
+		return nil, err
+	}
+	return deletingSince(v.objects, t), nil
+}
+
+// Unlisted implements StuckSource: the resources whose LIST failed.
+func (v *LiveView) Unlisted() []graphapi.Resource { return slices.Clone(v.unlisted) }
+
+// gvrString renders a resource as kgc's monitors name it:
+// group/version/resource, version/resource in the core group.
+func gvrString(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return gvr.Version + "/" + gvr.Resource
+	}
+	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
 }

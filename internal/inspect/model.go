@@ -21,15 +21,18 @@ const (
 
 // Object is the metadata of one object, as a View sees it.
 type Object struct {
-	APIVersion      string                  `json:"apiVersion"`
-	Kind            string                  `json:"kind"`
-	Namespace       string                  `json:"namespace,omitempty"`
-	Name            string                  `json:"name"`
-	UID             types.UID               `json:"uid"`
-	ResourceVersion string                  `json:"resourceVersion,omitempty"`
-	Deleting        bool                    `json:"deleting,omitempty"`
-	Finalizers      []string                `json:"finalizers,omitempty"`
-	OwnerReferences []metav1.OwnerReference `json:"ownerReferences,omitempty"`
+	APIVersion      string    `json:"apiVersion"`
+	Kind            string    `json:"kind"`
+	Namespace       string    `json:"namespace,omitempty"`
+	Name            string    `json:"name"`
+	UID             types.UID `json:"uid"`
+	ResourceVersion string    `json:"resourceVersion,omitempty"`
+	Deleting        bool      `json:"deleting,omitempty"`
+	// DeletionTimestamp: when its deletion was asked for (nil when not
+	// deleting, or not known).
+	DeletionTimestamp *metav1.Time            `json:"deletionTimestamp,omitempty"`
+	Finalizers        []string                `json:"finalizers,omitempty"`
+	OwnerReferences   []metav1.OwnerReference `json:"ownerReferences,omitempty"`
 	// Placeholder: known only because something references it (a running
 	// kgc's graph has never observed it).
 	Placeholder bool `json:"placeholder,omitempty"`
@@ -89,6 +92,8 @@ func (o *Object) object() rules.Object {
 		OwnerReferences: o.OwnerReferences,
 		Finalizers:      o.Finalizers,
 		Deleting:        o.Deleting,
+
+		DeletionTimestamp: o.DeletionTimestamp,
 	}
 }
 

@@ -5,6 +5,9 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/duration"
 )
 
 // WriteExplanation renders an explanation for people.
@@ -179,3 +182,80 @@ func writeRow(tw io.Writer, n *TreeNode, prefix string) {
 	}
 	fmt.Fprintf(tw, "%s\t%s%s\t%s\t%s\n", dash(n.Object.Namespace), prefix, n.Object.Ref(), strings.Join(n.Markers, " "), dash(ref))
 }
+
+// WriteStuck renders a stuck report for people: one table per root cause.
+func WriteStuck(w io.Writer, r *StuckReport) error {
+	b := &strings.Builder{}
+	if r.Total == 0 {
+		fmt.Fprintf(b, "No deletion has been stuck for longer than %s.\n", r.OlderThan)
+	} else {
+		fmt.Fprintf(b, "%d deletion(s) stuck for longer than %s, by root cause:\n", r.Total, r.OlderThan)
+	}
+	for _, g := range r.Groups {
+		fmt.Fprintf(b, "\n%s (%d): %s\n", strings.ToUpper(g.Reason), len(g.Objects), g.Description)
+		tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAMESPACE\tOBJECT\tAGE\tROOT CAUSE")
+		for _, s := range g.Objects {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", dash(s.Object.Namespace), s.Object.Ref(), age(s.AgeSeconds), stuckCause(&s))
+		}
+		_ = tw.Flush()
+	}
+	if len(r.Unlisted) > 0 {
+		b.WriteString("\nResources that cannot be listed (objects stuck in them are not shown):\n")
+		for _, u := range r.Unlisted {
+			fmt.Fprintf(b, "  - %s", u.Resource)
+			if u.Error != "" {
+				fmt.Fprintf(b, ": %s", u.Error)
+			}
+			b.WriteString("\n")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// stuckCause is the ROOT CAUSE column: what holds it, and the chain.
+func stuckCause(s *StuckObject) string {
+	var what string
+	switch {
+	case len(s.Finalizers) > 0:
+		what = "finalizer " + strings.Join(s.Finalizers, ", ")
+	case len(s.Resources) > 0:
+		what = "unlisted " + strings.Join(s.Resources, ", ")
+	}
+	if len(s.Chain) > 1 {
+		refs := make([]string, len(s.Chain))
+		for i, o := range s.Chain {
+			refs[i] = o.Ref()
+		}
+		chain := strings.Join(refs, " → ")
+		switch s.Reason {
+		case StuckUnresolvableOwner:
+			what = "owner kind not served"
+		case StuckInvalidReference:
+			what = "invalid owner reference"
+		case StuckKeepRule:
+			what = "keep-rule"
+		case StuckCycle:
+			what = "cycle"
+		case StuckGraceful:
+			what = "graceful deletion"
+		case StuckPending:
+			what = "kgc pending"
+		}
+		if what != "" {
+			chain += " (" + what + ")"
+		}
+		what = chain
+	}
+	if s.OtherRoots > 0 {
+		what += fmt.Sprintf(" (+%d more; see kgc explain)", s.OtherRoots)
+	}
+	if what == "" {
+		return s.Detail
+	}
+	return what
+}
+
+// age renders seconds as kubectl's AGE column does.
+func age(sec int64) string { return duration.HumanDuration(time.Duration(sec) * time.Second) }

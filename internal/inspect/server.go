@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,10 +42,21 @@ type ServerView struct {
 	// resources); without it kinds match by Kind or simple plurals.
 	Mapper meta.RESTMapper
 
-	nodes   map[types.UID]*graphapi.Node
-	fetched map[types.UID]bool
+	// Fetch, when set, answers graph queries instead of HTTP (kgc itself,
+	// reading its own graph for its metrics).
+	Fetch func(ctx context.Context, q url.Values) (*graphapi.Graph, error)
+
+	nodes    map[types.UID]*graphapi.Node
+	fetched  map[types.UID]bool
+	unlisted []graphapi.Resource
 	// Synced is false if any graph read was taken before kgc had synced.
 	Synced bool
+}
+
+// NewGraphView returns a View over graphs fetch answers in the form of the
+// graph endpoint (q as its query string).
+func NewGraphView(fetch func(ctx context.Context, q url.Values) (*graphapi.Graph, error)) *ServerView {
+	return &ServerView{Fetch: fetch, nodes: map[types.UID]*graphapi.Node{}, fetched: map[types.UID]bool{}, Synced: true}
 }
 
 // NewServerView returns a View over the kgc serving at base (e.g.
@@ -61,6 +73,14 @@ func NewServerView(base string, client *http.Client) (*ServerView, error) {
 }
 
 func (s *ServerView) fetch(ctx context.Context, q url.Values) (*graphapi.Graph, error) {
+	if s.Fetch != nil {
+		g, err := s.Fetch(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		s.record(g)
+		return g, nil
+	}
 	u := *s.base
 	u.Path = strings.TrimSuffix(u.Path, "/") + GraphPath
 	q.Set("format", "json")
@@ -89,6 +109,13 @@ func (s *ServerView) fetch(ctx context.Context, q url.Values) (*graphapi.Graph, 
 	if err := json.Unmarshal(body, &g); err != nil {
 		return nil, fmt.Errorf("%w: decoding %s: %w", ErrNoJSONGraph, u.String(), err)
 	}
+	s.record(&g)
+	return &g, nil
+}
+
+// record keeps what a graph read brought.
+func (s *ServerView) record(g *graphapi.Graph) {
+	s.unlisted = g.Unlisted
 	if !g.Synced {
 		s.Synced = false
 	}
@@ -99,7 +126,6 @@ func (s *ServerView) fetch(ctx context.Context, q url.Values) (*graphapi.Graph, 
 		}
 		s.nodes[n.UID] = &n
 	}
-	return &g, nil
 }
 
 func isPlaceholder(n *graphapi.Node) bool {
@@ -127,6 +153,8 @@ func nodeObject(n *graphapi.Node) *Object {
 		APIVersion: n.APIVersion, Kind: n.Kind, Namespace: n.Namespace, Name: n.Name, UID: n.UID,
 		Finalizers: slices.Clone(n.Finalizers), OwnerReferences: slices.Clone(n.OwnerReferences),
 		Placeholder: isPlaceholder(n),
+
+		DeletionTimestamp: n.DeletionTimestamp.DeepCopy(),
 	}
 	switch n.State {
 	case graphapi.StateDeleting, graphapi.StateWaitingForDependents, graphapi.StateOrphaning:
@@ -262,6 +290,14 @@ func (s *ServerView) ResolveOwner(ctx context.Context, dep *Object, ref metav1.O
 		res := resolution(rules.Dangling, rules.ReasonNotFound, ref, dep.Namespace, nil, nil)
 		res.Reason = fmt.Sprintf("kgc knows no live object with uid %s (%s %q does not exist)", ref.UID, kindGroup(ref.APIVersion, ref.Kind), ref.Name)
 		return res, nil
+	case n.State == graphapi.StatePlaceholder && s.Mapper != nil:
+		// The graph has never observed the owner: kgc maps its kind
+		// before looking it up, and keeps the dependent if none is served.
+		m, err := rules.OwnerMapping(s.Mapper, ref.APIVersion, ref.Kind)
+		if _, st, why, done := rules.Locate(dep.identity(), &ref, m, err); done {
+			return resolution(st, why, ref, "", nil, err), nil
+		}
+		fallthrough
 	case n.State == graphapi.StatePlaceholder:
 		res := resolution(rules.Dangling, rules.ReasonNotFound, ref, dep.Namespace, nil, nil)
 		res.Reason = fmt.Sprintf("kgc has never observed %s %q (a placeholder): it looks the owner up before acting, and treats it as dangling if it is not there (or keeps the object if no API serves the kind)", kindGroup(ref.APIVersion, ref.Kind), ref.Name)
@@ -311,3 +347,27 @@ func (s *ServerView) Dependents(ctx context.Context, owner *Object) ([]*Object, 
 	sortObjects(out)
 	return out, nil
 }
+
+// DeletingSince implements StuckSource: one graph read of the components
+// of the objects deleting since t (a kgc that does not know the filter
+// answers with its whole graph, which holds them too).
+func (s *ServerView) DeletingSince(ctx context.Context, t time.Time) ([]*Object, error) {
+	d := max(time.Since(t), 0)
+	g, err := s.fetch(ctx, url.Values{graphapi.DeletingForQuery: {d.String()}})
+	if err != nil {
+		return nil, err
+	}
+	// Whole components: nothing more to read for any of these nodes.
+	objs := make([]*Object, 0, len(g.Nodes))
+	for i := range g.Nodes {
+		s.fetched[g.Nodes[i].UID] = true
+		if n := s.nodes[g.Nodes[i].UID]; n != nil && !isPlaceholder(n) {
+			objs = append(objs, nodeObject(n))
+		}
+	}
+	return deletingSince(objs, t), nil
+}
+
+// Unlisted implements StuckSource: the resources kgc has never listed, as
+// of its last graph read.
+func (s *ServerView) Unlisted() []graphapi.Resource { return slices.Clone(s.unlisted) }

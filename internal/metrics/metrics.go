@@ -93,6 +93,10 @@ type Sources struct {
 	DiscoveryFailures func() []string
 	// Writes reports the API writes in flight and their limit. Optional.
 	Writes func() (inFlight, limit int)
+	// Stuck reports the deletions stuck past kgc's threshold by root cause
+	// (every reason, zeros included) and the age of the oldest one; ok is
+	// false while there is no answer (kgc not synced yet). Optional.
+	Stuck func() (byReason map[string]int, oldestSeconds float64, ok bool)
 }
 
 // New creates kgc's metrics and registers them on reg. With a nil reg it
@@ -372,6 +376,12 @@ var (
 	writesLimitDesc = prometheus.NewDesc(namespace+"_writes_in_flight_limit",
 		"The most API writes kgc has in flight at once (--max-writes-inflight).",
 		nil, nil)
+	stuckDesc = prometheus.NewDesc(namespace+"_stuck_objects",
+		"Objects whose deletion has not finished after --stuck-threshold, by root cause (as kgc stuck groups them).",
+		[]string{"reason"}, nil)
+	oldestStuckDesc = prometheus.NewDesc(namespace+"_oldest_stuck_deletion_seconds",
+		"Age of the oldest deletion stuck past --stuck-threshold (0: none).",
+		nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -382,6 +392,8 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- discoveryFailuresDesc
 	ch <- writesInFlightDesc
 	ch <- writesLimitDesc
+	ch <- stuckDesc
+	ch <- oldestStuckDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -432,6 +444,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		n, limit := c.src.Writes()
 		ch <- prometheus.MustNewConstMetric(writesInFlightDesc, prometheus.GaugeValue, float64(n))
 		ch <- prometheus.MustNewConstMetric(writesLimitDesc, prometheus.GaugeValue, float64(limit))
+	}
+	if c.src.Stuck != nil {
+		if by, oldest, ok := c.src.Stuck(); ok {
+			for reason, n := range by {
+				ch <- prometheus.MustNewConstMetric(stuckDesc, prometheus.GaugeValue, float64(n), reason)
+			}
+			ch <- prometheus.MustNewConstMetric(oldestStuckDesc, prometheus.GaugeValue, oldest)
+		}
 	}
 }
 

@@ -25,6 +25,10 @@ type Object struct {
 	OwnerReferences []metav1.OwnerReference
 	Finalizers      []string
 	Deleting        bool // deletionTimestamp is set
+	// DeletionTimestamp is when the deletion was asked for, when known (nil
+	// otherwise, also for some deleting objects: tests, placeholders). No
+	// decision reads it; it dates stuck deletions (kgc stuck, metrics).
+	DeletionTimestamp *metav1.Time
 }
 
 // DeletingDependents reports whether the object waits for its dependents:

@@ -1,14 +1,17 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,6 +31,9 @@ type graphQuery struct {
 	namespace  string
 	inNS       bool
 	rawUIDOnly bool // only ?uid= (possibly all empty): upstream's query
+	// deletingFor is set for ?deletingFor=DURATION: the components of the
+	// objects deleting for at least that long (stuck deletions).
+	deletingFor *time.Duration
 }
 
 type objectRef struct {
@@ -64,14 +70,17 @@ func badRequest(format string, args ...any) error {
 }
 
 func parseGraphQuery(r *http.Request) (*graphQuery, error) {
-	q := r.URL.Query()
+	return parseGraphValues(r.URL.Query(), r.Header.Values("Accept"))
+}
+
+func parseGraphValues(q url.Values, accept []string) (*graphQuery, error) {
 	gq := &graphQuery{}
 	switch f := q.Get("format"); f {
 	case "json":
 		gq.json = true
 	case "dot":
 	case "":
-		gq.json = acceptsJSON(r.Header.Values("Accept"))
+		gq.json = acceptsJSON(accept)
 	default:
 		return nil, badRequest("unknown format %q: use format=dot or format=json", f)
 	}
@@ -82,6 +91,17 @@ func parseGraphQuery(r *http.Request) (*graphQuery, error) {
 	}
 	kind, name, apiVersion := q.Get("kind"), q.Get("name"), q.Get("apiVersion")
 	ns, hasNS := q["namespace"]
+	if v, ok := q[graphapi.DeletingForQuery]; ok {
+		d, err := time.ParseDuration(v[0])
+		if err != nil || d < 0 || len(v) != 1 {
+			return nil, badRequest("%s wants one non-negative duration, like 5m", graphapi.DeletingForQuery)
+		}
+		if kind != "" || hasNS || len(q["uid"]) > 0 {
+			return nil, badRequest("%s selects the stuck objects' components: give no uid, kind, name or namespace with it", graphapi.DeletingForQuery)
+		}
+		gq.deletingFor = &d
+		return gq, nil
+	}
 	switch {
 	case (kind == "") != (name == ""):
 		return nil, badRequest("kind and name go together: give both to select an object (and namespace for a namespaced one)")
@@ -132,6 +152,12 @@ func selectNodes(g *graph.Graph, q *graphQuery) (nodes []graph.Node, total int, 
 	switch {
 	case q.rawUIDOnly && len(q.uids) == 0:
 		return nil, g.Len(), nil // upstream: ?uid= with no value selects nothing
+	case q.deletingFor != nil:
+		uids, _ := g.DeletingSince(time.Now().Add(-*q.deletingFor))
+		if len(uids) == 0 {
+			return nil, g.Len(), nil
+		}
+		return g.Components(uids), g.Len(), nil
 	case q.inNS:
 		ns := q.namespace
 		nodes, total = g.Nodes(func(id *rules.Identity) bool { return id.Namespace == ns })
@@ -217,7 +243,41 @@ func (h *handler) serveGraph(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	_ = WriteJSON(w, nodes, total, h.src.Ready() == nil)
+	g := ToAPI(nodes, total, h.src.Ready() == nil)
+	g.Unlisted = unlisted(h.src)
+	_ = json.NewEncoder(w).Encode(g)
+}
+
+// Unlister is implemented by sources that know which monitored resources
+// have never been listed completely.
+type Unlister interface {
+	Unlisted() []graphapi.Resource
+}
+
+func unlisted(src Source) []graphapi.Resource {
+	if u, ok := src.(Unlister); ok {
+		return u.Unlisted()
+	}
+	return nil
+}
+
+// Fetcher answers queries of the graph endpoint (its query string) from
+// src in-process, as the endpoint answers them in JSON: the View kgc
+// builds over its own graph (inspect.NewGraphView) for its stuck metrics.
+func Fetcher(src Source) func(context.Context, url.Values) (*graphapi.Graph, error) {
+	return func(_ context.Context, v url.Values) (*graphapi.Graph, error) {
+		q, err := parseGraphValues(v, nil)
+		if err != nil {
+			return nil, err
+		}
+		nodes, total, err := selectNodes(src.Graph(), q)
+		if err != nil {
+			return nil, err
+		}
+		g := ToAPI(nodes, total, src.Ready() == nil)
+		g.Unlisted = unlisted(src)
+		return &g, nil
+	}
 }
 
 func writeError(w http.ResponseWriter, err error) {
@@ -262,6 +322,8 @@ func ToAPI(nodes []graph.Node, total int, synced bool) graphapi.Graph {
 			Finalizers:      n.Finalizers,
 			OwnerReferences: n.OwnerReferences,
 			Dependents:      n.Dependents,
+
+			DeletionTimestamp: n.DeletionTimestamp,
 		}
 	}
 	return out

@@ -112,3 +112,17 @@ func TestUINamespaces(t *testing.T) {
 		t.Errorf("empty graph: %d %s", res.StatusCode, body)
 	}
 }
+
+// The web view's stuck filter asks the graph endpoint for the stuck
+// objects' components (the query TestStuckReportFromGraph checks).
+func TestUIStuckFilter(t *testing.T) {
+	mux := BuildMux(&fakeSource{g: richGraph(t)}, Options{})
+	_, page := serve(t, mux, http.MethodGet, "/ui")
+	_, js := serve(t, mux, http.MethodGet, "/ui/app.js")
+	if !strings.Contains(page, `id="stuck"`) || !strings.Contains(js, "'&deletingFor=' + STUCK_AFTER_S + 's'") {
+		t.Errorf("the web view has no stuck filter on ?deletingFor=")
+	}
+	if res, _ := serve(t, mux, http.MethodGet, GraphPath+"?format=json&deletingFor=300s"); res.StatusCode != http.StatusOK {
+		t.Errorf("?deletingFor=300s: status %d", res.StatusCode)
+	}
+}

@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -50,6 +51,8 @@ import (
 	"github.com/kgc-dev/kgc/internal/collector"
 	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/graphapi"
+	"github.com/kgc-dev/kgc/internal/inspect"
 	"github.com/kgc-dev/kgc/internal/metrics"
 	"github.com/kgc-dev/kgc/internal/namespaces"
 	"github.com/kgc-dev/kgc/internal/rules"
@@ -146,7 +149,14 @@ type Options struct {
 	// kube-controller-manager's namespace controller does, for API servers
 	// without one (envtest). Off by default; see docs/semantics.md.
 	NamespaceLifecycle bool
+	// StuckThreshold is how long a deletion may take before the metrics
+	// kgc_stuck_objects and kgc_oldest_stuck_deletion_seconds count it
+	// (`kgc stuck --older-than`). Default 5 minutes.
+	StuckThreshold time.Duration
 }
+
+// DefaultStuckThreshold is Options.StuckThreshold's default.
+const DefaultStuckThreshold = 5 * time.Minute
 
 // DefaultIgnoredResources returns the resources kgc ignores by default: core
 // and events.k8s.io events.
@@ -186,6 +196,13 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	}
 	cfg = rest.AddUserAgent(cfg, "kgc")
 	var inner *collector.Collector // set below; read only at scrape time
+	if opts.StuckThreshold < 0 {
+		return nil, fmt.Errorf("kgc: StuckThreshold must not be negative, got %s", opts.StuckThreshold)
+	}
+	if opts.StuckThreshold == 0 {
+		opts.StuckThreshold = DefaultStuckThreshold
+	}
+	var mapper *restmapper.DeferredDiscoveryRESTMapper // set below
 	m, err := metrics.New(opts.Registerer, metrics.Sources{
 		Graph: func() metrics.GraphCounts {
 			g := inner.Graph().Counts()
@@ -206,6 +223,9 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 			return out
 		},
 		Writes: func() (int, int) { return inner.WritesInFlight() },
+		Stuck: func() (map[string]int, float64, bool) {
+			return stuckMetrics(source{inner}, mapper, opts.StuckThreshold)
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kgc: registering metrics: %w", err)
@@ -244,6 +264,7 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 		httpClient: httpClient,
 		done:       make(chan struct{}),
 	}
+	mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	var nsAPI namespaces.API
 	if opts.NamespaceLifecycle {
 		nsAPI = &apiops.NamespaceOps{Namespaces: cs.CoreV1().Namespaces(), Metadata: md, Discovery: dc}
@@ -252,7 +273,7 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 		Namespaces:        nsAPI,
 		Metadata:          md,
 		Discovery:         dc,
-		Mapper:            restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
+		Mapper:            mapper,
 		Recorder:          out.recorder,
 		Workers:           opts.Workers,
 		MaxWritesInFlight: opts.MaxWritesInFlight,
@@ -436,6 +457,49 @@ func gvrString(gvr schema.GroupVersionResource) string {
 
 // Graph is the graph the handler's views read (in bounded batches).
 func (s source) Graph() *graph.Graph { return s.c.Graph() }
+
+// Unlisted: the monitored resources never listed completely, with their
+// monitors' last errors (the graph endpoint serves them; the stuck report
+// names them as the cause of the finalizers kgc holds).
+func (s source) Unlisted() []graphapi.Resource {
+	status := s.c.MonitorStatus()
+	var out []graphapi.Resource
+	for _, r := range s.c.Unlisted() {
+		u := graphapi.Resource{Resource: gvrString(r.GVR), Namespaced: r.Namespaced}
+		if st, ok := status[r.GVR]; ok && st.LastError != nil {
+			u.Error = st.LastError.Error()
+		}
+		out = append(out, u)
+	}
+	slices.SortFunc(out, func(a, b graphapi.Resource) int { return strings.Compare(a.Resource, b.Resource) })
+	return out
+}
+
+// stuckScrapeTimeout bounds one computation of the stuck metrics.
+const stuckScrapeTimeout = 10 * time.Second
+
+// stuckMetrics computes the stuck metrics from the graph: the deleting
+// nodes (an index, not a walk of the graph) and the components of those
+// older than threshold, classified as `kgc stuck --server` classifies them.
+func stuckMetrics(src source, mapper meta.RESTMapper, threshold time.Duration) (map[string]int, float64, bool) {
+	if src.Ready() != nil {
+		return nil, 0, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), stuckScrapeTimeout)
+	defer cancel()
+	r, err := server.StuckReport(ctx, src, mapper, rules.Policy{}, threshold)
+	if err != nil {
+		return nil, 0, false
+	}
+	by := make(map[string]int, len(inspect.StuckReasons))
+	for _, reason := range inspect.StuckReasons {
+		by[reason] = 0
+	}
+	for _, g := range r.Groups {
+		by[g.Reason] = len(g.Objects)
+	}
+	return by, float64(r.OldestSeconds), true
+}
 
 // lazyRecorder forwards to the recorder of the running Run, if any.
 type lazyRecorder struct {

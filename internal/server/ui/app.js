@@ -6,6 +6,9 @@
   const NAMESPACES = 'ui/namespaces';
   const REFRESH_MS = 5000;
   const MAX_NODES = 3000;
+  // The stuck filter: objects deleting for longer than this (kgc stuck's
+  // default --older-than), with their components.
+  const STUCK_AFTER_S = 300;
   const W = 200, H = 50, HGAP = 26, VGAP = 78, PAD = 30, CGAP = 60;
   const STATES = {
     live: ['Live', 'observed, not being deleted'],
@@ -25,6 +28,7 @@
     // ?kind=K&name=N[&namespace=NS]: focus on that object (resolved to its uid).
     object: params.get('kind') && params.get('name') ? { kind: params.get('kind'), name: params.get('name'), namespace: params.get('namespace') || '' } : null,
     selected: params.get('select') || '',
+    stuck: params.get('stuck') === '1',
     graph: null,
     byUID: new Map(),
     timer: null,
@@ -59,6 +63,7 @@
     if (ui.namespace) p.set('namespace', ui.namespace);
     if (ui.focus) p.set('uid', ui.focus);
     if (ui.selected) p.set('select', ui.selected);
+    if (ui.stuck) p.set('stuck', '1');
     const q = p.toString();
     history.replaceState(null, '', location.pathname + (q ? '?' + q : ''));
   }
@@ -89,7 +94,8 @@
       await loadNamespaces();
       let url = GRAPH + '?format=json';
       const o = ui.object;
-      if (o) url += '&kind=' + encodeURIComponent(o.kind) + '&name=' + encodeURIComponent(o.name) + (o.namespace ? '&namespace=' + encodeURIComponent(o.namespace) : '');
+      if (ui.stuck) url += '&deletingFor=' + STUCK_AFTER_S + 's';
+      else if (o) url += '&kind=' + encodeURIComponent(o.kind) + '&name=' + encodeURIComponent(o.name) + (o.namespace ? '&namespace=' + encodeURIComponent(o.namespace) : '');
       else if (ui.focus) url += '&uid=' + encodeURIComponent(ui.focus);
       else if (ui.namespace) url += '&namespace=' + encodeURIComponent(ui.namespace);
       let g;
@@ -298,6 +304,7 @@
       out += '</g><g class="nodes">';
       for (const n of nodes) {
         let cls = 'node state-' + n.state;
+        if (isStuck(n)) cls += ' stuck-node';
         if (n.uid === ui.selected) cls += ' selected';
         if (hl && hl.has(n.uid)) cls += ' near';
         const kindLine = n.kind + (n.namespace && n.namespace !== ui.namespace ? ' · ' + n.namespace : '') + (n.namespace ? '' : ' · cluster');
@@ -313,12 +320,17 @@
       out += '</g></svg>';
       canvas.innerHTML = out;
     }
-    const where = ui.focus ? 'component of ' + (ui.byUID.has(ui.focus) ? label(ui.byUID.get(ui.focus)) : ui.focus)
+    const where = ui.stuck ? 'objects deleting for over ' + (STUCK_AFTER_S / 60) + ' minutes and what they wait for' : ui.focus ? 'component of ' + (ui.byUID.has(ui.focus) ? label(ui.byUID.get(ui.focus)) : ui.focus)
       : ui.namespace ? 'namespace ' + ui.namespace + ' and its direct owners/dependents' : 'all namespaces';
     setStatus(g.nodes.length + ' of ' + g.total + ' objects · ' + where + note + ' · updated ' + new Date().toLocaleTimeString());
     $('unfocus').hidden = !ui.focus;
     applySearch(false);
     showDetails();
+  }
+
+  // isStuck: deleting for longer than the stuck filter's threshold.
+  function isStuck(n) {
+    return !!n.deletionTimestamp && Date.now() - Date.parse(n.deletionTimestamp) > STUCK_AFTER_S * 1000;
   }
 
   // ---- search
@@ -373,7 +385,8 @@
       '<p><span class="pill ' + esc(n.state) + '">' + esc(st[0]) + '</span> <span class="muted small">' + esc(st[1]) + '</span></p>' +
       '<dl><dt>apiVersion</dt><dd>' + esc(n.apiVersion) + '</dd>' +
       '<dt>namespace</dt><dd>' + (n.namespace ? esc(n.namespace) : '<span class="muted">(cluster-scoped)</span>') + '</dd>' +
-      '<dt>uid</dt><dd><code>' + esc(n.uid) + '</code></dd></dl>';
+      '<dt>uid</dt><dd><code>' + esc(n.uid) + '</code></dd>' +
+      (n.deletionTimestamp ? '<dt>deleting since</dt><dd>' + esc(n.deletionTimestamp) + (isStuck(n) ? ' <span class="pill stuck">stuck</span>' : '') + '</dd>' : '') + '</dl>';
     h += '<h3>Finalizers</h3>';
     h += (n.finalizers && n.finalizers.length)
       ? '<ul id="detail-finalizers">' + n.finalizers.map((f) => '<li><code>' + esc(f) + '</code></li>').join('') + '</ul>'
@@ -443,6 +456,14 @@
     ui.timer = $('auto').checked ? setInterval(refresh, REFRESH_MS) : null;
   }
   $('auto').addEventListener('change', schedule);
+  $('stuck').checked = ui.stuck;
+  $('stuck').addEventListener('change', (e) => {
+    ui.stuck = e.target.checked;
+    ui.focus = '';
+    ui.selected = '';
+    syncURL();
+    refresh();
+  });
   schedule();
   refresh();
 })();
