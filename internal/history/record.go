@@ -66,13 +66,27 @@ type Evidence struct {
 	// FoundUID: the UID of the object found at the reference's
 	// coordinates instead (reason other-uid).
 	FoundUID types.UID `json:"foundUID,omitempty"`
-	// Summary says it in words.
-	Summary string `json:"summary"`
+	// Summary says it in words. Filled when records are served
+	// (Record.Summarized), not when they are made.
+	Summary string `json:"summary,omitempty"`
 }
 
-// EvidenceOf converts e.
+// EvidenceOf converts e, without allocating: the Summary is left to
+// Summarize.
 func EvidenceOf(e rules.Evidence) Evidence {
-	return Evidence{Source: e.Source.String(), Reason: e.Reason.String(), ResourceVersion: e.ResourceVersion, FoundUID: e.FoundUID, Summary: e.String()}
+	return Evidence{Source: e.Source.String(), Reason: e.Reason.String(), ResourceVersion: e.ResourceVersion, FoundUID: e.FoundUID}
+}
+
+// Summarize says e in words (its Summary, if set).
+func (e Evidence) Summarize() string {
+	if e.Summary != "" {
+		return e.Summary
+	}
+	why, ok := rules.ParseReason(e.Reason)
+	if !ok {
+		return e.Reason
+	}
+	return rules.Evidence{Source: rules.ParseSource(e.Source), Reason: why, ResourceVersion: e.ResourceVersion, FoundUID: e.FoundUID}.String()
 }
 
 // Owner is one owner the write rests on: a reference of the object
@@ -93,7 +107,7 @@ type Owner struct {
 }
 
 func (o Owner) String() string {
-	return fmt.Sprintf("%s %s (uid %s) %s: %s", o.Kind, o.Name, o.UID, o.State, o.Evidence.Summary)
+	return fmt.Sprintf("%s %s (uid %s) %s: %s", o.Kind, o.Name, o.UID, o.State, o.Evidence.Summarize())
 }
 
 // Preconditions are what the write required of the object for the
@@ -140,11 +154,32 @@ type Record struct {
 	Error   string `json:"error,omitempty"`
 }
 
-// OwnerStrings renders r's owners one per string (for log lines).
-func (r *Record) OwnerStrings() []string {
-	out := make([]string, len(r.Owners))
-	for i := range r.Owners {
-		out[i] = r.Owners[i].String()
+// Summarized returns a copy of r with every evidence's Summary filled
+// (r's own slices are left alone: the ring shares them).
+func (r Record) Summarized() Record {
+	if len(r.Owners) == 0 {
+		return r
+	}
+	owners := make([]Owner, len(r.Owners))
+	copy(owners, r.Owners)
+	for i := range owners {
+		owners[i].Evidence.Summary = owners[i].Evidence.Summarize()
+	}
+	r.Owners = owners
+	return r
+}
+
+// Owners renders owners for a log line, one string per owner, only when
+// the line is written (fmt.Stringer, logr.Marshaler).
+type Owners []Owner
+
+func (o Owners) String() string { return fmt.Sprint(o.MarshalLog()) }
+
+// MarshalLog implements logr.Marshaler.
+func (o Owners) MarshalLog() any {
+	out := make([]string, len(o))
+	for i := range o {
+		out[i] = o[i].String()
 	}
 	return out
 }
@@ -170,11 +205,11 @@ func (r *Record) Because() string {
 func ownerStateWords(o *Owner) string {
 	switch o.State {
 	case "dangling", "orphaned":
-		return o.Evidence.Summary
+		return o.Evidence.Summarize()
 	case "waiting":
-		return "in foreground deletion: " + o.Evidence.Summary
+		return "in foreground deletion: " + o.Evidence.Summarize()
 	}
-	return o.State + ": " + o.Evidence.Summary
+	return o.State + ": " + o.Evidence.Summarize()
 }
 
 // Page is what Path serves.

@@ -48,6 +48,26 @@ func (s Source) String() string {
 	return "unknown"
 }
 
+// ParseSource is the Source whose String is s (SourceNone if none).
+func ParseSource(s string) Source {
+	for i, n := range sourceNames {
+		if n == s {
+			return Source(i)
+		}
+	}
+	return SourceNone
+}
+
+// ParseReason is the Reason whose String is s, and whether there is one.
+func ParseReason(s string) (Reason, bool) {
+	for i, n := range reasonNames {
+		if n == s {
+			return Reason(i), true
+		}
+	}
+	return 0, false
+}
+
 var reasonNames = [...]string{"exists", "orphaning", "deleting", "foreground", "not-found", "other-uid",
 	"kind-not-served", "kind-unknown", "malformed-apiversion", "cluster-scoped-dependent"}
 

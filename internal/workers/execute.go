@@ -77,7 +77,7 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 	switch a.Type {
 	case rules.RemoveReferences:
 		rec := dependentRecord(history.OpRemoveReferences, it, y, removeReason(y), func(i int) bool { return y.facts[i].State != rules.Solid })
-		rec.Preconditions = history.Preconditions{UID: it.Identity.UID, Tests: []string{"ownerReferences"}}
+		rec.Preconditions = history.Preconditions{UID: it.Identity.UID, Tests: testsOwnerReferences}
 		_, err := w.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
 		w.wrote(ctx, &rec, err)
 		return err
@@ -85,7 +85,7 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 		rec := history.Record{
 			Operation: history.OpRemoveFinalizer, Object: history.ObjectOf(it.Identity),
 			Reason: finalizerReason(rules.FinalizerForeground, y), Finalizer: rules.FinalizerForeground,
-			Preconditions: history.Preconditions{UID: it.Identity.UID, Tests: []string{"finalizers"}},
+			Preconditions: history.Preconditions{UID: it.Identity.UID, Tests: testsFinalizers},
 		}
 		// Once the finalizer is gone, an owner that other finalizers keep
 		// is solid again: a dependent's DELETE decided while it was
@@ -108,7 +108,7 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 			func(i int) bool {
 				return !equalBool(it.OwnerReferences[i].BlockOwnerDeletion, a.Refs[i].BlockOwnerDeletion)
 			})
-		rec.Preconditions = history.Preconditions{UID: it.Identity.UID, Tests: []string{"ownerReferences"}}
+		rec.Preconditions = history.Preconditions{UID: it.Identity.UID, Tests: testsOwnerReferences}
 		obj, err := w.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
 		w.wrote(ctx, &rec, err)
 		if err != nil {

@@ -2,7 +2,6 @@ package workers
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -50,14 +49,25 @@ func dependentRecord(op string, it *rules.Item, w why, reason string, removed fu
 }
 
 // deleteReason says why a DeleteItem decision deletes it (semantics.md,
-// rows 6 and 7).
+// rows 6 and 7). Constant strings: every collected object pays for it.
 func deleteReason(it *rules.Item, w why, policy metav1.DeletionPropagation) string {
 	waiting := slices.ContainsFunc(w.facts, func(f rules.Fact) bool { return f.State == rules.Waiting })
-	if waiting && len(it.Dependents) > 0 && policy == metav1.DeletePropagationForeground {
+	switch {
+	case waiting && len(it.Dependents) > 0 && policy == metav1.DeletePropagationForeground:
 		return "no owner keeps it: its owners are gone or in foreground deletion, and it has dependents of its own, so it is deleted in the foreground"
+	case policy == metav1.DeletePropagationOrphan:
+		return "no owner keeps it: every owner is gone or in foreground deletion; deleted with the policy its own orphan finalizer asks for"
+	case policy == metav1.DeletePropagationForeground:
+		return "no owner keeps it: every owner is gone or in foreground deletion; deleted with the policy its own foregroundDeletion finalizer asks for"
 	}
-	return fmt.Sprintf("no owner keeps it: every owner is gone or in foreground deletion; deleted with the policy its own finalizers ask for (%s)", policy)
+	return "no owner keeps it: every owner is gone or in foreground deletion"
 }
+
+// What patches test besides the object's UID (shared, never changed).
+var (
+	testsOwnerReferences = []string{"ownerReferences"}
+	testsFinalizers      = []string{"finalizers"}
+)
 
 // removeReason says why a RemoveReferences decision removes references.
 func removeReason(w why) string {
@@ -103,22 +113,26 @@ func (w *Workers) wrote(ctx context.Context, rec *history.Record, err error) {
 	if err != nil {
 		rec.Error = err.Error()
 	}
-	kv := make([]any, 0, 18)
-	kv = append(kv, "operation", rec.Operation, "object", rec.Object.String(), "reason", rec.Reason)
-	if len(rec.Owners) > 0 {
-		kv = append(kv, "owners", rec.OwnerStrings())
+	if logger := klog.FromContext(ctx); logger.Enabled() {
+		// The same fields as the record; owners and preconditions are
+		// rendered only when the line is written.
+		kv := make([]any, 0, 18)
+		kv = append(kv, "operation", rec.Operation, "object", rec.Object, "reason", rec.Reason)
+		if len(rec.Owners) > 0 {
+			kv = append(kv, "owners", history.Owners(rec.Owners))
+		}
+		if rec.Policy != "" {
+			kv = append(kv, "policy", rec.Policy)
+		}
+		if rec.Finalizer != "" {
+			kv = append(kv, "finalizer", rec.Finalizer)
+		}
+		kv = append(kv, "preconditions", rec.Preconditions, "outcome", rec.Outcome)
+		if err != nil {
+			kv = append(kv, "err", rec.Error)
+		}
+		logger.Info("Garbage collector write", kv...)
 	}
-	if rec.Policy != "" {
-		kv = append(kv, "policy", rec.Policy)
-	}
-	if rec.Finalizer != "" {
-		kv = append(kv, "finalizer", rec.Finalizer)
-	}
-	kv = append(kv, "preconditions", rec.Preconditions.String(), "outcome", rec.Outcome)
-	if err != nil {
-		kv = append(kv, "err", rec.Error)
-	}
-	klog.FromContext(ctx).Info("Garbage collector write", kv...)
 	w.cfg.History.Add(rec)
 }
 

@@ -232,7 +232,7 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 	rec := history.Record{
 		Operation: history.OpRemoveFinalizer, Object: history.ObjectOf(owner.Identity),
 		Reason: finalizerReason(rules.FinalizerOrphan, why{unlisted: unlisted}), Finalizer: rules.FinalizerOrphan,
-		Preconditions: history.Preconditions{UID: owner.Identity.UID, Tests: []string{"finalizers"}},
+		Preconditions: history.Preconditions{UID: owner.Identity.UID, Tests: testsFinalizers},
 	}
 	return []write{func(ctx context.Context) error {
 		// Recorded before the write: the owner's deletion may reach the

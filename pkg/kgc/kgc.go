@@ -50,6 +50,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/collector"
 	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/history"
 	"github.com/kgc-dev/kgc/internal/metrics"
 	"github.com/kgc-dev/kgc/internal/namespaces"
 	"github.com/kgc-dev/kgc/internal/rules"
@@ -146,7 +147,20 @@ type Options struct {
 	// kube-controller-manager's namespace controller does, for API servers
 	// without one (envtest). Off by default; see docs/semantics.md.
 	NamespaceLifecycle bool
+	// WriteHistorySize is how many of its last writes (DELETEs and
+	// patches) kgc keeps in memory, each with why it was made — which
+	// owner was gone and how kgc knew, the policy, the preconditions, the
+	// outcome — served by Handler at
+	// /debug/controllers/garbage-collector-controller/history and read by
+	// `kgc explain --server` for objects that no longer exist. 0 means
+	// DefaultWriteHistorySize; negative keeps none. Every write is logged
+	// at the default verbosity either way.
+	WriteHistorySize int
 }
+
+// DefaultWriteHistorySize is the number of writes a Collector remembers
+// unless Options.WriteHistorySize says otherwise (a record is about 1 KB).
+const DefaultWriteHistorySize = 10000
 
 // DefaultIgnoredResources returns the resources kgc ignores by default: core
 // and events.k8s.io events.
@@ -248,7 +262,12 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	if opts.NamespaceLifecycle {
 		nsAPI = &apiops.NamespaceOps{Namespaces: cs.CoreV1().Namespaces(), Metadata: md, Discovery: dc}
 	}
+	historySize := opts.WriteHistorySize
+	if historySize == 0 {
+		historySize = DefaultWriteHistorySize
+	}
 	out.c, err = collector.New(collector.Config{
+		History:           history.NewRing(historySize),
 		Namespaces:        nsAPI,
 		Metadata:          md,
 		Discovery:         dc,
@@ -376,6 +395,8 @@ func (c *Collector) WaitForSync(ctx context.Context) error {
 // Handler serves /healthz, /livez, /readyz (?verbose lists every monitor),
 // the debug graph (/debug/controllers/garbage-collector-controller/graph,
 // DOT or ?format=json, filtered by ?namespace=, ?uid= or ?kind=&name=), the
+// record of kgc's writes (/debug/controllers/garbage-collector-controller/history,
+// JSON, filtered by ?uid=, ?namespace=, ?name=, ?limit=), the
 // web view of the ownership graph (/ui), and, as Options ask, /metrics and /debug/pprof/.
 func (c *Collector) Handler() http.Handler { return c.handler }
 
@@ -433,6 +454,9 @@ func gvrString(gvr schema.GroupVersionResource) string {
 	}
 	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
 }
+
+// History is the record of writes the handler serves.
+func (s source) History() *history.Ring { return s.c.History() }
 
 // Graph is the graph the handler's views read (in bounded batches).
 func (s source) Graph() *graph.Graph { return s.c.Graph() }
