@@ -382,4 +382,3 @@ func TestHistoryNamesAreMetricLabels(t *testing.T) {
 		}
 	}
 }
-
