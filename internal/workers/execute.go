@@ -7,6 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/apiops"
 	"github.com/kgc-dev/kgc/internal/history"
@@ -73,15 +74,25 @@ func (w *Workers) removeConfirmed(ctx context.Context, it *rules.Item, t apiops.
 //   - DeleteItem carries the item's uid and resourceVersion; on a 409 it is
 //     retried only if a quorum read shows the same ownerReferences and
 //     finalizers (deleteItem).
+//
+// Each write is also announced at V(2) before it is sent (the lines tests
+// and operators grep for); its record is logged at V(0) once it returned.
 func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, a rules.Action, y why) error {
+	logger := klog.FromContext(ctx)
 	switch a.Type {
 	case rules.RemoveReferences:
+		if l := logger.V(2); l.Enabled() {
+			l.Info("Removing dangling and waiting owner references", "object", it.Identity.String())
+		}
 		rec := dependentRecord(history.OpRemoveReferences, it, y, removeReason(y), func(i int) bool { return y.facts[i].State != rules.Solid })
 		rec.Preconditions = history.Preconditions{UID: it.Identity.UID, Tests: testsOwnerReferences}
 		_, err := w.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
 		w.wrote(ctx, &rec, err)
 		return err
 	case rules.RemoveForegroundFinalizer:
+		if l := logger.V(2); l.Enabled() {
+			l.Info("Dependents gone; removing foregroundDeletion finalizer", "object", it.Identity.String())
+		}
 		rec := history.Record{
 			Operation: history.OpRemoveFinalizer, Object: history.ObjectOf(it.Identity),
 			Reason: finalizerReason(rules.FinalizerForeground, y), Finalizer: rules.FinalizerForeground,
@@ -103,6 +114,9 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 	}
 	refs := it.OwnerReferences
 	if a.Unblock {
+		if l := logger.V(2); l.Enabled() {
+			l.Info("Clearing blockOwnerDeletion to break a cycle", "object", it.Identity.String())
+		}
 		rec := dependentRecord(history.OpUnblock, it, y,
 			"breaking a cycle before deleting it in the foreground: blockOwnerDeletion is cleared on its references to owners in foreground deletion that wait for it through blocking references",
 			func(i int) bool {
@@ -115,6 +129,11 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 			return err
 		}
 		t.ResourceVersion, refs = obj.ResourceVersion, a.Refs
+	}
+	// Guarded: the arguments (a formatted identity) would otherwise be
+	// built for every collected object even with the line disabled.
+	if l := logger.V(2); l.Enabled() {
+		l.Info("Deleting garbage", "object", it.Identity.String(), "policy", string(a.Policy))
 	}
 	rec := dependentRecord(history.OpDelete, it, y, deleteReason(it, y, a.Policy), nil)
 	rec.Policy = string(a.Policy)

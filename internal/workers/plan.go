@@ -235,6 +235,7 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 		Preconditions: history.Preconditions{UID: owner.Identity.UID, Tests: testsFinalizers},
 	}
 	return []write{func(ctx context.Context) error {
+		klog.FromContext(ctx).V(2).Info("Dependents orphaned; removing orphan finalizer", "object", owner.Identity.String())
 		// Recorded before the write: the owner's deletion may reach the
 		// graph, and a lagging dependent be checked, before this call
 		// returns. Only kgc's own removal counts: a client that deletes
