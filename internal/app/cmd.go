@@ -144,6 +144,15 @@ func (o *RunOptions) RestConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// writeHistorySize maps --write-history-size (0: none) to
+// kgc.Options.WriteHistorySize (0: the default, negative: none).
+func writeHistorySize(flag int) int {
+	if flag == 0 {
+		return -1
+	}
+	return flag
+}
+
 // Run is `kgc run`: the collector plus its HTTP server, until ctx is done.
 func Run(ctx context.Context, o *RunOptions) error {
 	ctx = o.Observability.setupLogging(ctx, os.Stderr)
@@ -170,6 +179,7 @@ func Run(ctx context.Context, o *RunOptions) error {
 		Profiling:             o.Observability.Profiling,
 		EventComponent:        o.Observability.EventComponent,
 		NamespaceLifecycle:    o.NamespaceLifecycle,
+		WriteHistorySize:      writeHistorySize(o.WriteHistorySize),
 	})
 	if err != nil {
 		return err

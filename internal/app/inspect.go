@@ -79,20 +79,25 @@ func (o *inspectOptions) validate() error {
 	return fmt.Errorf("--output %q: want text or json", o.output)
 }
 
+// targetNamespace is -n, else the kubeconfig context's namespace, else
+// "default".
+func (o *inspectOptions) targetNamespace(cc clientcmd.ClientConfig) string {
+	if o.namespace != "" {
+		return o.namespace
+	}
+	if n, _, err := cc.Namespace(); err == nil && n != "" {
+		return n
+	}
+	return metav1.NamespaceDefault
+}
+
 // view builds the View the command reads from, and the namespace to use.
 func (o *inspectOptions) view(deps InspectDeps) (inspect.View, string, error) {
 	if err := o.validate(); err != nil {
 		return nil, "", err
 	}
 	cc := clientConfig(o.kubeconfig, o.context)
-	ns := o.namespace
-	if ns == "" {
-		if n, _, err := cc.Namespace(); err == nil && n != "" {
-			ns = n
-		} else {
-			ns = metav1.NamespaceDefault
-		}
-	}
+	ns := o.targetNamespace(cc)
 	if o.server != "" {
 		hc := deps.HTTPClient
 		if hc == nil {
@@ -163,7 +168,8 @@ func mapperFor(dc discovery.DiscoveryInterface) meta.RESTMapper {
 	return restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(cached), cached, nil)
 }
 
-// lookup resolves the command's object argument(s).
+// lookup resolves the command's object argument(s). When the object
+// cannot be found, it still returns the view it asked.
 func (o *inspectOptions) lookup(ctx context.Context, deps InspectDeps, args []string) (inspect.View, *inspect.Object, error) {
 	kind, name, err := inspect.ParseTarget(args)
 	if err != nil {
@@ -175,7 +181,7 @@ func (o *inspectOptions) lookup(ctx context.Context, deps InspectDeps, args []st
 	}
 	obj, err := v.Lookup(ctx, kind, ns, name)
 	if err != nil {
-		return nil, nil, err
+		return v, nil, err // the view, for explainGone
 	}
 	return v, obj, nil
 }
@@ -205,11 +211,17 @@ func newExplainCommand(deps InspectDeps) *cobra.Command {
 		Long: "Explain classifies each ownerReference of an object (solid, waiting for a foreground deletion, dangling, unresolvable, invalid) " +
 			"and says whether kgc will delete it, remove references, orphan its dependents or leave it, and why. For an object in " +
 			"Foreground deletion it lists the blocking dependents it waits for, recursively, with their finalizers. " +
-			"It reads object metadata from the API server, or asks a running kgc with --server. It never writes.",
-		Example: "  kgc explain deployment/web -n shop\n  kgc explain rs web-5d4f -n shop --server http://127.0.0.1:10258",
+			"It reads object metadata from the API server, or asks a running kgc with --server. It never writes. " +
+			"With --server, for an object that no longer exists it answers from kgc's record of its writes: when kgc deleted it, " +
+			"and why (which owner was gone and how kgc knew, the policy, the preconditions).",
+		Example: "  kgc explain deployment/web -n shop\n  kgc explain rs web-5d4f -n shop --server http://127.0.0.1:10258\n  kgc explain pod/web-5d4f-x2x9z -n shop --server http://127.0.0.1:10258   # deleted: when and why",
 		Args:    cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, obj, err := o.lookup(cmd.Context(), deps, args)
+			if errors.Is(err, inspect.ErrNotFound) && o.server != "" {
+				// Gone: what did kgc write to it, and why?
+				return o.explainGone(cmd, v, args, err)
+			}
 			if err != nil {
 				return err
 			}
@@ -226,6 +238,33 @@ func newExplainCommand(deps InspectDeps) *cobra.Command {
 	}
 	o.addFlags(cmd)
 	return cmd
+}
+
+// explainGone answers explain for an object kgc's graph does not hold,
+// from the kgc's record of its writes; notFound is the lookup's error,
+// returned when kgc has no record either.
+func (o *inspectOptions) explainGone(cmd *cobra.Command, v inspect.View, args []string, notFound error) error {
+	sv, ok := v.(*inspect.ServerView)
+	if !ok {
+		return notFound
+	}
+	kind, name, err := inspect.ParseTarget(args)
+	if err != nil {
+		return err
+	}
+	g, err := inspect.ExplainGone(cmd.Context(), sv, kind, o.targetNamespace(clientConfig(o.kubeconfig, o.context)), name)
+	switch {
+	case errors.Is(err, inspect.ErrNoHistory):
+		return fmt.Errorf("%w; and %w", notFound, err)
+	case err != nil:
+		return err
+	case g.Object == nil:
+		return fmt.Errorf("%w; %s", notFound, g.Summary)
+	}
+	if o.output == "json" {
+		return writeJSON(cmd.OutOrStdout(), g)
+	}
+	return inspect.WriteGone(cmd.OutOrStdout(), g)
 }
 
 func parseCascade(s string) (metav1.DeletionPropagation, error) {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kgc-dev/kgc/internal/discovery"
+	"github.com/kgc-dev/kgc/pkg/kgc"
 )
 
 // RunOptions are the flags of `kgc run`. Names follow kube-controller-manager
@@ -31,6 +32,7 @@ type RunOptions struct {
 	IgnoredResources      []string
 	HTTPAddress           string
 	NamespaceLifecycle    bool
+	WriteHistorySize      int
 	LeaderElection        LeaderElectionOptions
 	Observability         ObservabilityOptions
 	KCM                   KCMOptions
@@ -51,6 +53,7 @@ func NewRunOptions() *RunOptions {
 		UnlistedHold:          time.Minute,
 		StuckThreshold:        5 * time.Minute,
 		HTTPAddress:           ":10258",
+		WriteHistorySize:      kgc.DefaultWriteHistorySize,
 		LeaderElection:        NewLeaderElectionOptions(),
 		Observability:         NewObservabilityOptions(),
 		KCM:                   NewKCMOptions(),
@@ -76,6 +79,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.IgnoredResources, "ignored-resources", o.IgnoredResources, "Resources never monitored, as resource.group (core: resource). Pass an empty value to monitor everything.")
 	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address for /healthz, /readyz and the debug graph. Empty disables the server.")
 	fs.BoolVar(&o.NamespaceLifecycle, "namespace-lifecycle", o.NamespaceLifecycle, "Also do the namespace controller's job: empty deleted namespaces (Pods first), set their status conditions, and remove their kubernetes finalizer once nothing is left. For API servers without kube-controller-manager; leave it off where kube-controller-manager runs its namespace controller.")
+	fs.IntVar(&o.WriteHistorySize, "write-history-size", o.WriteHistorySize, "How many of its last writes (DELETEs and patches) kgc keeps in memory with why it made them (which owner was gone and how kgc knew, the policy, the preconditions, the outcome), served at /debug/controllers/garbage-collector-controller/history and read by kgc explain --server. 0 keeps none; every write is logged either way.")
 	o.LeaderElection.AddFlags(fs)
 	o.Observability.AddFlags(fs)
 	o.KCM.AddFlags(fs)
@@ -114,6 +118,9 @@ func (o *RunOptions) Validate() []error {
 	}
 	if o.StuckThreshold <= 0 {
 		errs = append(errs, fmt.Errorf("--stuck-threshold must be positive, got %s", o.StuckThreshold))
+	}
+	if o.WriteHistorySize < 0 {
+		errs = append(errs, fmt.Errorf("--write-history-size must not be negative (0 keeps no history), got %d", o.WriteHistorySize))
 	}
 	if o.DiscoveryResyncPeriod < time.Second {
 		errs = append(errs, fmt.Errorf("--discovery-resync-period must be at least 1s, got %s", o.DiscoveryResyncPeriod))

@@ -53,6 +53,7 @@ func defaults() RunOptions {
 		UnlistedHold:          time.Minute,
 		StuckThreshold:        5 * time.Minute,
 		HTTPAddress:           ":10258",
+		WriteHistorySize:      10000,
 		LeaderElection:        NewLeaderElectionOptions(), // off: TestMain pins "not in a cluster"
 		Observability:         NewObservabilityOptions(),
 		KCM:                   NewKCMOptions(),
@@ -69,6 +70,7 @@ func TestRunFlags(t *testing.T) {
 	}{
 		{name: "defaults", modify: func(*RunOptions) {}},
 		{name: "kubeconfig", args: []string{"--kubeconfig=/tmp/kc"}, modify: func(o *RunOptions) { o.Kubeconfig = "/tmp/kc" }},
+		{name: "write history off", args: []string{"--write-history-size=0"}, modify: func(o *RunOptions) { o.WriteHistorySize = 0 }},
 		{name: "master", args: []string{"--master", "https://10.0.0.1:6443"}, modify: func(o *RunOptions) { o.Master = "https://10.0.0.1:6443" }},
 		{name: "qps", args: []string{"--kube-api-qps=55.5"}, modify: func(o *RunOptions) { o.KubeAPIQPS = 55.5 }},
 		{name: "burst", args: []string{"--kube-api-burst=7"}, modify: func(o *RunOptions) { o.KubeAPIBurst = 7 }},
@@ -166,6 +168,7 @@ func TestRunFlagErrors(t *testing.T) {
 		{name: "qps zero", args: []string{"--kube-api-qps=0"}, want: []string{"--kube-api-qps must not be 0", "a negative one for no client-side rate limit"}, validation: true},
 		{name: "qps not a number", args: []string{"--kube-api-qps=NaN"}, want: []string{"--kube-api-qps must be a finite number"}, validation: true},
 		{name: "qps infinite", args: []string{"--kube-api-qps=+Inf"}, want: []string{"--kube-api-qps must be a finite number"}, validation: true},
+		{name: "write history negative", args: []string{"--write-history-size=-1"}, want: []string{"--write-history-size must not be negative"}, validation: true},
 		{name: "burst zero", args: []string{"--kube-api-burst=0"}, want: []string{"--kube-api-burst must be positive when --kube-api-qps is, got 0"}, validation: true},
 		{name: "content type", args: []string{"--kube-api-content-type=application/yaml"}, want: []string{"--kube-api-content-type must be", `"application/yaml"`}, validation: true},
 		{name: "workers zero", args: []string{"--concurrent-gc-syncs=0"}, want: []string{"--concurrent-gc-syncs must be positive"}, validation: true},

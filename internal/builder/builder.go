@@ -241,7 +241,7 @@ func (b *Builder) Apply(ev graph.Event) {
 		// rediscoverer (CRDs and APIServices deleted while a watch was
 		// down).
 		for _, id := range eff.Absent {
-			b.rediscover.observe(graph.Event{Type: graph.Delete, Object: rules.Object{Identity: id}})
+			b.rediscover.observe(graph.Event{Type: graph.Delete, Object: rules.Object{Identity: id.Identity}})
 		}
 	}
 	b.sink.Observed(ev, eff)

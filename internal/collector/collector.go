@@ -17,6 +17,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/builder"
 	"github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/history"
 	"github.com/kgc-dev/kgc/internal/metrics"
 	"github.com/kgc-dev/kgc/internal/namespaces"
 	"github.com/kgc-dev/kgc/internal/rules"
@@ -66,6 +67,9 @@ type Config struct {
 	Rules rules.Policy
 	// Metrics is optional; nil records nothing.
 	Metrics *metrics.Metrics
+	// History keeps the record of every write the workers make (package
+	// history); nil keeps none (every write is still logged).
+	History *history.Ring
 	// Namespaces, when set, turns on the namespace lifecycle (package
 	// namespaces) with these API calls: deleting namespaces are emptied
 	// and finalized, as kube-controller-manager's namespace controller
@@ -157,13 +161,17 @@ func New(cfg Config) (*Collector, error) {
 		Metadata: cfg.Metadata, Mapper: cfg.Mapper, Recorder: cfg.Recorder,
 		Workers: cfg.Workers, MaxWritesInFlight: cfg.MaxWritesInFlight, UnlistedHold: cfg.UnlistedHold,
 		Unlisted: c.builder.Unlisted, Resource: c.builder.Resource,
-		Rules: cfg.Rules, Metrics: cfg.Metrics, Clock: cfg.Clock,
+		Rules: cfg.Rules, Metrics: cfg.Metrics, History: cfg.History, Clock: cfg.Clock,
 	}, g)
 	return c, nil
 }
 
 // Graph returns the collector's ownership graph (read-only use).
 func (c *Collector) Graph() *graph.Graph { return c.builder.Graph() }
+
+// History returns the record of the collector's writes (nil when it
+// keeps none).
+func (c *Collector) History() *history.Ring { return c.cfg.History }
 
 // Synced reports whether the initial monitor sync finished and workers run.
 func (c *Collector) Synced() bool { return c.synced.Load() }

@@ -487,7 +487,9 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 		if l.Continue == "" {
 			mon.gen = gen
 			if mon.sweep {
-				mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
+				// The list's resourceVersion is the evidence of the
+				// deletions the sweep finds (absent from this LIST).
+				mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}, ResourceVersion: l.ResourceVersion}, Gen: gen})
 			}
 			mon.sweep = true
 			mon.listed(gen)

@@ -27,6 +27,8 @@ const (
 	// per group and kind; see discovery.Monitors.) A Relisted whose Gen no
 	// upsert carries removes every node of the group and kind: how the
 	// monitors report a resource proven gone (its LIST answers 404).
+	// Object.ResourceVersion is the list's resourceVersion (empty for a
+	// LIST answering 404): the evidence of the deletions it finds.
 	Relisted
 	// Listed follows every complete list of one resource (after its
 	// Relisted, if any): once it is applied, the graph holds everything
@@ -55,13 +57,23 @@ type Effects struct {
 	// AttemptToOrphan lists owners being deleted with the orphan finalizer.
 	AttemptToOrphan []types.UID
 	// Absent lists identities observed deleted: they never come back (UIDs
-	// are unique), so the collector may remember them as absent owners.
-	Absent []rules.Identity
+	// are unique), so the collector may remember them as absent owners,
+	// with the evidence of their deletion.
+	Absent []Absence
 	// CascadeStarted lists owners that, with dependents, were observed
 	// deleted or started deleting their dependents; CascadeDone lists such
 	// owners whose last dependent just went. (For metrics.)
 	CascadeStarted []types.UID
 	CascadeDone    []types.UID
+}
+
+// Absence is an object observed deleted, and how: a watch's DELETED event
+// (rules.SourceWatchDeletion, at the event's resourceVersion) or a
+// complete relist that no longer holds it (rules.SourceRelist, at the
+// LIST's resourceVersion; "" when the resource's LIST answered 404).
+type Absence struct {
+	rules.Identity
+	Evidence rules.Evidence
 }
 
 // Graph is the ownership graph. See the package doc for the concurrency contract.
@@ -109,7 +121,7 @@ func (g *Graph) Apply(ev Event) Effects {
 	case Delete:
 		g.remove(&ev.Object, &eff)
 	case Relisted:
-		g.sweep(ev.Object.Identity.APIVersion, ev.Object.Identity.Kind, ev.Gen, &eff)
+		g.sweep(ev.Object.Identity.APIVersion, ev.Object.Identity.Kind, ev.Gen, ev.Object.ResourceVersion, &eff)
 	}
 	return eff
 }
@@ -266,14 +278,16 @@ func (g *Graph) needsAttention(n *node) bool {
 
 func (g *Graph) remove(obj *rules.Object, eff *Effects) {
 	if n := g.node(obj.Identity.UID); n != nil && !n.virtual {
-		g.removeNode(n, eff)
+		g.removeNode(n, rules.SourceWatchDeletion, obj.ResourceVersion, eff)
 	}
 }
 
-func (g *Graph) removeNode(n *node, eff *Effects) {
+// removeNode removes an observed node: its deletion was observed (how,
+// and at which resourceVersion) or a relist no longer holds it.
+func (g *Graph) removeNode(n *node, how rules.Source, rv string, eff *Effects) {
 	uid := n.uid
 	id := g.identity(n)
-	eff.Absent = append(eff.Absent, id)
+	eff.Absent = append(eff.Absent, Absence{Identity: id, Evidence: rules.Evidence{Source: how, Reason: rules.ReasonNotFound, ResourceVersion: rv}})
 	for i, refs := 0, n.refs; i < len(refs); i++ {
 		if firstRef(refs, i) {
 			g.unlink(uid, refs[i].uid, blocksOwner(uid, refs, refs[i].uid), eff)
@@ -285,9 +299,9 @@ func (g *Graph) removeNode(n *node, eff *Effects) {
 	}
 	// Keep a placeholder so the dependents' edges stay consistent; they are
 	// re-checked now that their owner is gone.
-	n.rv, n.refs, n.finalizers, n.deleting = "", nil, nil, false
+	n.rv, n.refs, n.finalizers, n.deleting = rv, nil, nil, false
 	delete(g.deleting, uid)
-	n.virtual, n.absent = true, true
+	n.virtual, n.absent, n.goneBy = true, true, how
 	eff.CascadeStarted = append(eff.CascadeStarted, id.UID)
 	for dep := range n.dependents.all() {
 		g.addDelete(eff, dep)
@@ -300,7 +314,7 @@ func (g *Graph) removeNode(n *node, eff *Effects) {
 // resource is the same object, and matching versions exactly would leave
 // the nodes an older version's monitor recorded in the graph forever,
 // observed and solid to their dependents, once they are deleted unseen.
-func (g *Graph) sweep(apiVersion, k string, gen uint32, eff *Effects) {
+func (g *Graph) sweep(apiVersion, k string, gen uint32, rv string, eff *Effects) {
 	group := rules.GroupOf(apiVersion)
 	var gone []*node
 	for _, n := range g.nodes {
@@ -309,7 +323,7 @@ func (g *Graph) sweep(apiVersion, k string, gen uint32, eff *Effects) {
 		}
 	}
 	for _, n := range gone {
-		g.removeNode(n, eff)
+		g.removeNode(n, rules.SourceRelist, rv, eff)
 	}
 }
 

@@ -107,7 +107,7 @@ func set[T ~string](in []T) []string {
 	return slices.Compact(out)
 }
 
-func absentUIDs(ids []rules.Identity) []string {
+func absentUIDs(ids []graph.Absence) []string {
 	out := make([]types.UID, 0, len(ids))
 	for _, id := range ids {
 		out = append(out, id.UID)
@@ -783,7 +783,7 @@ func TestAbsentIdentity(t *testing.T) {
 	o := obj("o", kind("apps/v1", "Deployment"))
 	g.Apply(upsert(o))
 	eff := g.Apply(del(obj("o")))
-	if len(eff.Absent) != 1 || eff.Absent[0] != o.Identity {
+	if len(eff.Absent) != 1 || eff.Absent[0].Identity != o.Identity {
 		t.Errorf("Absent = %+v, want [%+v]", eff.Absent, o.Identity)
 	}
 	if err := g.CheckInvariants(); err != nil {

@@ -95,8 +95,12 @@ type node struct {
 	// virtual: referenced, not observed. Identity then comes from the first
 	// reference that named the UID and is only a guess.
 	virtual bool
-	// absent: a virtual node for an object observed deleted.
+	// absent: a virtual node for an object observed deleted; rv is then
+	// the resourceVersion the deletion was observed at, and goneBy how
+	// (rules.SourceWatchDeletion or rules.SourceRelist): the evidence the
+	// workers' records carry.
 	absent bool
+	goneBy rules.Source
 }
 
 // identity returns n's identity. Caller holds mu.
@@ -107,9 +111,13 @@ func (g *Graph) identity(n *node) rules.Identity {
 // object returns a copy of what the node holds of its object, sharing
 // nothing a reader could change. Caller holds mu.
 func (g *Graph) object(n *node) rules.Object {
+	rv := n.rv
+	if n.virtual {
+		rv = "" // an absent node's is its deletion's, not an object's
+	}
 	o := rules.Object{
 		Identity:        g.identity(n),
-		ResourceVersion: n.rv,
+		ResourceVersion: rv,
 		OwnerReferences: g.expandRefs(n.refs),
 		Finalizers:      slices.Clone(n.finalizerList()),
 		Deleting:        n.deleting,

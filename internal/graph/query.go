@@ -21,6 +21,13 @@ type OwnerView struct {
 	Absent             bool
 	Deleting           bool
 	DeletingDependents bool
+	// ResourceVersion is the observed object's, or for an Absent node the
+	// one its deletion was observed at ("" if unknown).
+	ResourceVersion string
+	// Seen is how the graph knows what it says: rules.SourceGraph for an
+	// observed object, rules.SourceWatchDeletion or rules.SourceRelist for
+	// an Absent one, rules.SourceNone for a placeholder.
+	Seen rules.Source
 }
 
 // Item returns a copy of the node with uid, with its dependents.
@@ -57,13 +64,20 @@ func (g *Graph) Owner(uid types.UID) (OwnerView, bool) {
 	if n == nil {
 		return OwnerView{}, false
 	}
-	return OwnerView{
+	v := OwnerView{
 		Identity:           g.identity(n),
 		Virtual:            n.virtual,
 		Absent:             n.absent,
 		Deleting:           n.deleting,
 		DeletingDependents: n.deletingDependents(),
-	}, true
+	}
+	switch {
+	case n.absent:
+		v.ResourceVersion, v.Seen = n.rv, n.goneBy
+	case !n.virtual:
+		v.ResourceVersion, v.Seen = n.rv, rules.SourceGraph
+	}
+	return v, true
 }
 
 // BlockingDependents returns how many dependents of the node with uid

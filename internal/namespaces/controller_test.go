@@ -381,9 +381,9 @@ func TestObserved(t *testing.T) {
 	// A deletion inside it queues it (after a short batch delay); one
 	// elsewhere does not.
 	cm := rules.Identity{APIVersion: "v1", Kind: "ConfigMap", Namespace: "elsewhere", Name: "x", UID: "x"}
-	c.Observed(graph.Event{Type: graph.Delete, Object: rules.Object{Identity: cm}}, graph.Effects{Absent: []rules.Identity{cm}})
+	c.Observed(graph.Event{Type: graph.Delete, Object: rules.Object{Identity: cm}}, graph.Effects{Absent: []graph.Absence{{Identity: cm}}})
 	cm.Namespace = "ns"
-	c.Observed(graph.Event{Type: graph.Delete, Object: rules.Object{Identity: cm}}, graph.Effects{Absent: []rules.Identity{cm}})
+	c.Observed(graph.Event{Type: graph.Delete, Object: rules.Object{Identity: cm}}, graph.Effects{Absent: []graph.Absence{{Identity: cm}}})
 	deadline := time.Now().Add(5 * time.Second)
 	for c.queue.Len() == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -392,7 +392,7 @@ func TestObserved(t *testing.T) {
 		t.Fatalf("queue length %d, want 1", c.queue.Len())
 	}
 	// The namespace gone: no longer tracked.
-	c.Observed(graph.Event{Type: graph.Delete, Object: nsObj}, graph.Effects{Absent: []rules.Identity{nsObj.Identity}})
+	c.Observed(graph.Event{Type: graph.Delete, Object: nsObj}, graph.Effects{Absent: []graph.Absence{{Identity: nsObj.Identity}}})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.deleting) != 0 {

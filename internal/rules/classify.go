@@ -154,6 +154,10 @@ type Found struct {
 	Deleting           bool
 	DeletingDependents bool
 	Orphaning          bool
+	// Source and ResourceVersion say where and when it was found, for the
+	// Evidence (ClassifyFact); Classify ignores them.
+	Source          Source
+	ResourceVersion string
 }
 
 // FoundObject describes o as found at a reference's coordinates.

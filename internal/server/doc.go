@@ -18,6 +18,17 @@
 // in batches of graph.ViewBatch nodes per read-lock hold, so a 100k-node
 // view never blocks the graph's writer for long.
 //
+// HistoryPath serves the record of kgc's writes (package history) as JSON,
+// oldest first, when the Source keeps one (HistorySource):
+//
+//	?uid=U        writes to that object, or resting on that owner
+//	?namespace=NS&name=N
+//	              writes to objects with that namespace and/or name
+//	?limit=N      only the newest N of those
+//
+// An unknown parameter, one given twice, or a bad limit gets 400; a kgc
+// that keeps no history answers 404.
+//
 // UIPath serves the web view: embedded HTML, CSS and JavaScript (no
 // external resources, enforced by a Content-Security-Policy) that draws
 // the JSON graph.

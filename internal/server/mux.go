@@ -82,6 +82,7 @@ func BuildMux(src Source, opts Options) *http.ServeMux {
 	})
 	h := &handler{src: src}
 	mux.HandleFunc("GET "+GraphPath, h.serveGraph)
+	mux.HandleFunc("GET "+HistoryPath, h.serveHistory)
 	registerUI(mux, h)
 	return mux
 }

@@ -10,50 +10,55 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/apiops"
+	"github.com/kgc-dev/kgc/internal/history"
 	"github.com/kgc-dev/kgc/internal/metrics"
 	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // removeConfirmed is planConfirmedRemoval's write: it confirms the solid
 // owners under their deletion locks, then removes the references, or
-// decides again from what it found.
-func (w *Workers) removeConfirmed(ctx context.Context, it *rules.Item, t apiops.Target, states []rules.OwnerState, a rules.Action) error {
+// decides again from what it found. The confirmations replace the graph's
+// evidence for those owners in the write's record.
+func (w *Workers) removeConfirmed(ctx context.Context, it *rules.Item, t apiops.Target, facts []rules.Fact, a rules.Action) error {
 	var owners []types.UID
-	for i, s := range states {
-		if s == rules.Solid && it.OwnerReferences[i].UID != it.Identity.UID {
+	for i, f := range facts {
+		if f.State == rules.Solid && it.OwnerReferences[i].UID != it.Identity.UID {
 			owners = append(owners, it.OwnerReferences[i].UID)
 		}
 	}
 	unlock := w.deletions.rlock(owners)
-	confirmed := slices.Clone(states)
+	confirmed := slices.Clone(facts)
 	changed := false
-	for i, s := range states {
-		if s != rules.Solid {
+	for i, f := range facts {
+		if f.State != rules.Solid {
 			continue
 		}
-		cs, err := w.resolver.confirm(ctx, it.Identity, &it.OwnerReferences[i])
+		cf, err := w.resolver.confirm(ctx, it.Identity, &it.OwnerReferences[i])
 		if err != nil {
 			unlock()
 			return err
 		}
-		if cs != s {
-			confirmed[i], changed = cs, true
+		confirmed[i] = cf
+		if cf.State != f.State {
+			changed = true
 		}
 	}
 	if !changed {
 		defer unlock()
-		return w.execute(ctx, it, t, a)
+		return w.execute(ctx, it, t, a, why{facts: confirmed})
 	}
 	unlock()
-	a = w.cfg.Rules.DecideDependent(it, confirmed, rules.CycleCheck(it.Identity.UID, w.graph.WaitsFor))
+	states := rules.States(confirmed)
+	a = w.cfg.Rules.DecideDependent(it, states, rules.CycleCheck(it.Identity.UID, w.graph.WaitsFor))
 	if a.Type != rules.DeleteItem {
 		return errRetry
 	}
-	a.Waiting = waitingOwners(it, confirmed)
-	return w.execute(ctx, it, t, a)
+	a.Waiting = waitingOwners(it, states)
+	return w.execute(ctx, it, t, a, why{facts: confirmed})
 }
 
-// execute makes the calls of a write decided for it, at t.
+// execute makes the calls of a write decided for it, at t, and records
+// each (wrote) with what the decision rests on (y).
 //
 // What each write rests on, and why it is fresh enough (docs/correctness.md):
 //   - RemoveReferences and the cycle-breaking unblock replace the item's
@@ -69,19 +74,29 @@ func (w *Workers) removeConfirmed(ctx context.Context, it *rules.Item, t apiops.
 //   - DeleteItem carries the item's uid and resourceVersion; on a 409 it is
 //     retried only if a quorum read shows the same ownerReferences and
 //     finalizers (deleteItem).
-func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, a rules.Action) error {
+//
+// Each write is also announced at V(2) before it is sent (the lines tests
+// and operators grep for); its record is logged at V(0) once it returned.
+func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, a rules.Action, y why) error {
 	logger := klog.FromContext(ctx)
 	switch a.Type {
 	case rules.RemoveReferences:
 		if l := logger.V(2); l.Enabled() {
 			l.Info("Removing dangling and waiting owner references", "object", it.Identity.String())
 		}
+		rec := dependentRecord(history.OpRemoveReferences, it, y, removeReason(y), func(i int) bool { return y.facts[i].State != rules.Solid })
+		rec.Preconditions = history.Preconditions{UID: it.Identity.UID, Tests: testsOwnerReferences}
 		_, err := w.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
-		w.record(metrics.OpRemoveRefs, err)
+		w.wrote(ctx, &rec, err)
 		return err
 	case rules.RemoveForegroundFinalizer:
 		if l := logger.V(2); l.Enabled() {
 			l.Info("Dependents gone; removing foregroundDeletion finalizer", "object", it.Identity.String())
+		}
+		rec := history.Record{
+			Operation: history.OpRemoveFinalizer, Object: history.ObjectOf(it.Identity),
+			Reason: finalizerReason(rules.FinalizerForeground, y), Finalizer: rules.FinalizerForeground,
+			Preconditions: history.Preconditions{UID: it.Identity.UID, Tests: testsFinalizers},
 		}
 		// Once the finalizer is gone, an owner that other finalizers keep
 		// is solid again: a dependent's DELETE decided while it was
@@ -94,7 +109,7 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 		if err != nil && !apierrors.IsNotFound(err) {
 			w.fgReleased.Delete(it.Identity.UID)
 		}
-		w.record(metrics.OpRemoveFinalizer, err)
+		w.wrote(ctx, &rec, err)
 		return err
 	}
 	refs := it.OwnerReferences
@@ -102,8 +117,14 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 		if l := logger.V(2); l.Enabled() {
 			l.Info("Clearing blockOwnerDeletion to break a cycle", "object", it.Identity.String())
 		}
+		rec := dependentRecord(history.OpUnblock, it, y,
+			"breaking a cycle before deleting it in the foreground: blockOwnerDeletion is cleared on its references to owners in foreground deletion that wait for it through blocking references",
+			func(i int) bool {
+				return !equalBool(it.OwnerReferences[i].BlockOwnerDeletion, a.Refs[i].BlockOwnerDeletion)
+			})
+		rec.Preconditions = history.Preconditions{UID: it.Identity.UID, Tests: testsOwnerReferences}
 		obj, err := w.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
-		w.record(metrics.OpUnblockRefs, err)
+		w.wrote(ctx, &rec, err)
 		if err != nil {
 			return err
 		}
@@ -114,7 +135,9 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 	if l := logger.V(2); l.Enabled() {
 		l.Info("Deleting garbage", "object", it.Identity.String(), "policy", string(a.Policy))
 	}
-	return w.deleteItem(ctx, t, refs, it.Finalizers, a.Policy, a.Waiting)
+	rec := dependentRecord(history.OpDelete, it, y, deleteReason(it, y, a.Policy), nil)
+	rec.Policy = string(a.Policy)
+	return w.deleteItem(ctx, t, refs, it.Finalizers, a.Policy, a.Waiting, &rec)
 }
 
 // deleteConflictRetries bounds how often one write re-reads an object whose
@@ -138,15 +161,24 @@ const deleteConflictRetries = 3
 // leaves an owner that other finalizers keep solid again. A DELETE decided
 // while such an owner was waiting is therefore not sent once kgc has
 // released it (the item is decided again: kept while the owner stays).
-func (w *Workers) deleteItem(ctx context.Context, t apiops.Target, refs []metav1.OwnerReference, finalizers []string, policy metav1.DeletionPropagation, waiting []types.UID) error {
+//
+// Every DELETE sent is recorded (wrote) from rec, with the preconditions
+// it carried.
+func (w *Workers) deleteItem(ctx context.Context, t apiops.Target, refs []metav1.OwnerReference, finalizers []string, policy metav1.DeletionPropagation, waiting []types.UID, rec *history.Record) error {
 	defer w.deletions.lockSet(waiting, t.UID)()
 	for _, o := range waiting {
 		if w.fgReleased.Has(o) {
 			return errRetry
 		}
 	}
-	err := w.ops.Delete(ctx, t, policy)
-	w.record(metrics.OpDelete, err)
+	send := func() error {
+		err := w.ops.Delete(ctx, t, policy)
+		r := *rec // each DELETE its own record
+		r.Preconditions = history.Preconditions{UID: t.UID, ResourceVersion: t.ResourceVersion}
+		w.wrote(ctx, &r, err)
+		return err
+	}
+	err := send()
 	for range deleteConflictRetries {
 		if !apierrors.IsConflict(err) {
 			return err
@@ -167,8 +199,7 @@ func (w *Workers) deleteItem(ctx context.Context, t apiops.Target, refs []metav1
 			return err
 		}
 		t.ResourceVersion = cur.ResourceVersion
-		err = w.ops.Delete(ctx, t, policy)
-		w.record(metrics.OpDelete, err)
+		err = send()
 	}
 	return err
 }
@@ -197,19 +228,4 @@ func conflictOrNil(err error) error {
 		return errRetry
 	}
 	return err
-}
-
-// record counts one write and its outcome.
-func (w *Workers) record(op string, err error) {
-	outcome := metrics.OutcomeSuccess
-	switch {
-	case err == nil:
-	case apiops.IsStale(err):
-		outcome = metrics.OutcomeConflict
-	case apierrors.IsNotFound(err):
-		outcome = metrics.OutcomeNotFound
-	default:
-		outcome = metrics.OutcomeError
-	}
-	w.cfg.Metrics.Operation(op, outcome)
 }

@@ -71,6 +71,7 @@ func (r *resolver) serveRound(ctx context.Context, gvr schema.GroupVersionResour
 	}
 	opts := metav1.ListOptions{Limit: listPageSize}
 	seen := 0
+	rv := "" // the snapshot's resourceVersion (its first page's)
 	for page := 0; ; page++ {
 		if page == maxPages {
 			// Budget spent: what was not found yet is not proven absent.
@@ -82,7 +83,7 @@ func (r *resolver) serveRound(ctx context.Context, gvr schema.GroupVersionResour
 		if err != nil {
 			if ctx.Err() != nil {
 				for c, f := range round {
-					r.answer(c, f, rules.Unresolvable, ctx.Err())
+					r.answer(c, f, rules.Fact{State: rules.Unresolvable}, ctx.Err())
 				}
 				return
 			}
@@ -90,6 +91,9 @@ func (r *resolver) serveRound(ctx context.Context, gvr schema.GroupVersionResour
 			// the GETs may still work, and they report their own errors.
 			r.getEach(ctx, gvr, round)
 			return
+		}
+		if rv == "" {
+			rv = list.ResourceVersion
 		}
 		seen += len(list.Items)
 		for i := range list.Items {
@@ -100,7 +104,7 @@ func (r *resolver) serveRound(ctx context.Context, gvr schema.GroupVersionResour
 					continue
 				}
 				delete(round, c)
-				r.answer(c, f, r.settle(c, obj), nil)
+				r.answer(c, f, r.settle(c, obj, rules.SourceList, rv), nil)
 			}
 		}
 		if list.Continue == "" {
@@ -111,7 +115,7 @@ func (r *resolver) serveRound(ctx context.Context, gvr schema.GroupVersionResour
 	l.size = seen
 	// The LIST was complete and did not return these owners.
 	for c, f := range round {
-		r.answer(c, f, r.settle(c, nil), nil)
+		r.answer(c, f, r.settle(c, nil, rules.SourceList, rv), nil)
 	}
 }
 

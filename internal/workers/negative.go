@@ -15,7 +15,9 @@ import (
 // foregroundDeletion) may be removed now on the strength of a negative fact
 // read from the graph: "no dependent references it any more" (orphan) or
 // "no dependent blocks it any more" (foregroundDeletion). It returns nil
-// when it may, errRetry when the removal must wait.
+// when it may, errRetry when the removal must wait; unlisted names the
+// resources still unlisted when the hold released it (for the write's
+// record).
 //
 // A negative fact read from the graph is true only if the graph holds
 // every object that could be such a dependent, which it does once every
@@ -36,8 +38,7 @@ import (
 // (OwnerState Orphaned). For foregroundDeletion the dependents found later
 // are still deleted, only after their owner. Decisions resting only on
 // positive facts (an owner observed or read absent) never come here.
-func (w *Workers) negativeFactsReady(ctx context.Context, owner rules.Identity, finalizer string) error {
-	var unlisted []string
+func (w *Workers) negativeFactsReady(ctx context.Context, owner rules.Identity, finalizer string) (unlisted []string, err error) {
 	for _, r := range w.unlisted() {
 		if owner.Namespace != "" && !r.Namespaced {
 			continue
@@ -46,7 +47,7 @@ func (w *Workers) negativeFactsReady(ctx context.Context, owner rules.Identity, 
 	}
 	if len(unlisted) == 0 {
 		w.holds.Delete(owner.UID)
-		return nil
+		return nil, nil
 	}
 	now := time.Now()
 	v, _ := w.holds.LoadOrStore(owner.UID, HeldFinalizer{Owner: owner, Finalizer: finalizer, Since: now})
@@ -58,7 +59,7 @@ func (w *Workers) negativeFactsReady(ctx context.Context, owner rules.Identity, 
 		w.cfg.Metrics.FinalizerUnlisted(finalizer, metrics.UnlistedHeld)
 		logger.V(1).Info("Holding finalizer until every resource that could hold dependents is listed",
 			"object", owner.String(), "finalizer", finalizer, "unlisted", unlisted, "heldFor", held.Round(time.Second).String())
-		return errRetry
+		return nil, errRetry
 	}
 	w.holds.Delete(owner.UID)
 	w.releasedMu.Lock()
@@ -71,7 +72,7 @@ func (w *Workers) negativeFactsReady(ctx context.Context, owner rules.Identity, 
 	w.cfg.Metrics.FinalizerUnlisted(finalizer, metrics.UnlistedReleased)
 	logger.Info("Removing finalizer although some resources were never listed; dependents found there later are handled as the owner's policy asked",
 		"object", owner.String(), "finalizer", finalizer, "unlisted", unlisted, "hold", w.cfg.UnlistedHold.String())
-	return nil
+	return unlisted, nil
 }
 
 // HeldFinalizer is an owner whose orphan or foregroundDeletion finalizer

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/kgc-dev/kgc/internal/metrics"
+	"github.com/kgc-dev/kgc/internal/history"
 	"github.com/kgc-dev/kgc/internal/rules"
 )
 
@@ -57,12 +57,15 @@ func (w *Workers) planDeleteItem(ctx context.Context, uid types.UID) (write, err
 		// Being deleted by someone else, or not a dependent at all.
 		return nil, nil
 	default:
-		states := make([]rules.OwnerState, len(it.OwnerReferences))
+		// Each reference's state comes with the evidence it rests on,
+		// gathered where the fact was (resolveFact); the decision carries
+		// it to the write's record (why).
+		facts := make([]rules.Fact, len(it.OwnerReferences))
 		var errs []error
 		for i := range it.OwnerReferences {
-			s, err := w.resolver.resolve(ctx, it.Identity, &it.OwnerReferences[i])
-			states[i] = s
-			switch {
+			f, err := w.resolver.resolveFact(ctx, it.Identity, &it.OwnerReferences[i])
+			facts[i] = f
+			switch s := f.State; {
 			case err != nil:
 				errs = append(errs, err)
 			case s == rules.Unresolvable || s == rules.Invalid:
@@ -74,13 +77,15 @@ func (w *Workers) planDeleteItem(ctx context.Context, uid types.UID) (write, err
 		if err := errors.Join(errs...); err != nil {
 			return nil, err
 		}
+		states := rules.States(facts)
 		a = w.cfg.Rules.DecideDependent(&it, states, rules.CycleCheck(uid, w.graph.WaitsFor))
 		if a.Type == rules.RemoveReferences && slices.Contains(states, rules.Waiting) {
-			return w.planConfirmedRemoval(&it, states, a)
+			return w.planConfirmedRemoval(&it, facts, a)
 		}
 		a.Waiting = waitingOwners(&it, states)
+		return w.plan(ctx, &it, a, why{facts: facts})
 	}
-	return w.plan(ctx, &it, a)
+	return w.plan(ctx, &it, a, why{})
 }
 
 // planConfirmedRemoval returns the write of a RemoveReferences decision
@@ -105,13 +110,13 @@ func (w *Workers) planDeleteItem(ctx context.Context, uid types.UID) (write, err
 // gone whatever the solid one does, and if it went too, its deletion event
 // re-checks the item. What is left is upstream's window: another client
 // deleting the solid owner between the GET and the patch.
-func (w *Workers) planConfirmedRemoval(it *rules.Item, states []rules.OwnerState, a rules.Action) (write, error) {
+func (w *Workers) planConfirmedRemoval(it *rules.Item, facts []rules.Fact, a rules.Action) (write, error) {
 	t, err := w.target(it)
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) error {
-		err := w.removeConfirmed(ctx, it, t, states, a)
+		err := w.removeConfirmed(ctx, it, t, facts, a)
 		w.writes.record(it.Identity.UID, it.ResourceVersion, err)
 		return conflictOrNil(err)
 	}, nil
@@ -129,10 +134,10 @@ func waitingOwners(it *rules.Item, states []rules.OwnerState) []types.UID {
 	return out
 }
 
-// plan turns a decision into the write that carries it out (nil when the
-// decision needs none). It is the only caller of apiops for the
-// attempt-to-delete path.
-func (w *Workers) plan(ctx context.Context, it *rules.Item, a rules.Action) (write, error) {
+// plan turns a decision, and what it rests on, into the write that
+// carries it out (nil when the decision needs none). It is the only caller
+// of apiops for the attempt-to-delete path.
+func (w *Workers) plan(ctx context.Context, it *rules.Item, a rules.Action, y why) (write, error) {
 	switch a.Type {
 	case rules.Keep:
 		if a.Retry {
@@ -145,9 +150,11 @@ func (w *Workers) plan(ctx context.Context, it *rules.Item, a rules.Action) (wri
 		}
 		return nil, nil
 	case rules.RemoveForegroundFinalizer:
-		if err := w.negativeFactsReady(ctx, it.Identity, rules.FinalizerForeground); err != nil {
+		unlisted, err := w.negativeFactsReady(ctx, it.Identity, rules.FinalizerForeground)
+		if err != nil {
 			return nil, err
 		}
+		y.unlisted = unlisted
 		// "No blocking dependent" was read from the graph before the
 		// check: read it again now that every resource is known listed.
 		if again, ok := w.graph.Item(it.Identity.UID); !ok || rules.DecideForegroundOwner(&again).Type != rules.RemoveForegroundFinalizer {
@@ -162,7 +169,7 @@ func (w *Workers) plan(ctx context.Context, it *rules.Item, a rules.Action) (wri
 		return nil, err
 	}
 	return func(ctx context.Context) error {
-		err := w.execute(ctx, it, t, a)
+		err := w.execute(ctx, it, t, a, y)
 		w.writes.record(it.Identity.UID, it.ResourceVersion, err)
 		return conflictOrNil(err)
 	}, nil
@@ -194,11 +201,12 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 	a, uncertain := w.decideOrphan(&owner)
 	switch {
 	case a.Type == rules.OrphanDependents:
-		return w.orphanWrites(uid, a.Orphan)
+		return w.orphanWrites(&owner.Object, a.Orphan)
 	case uncertain:
 		return nil, errRetry
 	}
-	if err := w.negativeFactsReady(ctx, owner.Identity, rules.FinalizerOrphan); err != nil {
+	unlisted, err := w.negativeFactsReady(ctx, owner.Identity, rules.FinalizerOrphan)
+	if err != nil {
 		return nil, err
 	}
 	// "No dependent left" was read from the graph before the check: a
@@ -214,6 +222,11 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 	if err != nil {
 		return nil, err
 	}
+	rec := history.Record{
+		Operation: history.OpRemoveFinalizer, Object: history.ObjectOf(owner.Identity),
+		Reason: finalizerReason(rules.FinalizerOrphan, why{unlisted: unlisted}), Finalizer: rules.FinalizerOrphan,
+		Preconditions: history.Preconditions{UID: owner.Identity.UID, Tests: testsFinalizers},
+	}
 	return []write{func(ctx context.Context) error {
 		klog.FromContext(ctx).V(2).Info("Dependents orphaned; removing orphan finalizer", "object", owner.Identity.String())
 		// Recorded before the write: the owner's deletion may reach the
@@ -226,7 +239,7 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 		if err != nil && !apierrors.IsNotFound(err) {
 			w.orphaned.Delete(uid) // still orphaning, or no longer: not ours
 		}
-		w.record(metrics.OpRemoveFinalizer, err)
+		w.wrote(ctx, &rec, err)
 		w.writes.record(uid, owner.ResourceVersion, err)
 		return conflictOrNil(err)
 	}}, nil
@@ -262,7 +275,17 @@ func (w *Workers) decideOrphan(owner *rules.Item) (a rules.Action, uncertain boo
 
 // orphanWrites returns one write per dependent of owner to orphan. Each
 // succeeds with errAgain: the owner is decided again once all are done.
-func (w *Workers) orphanWrites(owner types.UID, orphans []rules.Orphan) ([]write, error) {
+// Each write's record names the owner and how kgc knows it is orphaning:
+// the graph observed it with a deletionTimestamp and the orphan finalizer,
+// at its resourceVersion (monotonic, as every orphaning write needs).
+func (w *Workers) orphanWrites(ownerObj *rules.Object, orphans []rules.Orphan) ([]write, error) {
+	owner := ownerObj.Identity.UID
+	because := history.Owner{
+		APIVersion: ownerObj.Identity.APIVersion, Kind: ownerObj.Identity.Kind, Name: ownerObj.Identity.Name, UID: owner,
+		State: "orphaning", Removed: true,
+		Evidence: history.EvidenceOf(rules.Evidence{Source: rules.SourceGraph, Reason: rules.ReasonOrphaning, ResourceVersion: ownerObj.ResourceVersion}),
+	}
+	reason := fmt.Sprintf("its owner %s %s is being deleted with the orphan policy: its reference is removed, and the object stays", ownerObj.Identity.Kind, ownerObj.Identity.Name)
 	ws := make([]write, 0, len(orphans))
 	for _, o := range orphans {
 		dep := o.Dependent
@@ -270,9 +293,13 @@ func (w *Workers) orphanWrites(owner types.UID, orphans []rules.Orphan) ([]write
 		if err != nil {
 			return nil, fmt.Errorf("orphaning %s: %w", dep.Identity, err)
 		}
+		rec := history.Record{
+			Operation: history.OpOrphan, Object: history.ObjectOf(dep.Identity), Reason: reason,
+			Owners: []history.Owner{because}, Preconditions: history.Preconditions{UID: dep.Identity.UID},
+		}
 		ws = append(ws, func(ctx context.Context) error {
 			_, err := w.ops.RemoveOwnerReference(ctx, t, owner, o.Indices)
-			w.record(metrics.OpOrphan, err)
+			w.wrote(ctx, &rec, err)
 			// Success (or 404) proves the dependent no longer references
 			// this owner: the patch removes the reference by the owner's
 			// UID whatever else the object holds.

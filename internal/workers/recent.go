@@ -2,42 +2,61 @@ package workers
 
 import "sync"
 
-// recentSet remembers the last size/2 to size keys added, in two
-// generations of plain maps (see absentCache, its first use): Add is
-// one map insert, Has two lookups, and forgetting old keys needs no clock.
-type recentSet[K comparable] struct {
+// recentMap remembers the last size/2 to size keys added, with a value
+// each, in two generations of plain maps (see absentCache, its first use):
+// Add is one map insert, Get two lookups, and forgetting old keys needs no
+// clock.
+type recentMap[K comparable, V any] struct {
 	mu       sync.RWMutex
 	half     int
-	cur, old map[K]struct{}
+	cur, old map[K]V
 }
 
-func newRecentSet[K comparable](size int) *recentSet[K] {
-	return &recentSet[K]{half: max(size/2, 1), cur: make(map[K]struct{})}
+func newRecentMap[K comparable, V any](size int) *recentMap[K, V] {
+	return &recentMap[K, V]{half: max(size/2, 1), cur: make(map[K]V)}
 }
 
-func (s *recentSet[K]) Add(k K) {
+// Put remembers k with v.
+func (s *recentMap[K, V]) Put(k K, v V) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cur[k] = struct{}{}
+	s.cur[k] = v
 	if len(s.cur) >= s.half {
-		s.old, s.cur = s.cur, make(map[K]struct{}, s.half)
+		s.old, s.cur = s.cur, make(map[K]V, s.half)
 	}
 }
 
-func (s *recentSet[K]) Has(k K) bool {
+// Get returns what is remembered of k.
+func (s *recentMap[K, V]) Get(k K) (V, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if _, ok := s.cur[k]; ok {
-		return true
+	if v, ok := s.cur[k]; ok {
+		return v, true
 	}
-	_, ok := s.old[k]
+	v, ok := s.old[k]
+	return v, ok
+}
+
+func (s *recentMap[K, V]) Has(k K) bool {
+	_, ok := s.Get(k)
 	return ok
 }
 
 // Delete forgets k.
-func (s *recentSet[K]) Delete(k K) {
+func (s *recentMap[K, V]) Delete(k K) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.cur, k)
 	delete(s.old, k)
 }
+
+// recentSet is a recentMap of keys alone.
+type recentSet[K comparable] struct {
+	recentMap[K, struct{}]
+}
+
+func newRecentSet[K comparable](size int) *recentSet[K] {
+	return &recentSet[K]{recentMap[K, struct{}]{half: max(size/2, 1), cur: make(map[K]struct{})}}
+}
+
+func (s *recentSet[K]) Add(k K) { s.Put(k, struct{}{}) }

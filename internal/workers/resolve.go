@@ -29,10 +29,14 @@ import (
 // current generation reaches half the size it becomes the old one and the
 // previous old one is dropped, so the cache holds the last size/2 to size
 // entries added. Forgetting an entry costs at most one lookup, never a
-// wrong answer.
-type absentCache = recentSet[rules.Coordinates]
+// wrong answer. Each entry keeps the evidence that proved the owner absent
+// (its observed deletion, a quorum read's answer), which the decisions
+// resting on it carry to their writes' records.
+type absentCache = recentMap[rules.Coordinates, rules.Evidence]
 
-func newAbsentCache(size int) *absentCache { return newRecentSet[rules.Coordinates](size) }
+func newAbsentCache(size int) *absentCache {
+	return newRecentMap[rules.Coordinates, rules.Evidence](size)
+}
 
 // getFunc reads one object's metadata from the API server.
 type getFunc func(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (*metav1.PartialObjectMetadata, error)
@@ -75,8 +79,18 @@ type resolver struct {
 	lanes    map[laneKey]*lane             // resources and namespaces being looked up
 }
 
-// resolve classifies one ownerReference of dependent.
+// resolve classifies one ownerReference of dependent (see resolveFact).
 func (r *resolver) resolve(ctx context.Context, dependent rules.Identity, ref *metav1.OwnerReference) (rules.OwnerState, error) {
+	f, err := r.resolveFact(ctx, dependent, ref)
+	return f.State, err
+}
+
+// resolveFact classifies one ownerReference of dependent, with the
+// evidence the state rests on, gathered here: what the graph observed (an
+// owner, or its deletion, at a resourceVersion), what the absent cache
+// remembers of how the owner was found absent, or what a quorum read
+// answered.
+func (r *resolver) resolveFact(ctx context.Context, dependent rules.Identity, ref *metav1.OwnerReference) (rules.Fact, error) {
 	// Fast path, without the REST mapping (most of a resolution's cost):
 	// the graph observed an object with the reference's UID, group, kind
 	// and name, cluster-scoped or in the dependent's namespace. A monitor
@@ -86,32 +100,30 @@ func (r *resolver) resolve(ctx context.Context, dependent rules.Identity, ref *m
 	// Dangling is concluded only for an owner observed deleted at exactly
 	// those coordinates (what the absent cache records).
 	if o, ok := r.graph.Owner(ref.UID); ok && (!o.Virtual || o.Absent) && rules.Matches(o.Identity, ref, dependent.Namespace) {
-		s, _ := rules.Classify(ref.UID, observed(o), r.isOrphaned)
-		return s, nil
+		return rules.ClassifyFact(ref.UID, observed(o), r.isOrphaned), nil
 	}
-	m, c, s, done, err := r.locate(dependent, ref)
+	m, c, f, done, err := r.locate(dependent, ref)
 	if done {
-		return s, err
+		return f, err
 	}
-	if r.absent.Has(c) {
+	if e, ok := r.absent.Get(c); ok {
 		r.checkNamespace(dependent, ref, c.Namespace)
-		s, _ := rules.Classify(ref.UID, rules.Found{}, r.isOrphaned)
-		return s, nil
+		return rules.ClassifyFact(ref.UID, rules.Found{Source: e.Source, ResourceVersion: e.ResourceVersion, UID: e.FoundUID, Exists: e.FoundUID != ""}, r.isOrphaned), nil
 	}
 	if o, ok := r.graph.Owner(ref.UID); ok && !o.Virtual && o.Identity.Coordinates() == c {
-		s, _ := rules.Classify(ref.UID, observed(o), r.isOrphaned)
-		return s, nil
+		return rules.ClassifyFact(ref.UID, observed(o), r.isOrphaned), nil
 	}
-	s, err = r.lookup(ctx, m.Resource, c)
-	if s == rules.Dangling || s == rules.Orphaned {
+	f, err = r.lookup(ctx, m.Resource, c)
+	if f.State == rules.Dangling || f.State == rules.Orphaned {
 		r.checkNamespace(dependent, ref, c.Namespace)
 	}
-	return s, err
+	return f, err
 }
 
 // observed is what the graph found at an owner's coordinates.
 func observed(o graph.OwnerView) rules.Found {
-	return rules.Found{Exists: !o.Absent, UID: o.Identity.UID, Deleting: o.Deleting, DeletingDependents: o.DeletingDependents}
+	return rules.Found{Exists: !o.Absent, UID: o.Identity.UID, Deleting: o.Deleting, DeletingDependents: o.DeletingDependents,
+		Source: o.Seen, ResourceVersion: o.ResourceVersion}
 }
 
 // isOrphaned reports whether kgc removed the orphan finalizer of owner
@@ -131,7 +143,7 @@ func (r *resolver) isOrphaned(owner types.UID) bool {
 // was created before the GET started or never will be. A GET that finds no
 // such object therefore proves it absent for every later asker too; Solid
 // and Waiting answers only ever keep objects (see resolver).
-func (r *resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates) (rules.OwnerState, error) {
+func (r *resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates) (rules.Fact, error) {
 	r.flightMu.Lock()
 	if f, ok := r.flights[c]; ok {
 		f.waiters++
@@ -147,7 +159,7 @@ func (r *resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource, 
 		r.flightMu.Unlock()
 		s, err := r.getOwner(ctx, gvr, c)
 		r.answer(c, f, s, err)
-		return f.state, f.err
+		return f.fact, f.err
 	}
 	k := laneKey{gvr: gvr, namespace: c.Namespace}
 	l := r.lanes[k]
@@ -182,7 +194,7 @@ func (r *resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource, 
 		if len(round) == 0 {
 			l.busy = false // the lane stays: it remembers its LIST's size
 			r.flightMu.Unlock()
-			return f.state, f.err
+			return f.fact, f.err
 		}
 		r.flightMu.Unlock()
 		r.serveRound(ctx, gvr, l, round)
@@ -190,8 +202,8 @@ func (r *resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource, 
 }
 
 // answer completes f, the lookup of c.
-func (r *resolver) answer(c rules.Coordinates, f *flight, s rules.OwnerState, err error) {
-	f.state, f.err = s, err
+func (r *resolver) answer(c rules.Coordinates, f *flight, s rules.Fact, err error) {
+	f.fact, f.err = s, err
 	r.flightMu.Lock()
 	delete(r.flights, c)
 	r.flightMu.Unlock()
@@ -201,22 +213,22 @@ func (r *resolver) answer(c rules.Coordinates, f *flight, s rules.OwnerState, er
 // flight is one owner lookup that several resolutions wait for.
 type flight struct {
 	done    chan struct{}
-	state   rules.OwnerState
+	fact    rules.Fact
 	err     error
 	waiters int // guarded by resolver.flightMu (tests)
 }
 
-func (f *flight) wait(ctx context.Context) (rules.OwnerState, error) {
+func (f *flight) wait(ctx context.Context) (rules.Fact, error) {
 	select {
 	case <-f.done:
-		return f.state, f.err
+		return f.fact, f.err
 	case <-ctx.Done():
-		return rules.Unresolvable, ctx.Err()
+		return rules.Fact{State: rules.Unresolvable}, ctx.Err()
 	}
 }
 
 // getOwner classifies the owner at c from a quorum GET.
-func (r *resolver) getOwner(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates) (rules.OwnerState, error) {
+func (r *resolver) getOwner(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates) (rules.Fact, error) {
 	return r.read(ctx, gvr, c, metrics.LookupGet)
 }
 
@@ -225,10 +237,10 @@ func (r *resolver) getOwner(ctx context.Context, gvr schema.GroupVersionResource
 // be wrong, and could not be undone, if an owner the graph shows as solid
 // were gone or waiting by now (see planConfirmedRemoval). A graph fed by watches
 // lags the server: an owner deleted a moment ago still looks solid there.
-func (r *resolver) confirm(ctx context.Context, dependent rules.Identity, ref *metav1.OwnerReference) (rules.OwnerState, error) {
-	m, c, s, done, err := r.locate(dependent, ref)
+func (r *resolver) confirm(ctx context.Context, dependent rules.Identity, ref *metav1.OwnerReference) (rules.Fact, error) {
+	m, c, f, done, err := r.locate(dependent, ref)
 	if done {
-		return s, err
+		return f, err
 	}
 	return r.read(ctx, m.Resource, c, metrics.LookupConfirm)
 }
@@ -237,40 +249,47 @@ func (r *resolver) confirm(ctx context.Context, dependent rules.Identity, ref *m
 // seen from dependent (rules.Locate). done reports a state settled without
 // them: Invalid or Unresolvable (err is set when the mapping failed for
 // another reason than an unserved kind, to be retried).
-func (r *resolver) locate(dependent rules.Identity, ref *metav1.OwnerReference) (m *meta.RESTMapping, c rules.Coordinates, s rules.OwnerState, done bool, err error) {
+func (r *resolver) locate(dependent rules.Identity, ref *metav1.OwnerReference) (m *meta.RESTMapping, c rules.Coordinates, f rules.Fact, done bool, err error) {
 	m, err = rules.OwnerMapping(r.mapper, ref.APIVersion, ref.Kind)
 	c, s, why, done := rules.Locate(dependent, ref, m, err)
+	f = rules.Fact{State: s, Evidence: rules.Evidence{Source: rules.SourceMapping, Reason: why}}
 	if why == rules.ReasonKindUnknown {
-		return nil, c, s, true, fmt.Errorf("mapping owner kind %s %s: %w", ref.APIVersion, ref.Kind, err)
+		return nil, c, f, true, fmt.Errorf("mapping owner kind %s %s: %w", ref.APIVersion, ref.Kind, err)
 	}
-	return m, c, s, done, nil
+	return m, c, f, done, nil
 }
 
 // read classifies the owner at c from a quorum GET, counted as verb.
-func (r *resolver) read(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates, verb string) (rules.OwnerState, error) {
+func (r *resolver) read(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates, verb string) (rules.Fact, error) {
 	r.metrics.Lookup(verb)
+	src := rules.SourceGet
+	if verb == metrics.LookupConfirm {
+		src = rules.SourceConfirm
+	}
 	obj, err := r.get(ctx, gvr, c.Namespace, c.Name)
 	switch {
 	case apierrors.IsNotFound(err):
-		return r.settle(c, nil), nil
+		return r.settle(c, nil, src, ""), nil
 	case err != nil:
-		return rules.Unresolvable, fmt.Errorf("looking up owner %s: %w", c, err)
+		return rules.Fact{State: rules.Unresolvable, Evidence: rules.Evidence{Source: src}}, fmt.Errorf("looking up owner %s: %w", c, err)
 	}
-	return r.settle(c, obj), nil
+	return r.settle(c, obj, src, obj.ResourceVersion), nil
 }
 
-// settle classifies the owner at c from obj, what a consistent read found
-// at c's name (nil: nothing), and remembers an owner found absent.
-func (r *resolver) settle(c rules.Coordinates, obj *metav1.PartialObjectMetadata) rules.OwnerState {
-	var f rules.Found
+// settle classifies the owner at c from obj, what a consistent read (src,
+// at resourceVersion rv) found at c's name (nil: nothing), and remembers
+// an owner found absent, with that evidence.
+func (r *resolver) settle(c rules.Coordinates, obj *metav1.PartialObjectMetadata, src rules.Source, rv string) rules.Fact {
+	f := rules.Found{Source: src, ResourceVersion: rv}
 	if obj != nil {
 		f = rules.FoundObject(&rules.Object{Identity: rules.Identity{UID: obj.UID}, Deleting: obj.DeletionTimestamp != nil, Finalizers: obj.Finalizers})
+		f.Source, f.ResourceVersion = src, rv
 	}
-	s, _ := rules.Classify(c.UID, f, r.isOrphaned)
-	if s == rules.Dangling || s == rules.Orphaned {
-		r.absent.Add(c)
+	fact := rules.ClassifyFact(c.UID, f, r.isOrphaned)
+	if fact.State == rules.Dangling || fact.State == rules.Orphaned {
+		r.absent.Put(c, fact.Evidence)
 	}
-	return s
+	return fact
 }
 
 // checkNamespace reports a dangling reference whose UID the graph has seen

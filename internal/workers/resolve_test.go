@@ -169,7 +169,7 @@ func TestResolveFromGraph(t *testing.T) {
 		f.observe(t, rules.Object{Identity: depA, OwnerReferences: []metav1.OwnerReference{cmRef}})
 		eff := f.g.Apply(graph.Event{Type: graph.Delete, Object: ownerObj})
 		for _, id := range eff.Absent { // what the graph builder does
-			f.r.absent.Add(id.Coordinates())
+			f.r.absent.Put(id.Coordinates(), rules.Evidence{})
 		}
 		s, err := f.resolve(t, depA, cmRef)
 		expectState(t, s, err, rules.Dangling)
@@ -412,7 +412,7 @@ func TestAbsentCache(t *testing.T) {
 	if c.Has(k) {
 		t.Fatal("empty cache has a key")
 	}
-	c.Add(k)
+	c.Put(k, rules.Evidence{})
 	if !c.Has(k) {
 		t.Fatal("added key missing")
 	}
@@ -435,7 +435,7 @@ func BenchmarkAbsentCacheAdd(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		c.Add(keys[i&(len(keys)-1)])
+		c.Put(keys[i&(len(keys)-1)], rules.Evidence{})
 		i++
 	}
 }
@@ -448,7 +448,7 @@ func BenchmarkAbsentCacheHas(b *testing.B) {
 	for i := range keys {
 		keys[i] = rules.Coordinates{Kind: "ConfigMap", Namespace: "ns", Name: fmt.Sprintf("dep-%06d", i), UID: types.UID(fmt.Sprintf("0b9b3c1e-7d1a-4a43-9c1f-%012d", i))}
 		if i%2 == 0 {
-			c.Add(keys[i])
+			c.Put(keys[i], rules.Evidence{})
 		}
 	}
 	b.ReportAllocs()

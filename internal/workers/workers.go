@@ -20,6 +20,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/apiops"
 	"github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/history"
 	"github.com/kgc-dev/kgc/internal/metrics"
 	"github.com/kgc-dev/kgc/internal/rules"
 )
@@ -56,6 +57,9 @@ type Config struct {
 	Rules rules.Policy
 	// Metrics is optional; nil records nothing.
 	Metrics *metrics.Metrics
+	// History keeps the record of every write (history.go); nil keeps
+	// none. Every write is logged either way.
+	History *history.Ring
 	// Clock drives the queues' backoff, the write log and foreground
 	// re-checks; nil is the real clock.
 	Clock clock.WithTicker
@@ -165,9 +169,9 @@ func New(cfg Config, g *graph.Graph) *Workers {
 // Sink): owners observed absent are remembered, and once the workers run,
 // the UIDs the graph says need a check are queued.
 func (w *Workers) Observed(ev graph.Event, eff graph.Effects) {
-	for _, id := range eff.Absent {
-		w.resolver.absent.Add(id.Coordinates())
-		w.holds.Delete(id.UID) // gone, whoever removed its finalizer
+	for _, a := range eff.Absent {
+		w.resolver.absent.Put(a.Coordinates(), a.Evidence)
+		w.holds.Delete(a.UID) // gone, whoever removed its finalizer
 	}
 	// Until the workers start, queueing is pointless: the initial lists
 	// would queue every dependent listed before its owner (a LIST returns

@@ -258,7 +258,7 @@ func BenchmarkResolveAbsentCacheHit(b *testing.B) {
 	f.g.Apply(graph.Event{Type: graph.Upsert, Object: ownerObj})
 	eff := f.g.Apply(graph.Event{Type: graph.Delete, Object: ownerObj})
 	for _, id := range eff.Absent {
-		f.r.absent.Add(id.Coordinates())
+		f.r.absent.Put(id.Coordinates(), rules.Evidence{})
 	}
 	ref := cmRef
 	ctx := context.Background()

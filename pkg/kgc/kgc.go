@@ -52,6 +52,7 @@ import (
 	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/graphapi"
+	"github.com/kgc-dev/kgc/internal/history"
 	"github.com/kgc-dev/kgc/internal/inspect"
 	"github.com/kgc-dev/kgc/internal/metrics"
 	"github.com/kgc-dev/kgc/internal/namespaces"
@@ -153,7 +154,20 @@ type Options struct {
 	// kgc_stuck_objects and kgc_oldest_stuck_deletion_seconds count it
 	// (`kgc stuck --older-than`). Default 5 minutes.
 	StuckThreshold time.Duration
+	// WriteHistorySize is how many of its last writes (DELETEs and
+	// patches) kgc keeps in memory, each with why it was made — which
+	// owner was gone and how kgc knew, the policy, the preconditions, the
+	// outcome — served by Handler at
+	// /debug/controllers/garbage-collector-controller/history and read by
+	// `kgc explain --server` for objects that no longer exist. 0 means
+	// DefaultWriteHistorySize; negative keeps none. Every write is logged
+	// at the default verbosity either way.
+	WriteHistorySize int
 }
+
+// DefaultWriteHistorySize is the number of writes a Collector remembers
+// unless Options.WriteHistorySize says otherwise (a record is about 1 KB).
+const DefaultWriteHistorySize = 10000
 
 // DefaultStuckThreshold is Options.StuckThreshold's default.
 const DefaultStuckThreshold = 5 * time.Minute
@@ -269,7 +283,12 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	if opts.NamespaceLifecycle {
 		nsAPI = &apiops.NamespaceOps{Namespaces: cs.CoreV1().Namespaces(), Metadata: md, Discovery: dc}
 	}
+	historySize := opts.WriteHistorySize
+	if historySize == 0 {
+		historySize = DefaultWriteHistorySize
+	}
 	out.c, err = collector.New(collector.Config{
+		History:           history.NewRing(historySize),
 		Namespaces:        nsAPI,
 		Metadata:          md,
 		Discovery:         dc,
@@ -397,6 +416,8 @@ func (c *Collector) WaitForSync(ctx context.Context) error {
 // Handler serves /healthz, /livez, /readyz (?verbose lists every monitor),
 // the debug graph (/debug/controllers/garbage-collector-controller/graph,
 // DOT or ?format=json, filtered by ?namespace=, ?uid= or ?kind=&name=), the
+// record of kgc's writes (/debug/controllers/garbage-collector-controller/history,
+// JSON, filtered by ?uid=, ?namespace=, ?name=, ?limit=), the
 // web view of the ownership graph (/ui), and, as Options ask, /metrics and /debug/pprof/.
 func (c *Collector) Handler() http.Handler { return c.handler }
 
@@ -454,6 +475,9 @@ func gvrString(gvr schema.GroupVersionResource) string {
 	}
 	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
 }
+
+// History is the record of writes the handler serves.
+func (s source) History() *history.Ring { return s.c.History() }
 
 // Graph is the graph the handler's views read (in bounded batches).
 func (s source) Graph() *graph.Graph { return s.c.Graph() }

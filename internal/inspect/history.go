@@ -1,0 +1,164 @@
+package inspect
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/kgc-dev/kgc/internal/history"
+)
+
+// ErrNoHistory is returned (wrapped) when the kgc asked keeps no write
+// history (--write-history-size=0, or a kgc without one).
+var ErrNoHistory = errors.New("kgc keeps no write history")
+
+// maxHistoryBytes bounds one history response.
+const maxHistoryBytes = 64 << 20
+
+// History reads the records of a running kgc's writes that f selects
+// (history.Path), oldest first.
+func (s *ServerView) History(ctx context.Context, f history.Filter) (*history.Page, error) {
+	u := *s.base
+	u.Path = strings.TrimSuffix(u.Path, "/") + history.Path
+	q := url.Values{}
+	for k, v := range map[string]string{"uid": string(f.UID), "namespace": f.Namespace, "name": f.Name} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("asking kgc: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxHistoryBytes))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", u.String(), err)
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, fmt.Errorf("%w: GET %s: %s", ErrNoHistory, u.String(), strings.TrimSpace(string(body)))
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("GET %s: %s: %s", u.String(), resp.Status, strings.TrimSpace(string(body)))
+	case mt != "application/json":
+		return nil, fmt.Errorf("%w (GET %s answered %q)", ErrNoHistory, u.String(), resp.Header.Get("Content-Type"))
+	}
+	var p history.Page
+	if err := json.Unmarshal(body, &p); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", u.String(), err)
+	}
+	return &p, nil
+}
+
+// Gone answers "what happened to this object?" for one that no longer
+// exists, from kgc's record of its writes.
+type Gone struct {
+	// Object as kgc recorded it (nil: kgc has no record of it).
+	Object *history.Object `json:"object,omitempty"`
+	// DeletedByKGC: kgc's last DELETE of it succeeded.
+	DeletedByKGC bool `json:"deletedByKGC"`
+	// Deletion is that DELETE's record.
+	Deletion *history.Record `json:"deletion,omitempty"`
+	// Records: every write kgc remembers making to it, oldest first.
+	Records []history.Record `json:"records"`
+	// Summary says it in a sentence.
+	Summary string `json:"summary"`
+}
+
+// ExplainGone asks the kgc at s what it wrote to the object that kind,
+// namespace and name named (a cluster-scoped kind's objects match in any
+// namespace asked for).
+func ExplainGone(ctx context.Context, s *ServerView, kind, namespace, name string) (*Gone, error) {
+	match, err := s.kindMatcher(kind)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.History(ctx, history.Filter{Name: name})
+	if err != nil {
+		return nil, err
+	}
+	g := &Gone{Records: []history.Record{}}
+	var uid string
+	deletion := -1 // index in g.Records of the last DELETE
+	for i := range p.Records {
+		r := p.Records[i]
+		o := r.Object
+		if !match(o.APIVersion, o.Kind) || (o.Namespace != "" && o.Namespace != namespace) {
+			continue
+		}
+		// Several objects may have had the name over time: the newest
+		// one's records.
+		if string(o.UID) != uid {
+			uid, g.Records, deletion = string(o.UID), g.Records[:0], -1
+		}
+		g.Records = append(g.Records, r)
+		if r.Operation == history.OpDelete {
+			deletion = len(g.Records) - 1
+		}
+	}
+	if len(g.Records) == 0 {
+		g.Summary = fmt.Sprintf("kgc has no record of writing to %s %q%s", kind, name, inNamespace(namespace))
+		if p.Dropped > 0 {
+			g.Summary += fmt.Sprintf(" (its history keeps the last %d writes; %d older ones are gone)", p.Size, p.Dropped)
+		}
+		return g, nil
+	}
+	if deletion >= 0 {
+		d := g.Records[deletion]
+		g.Deletion, g.DeletedByKGC = &d, d.Outcome == history.OutcomeSuccess
+	}
+	last := g.Records[len(g.Records)-1]
+	g.Object = &last.Object
+	switch {
+	case g.DeletedByKGC:
+		g.Summary = fmt.Sprintf("%s deleted by kgc at %s because %s", last.Object, g.Deletion.Time.UTC().Format(time.RFC3339), g.Deletion.Because())
+	case g.Deletion != nil:
+		g.Summary = fmt.Sprintf("%s: kgc's last DELETE of it, at %s, answered %s; something else finished it", last.Object, g.Deletion.Time.UTC().Format(time.RFC3339), g.Deletion.Outcome)
+	default:
+		g.Summary = fmt.Sprintf("%s was not deleted by kgc; kgc's last write to it (%s at %s) was because %s", last.Object, last.Operation, last.Time.UTC().Format(time.RFC3339), last.Because())
+	}
+	return g, nil
+}
+
+// WriteGone renders g for a terminal.
+func WriteGone(w io.Writer, g *Gone) error {
+	var b strings.Builder
+	b.WriteString(g.Summary)
+	b.WriteString("\n")
+	if len(g.Records) > 0 {
+		b.WriteString("\nkgc's writes to it:\n")
+	}
+	for _, r := range g.Records {
+		fmt.Fprintf(&b, "  %s  %s", r.Time.UTC().Format(time.RFC3339Nano), r.Operation)
+		if r.Policy != "" {
+			fmt.Fprintf(&b, " (policy %s)", r.Policy)
+		}
+		if r.Finalizer != "" {
+			fmt.Fprintf(&b, " (finalizer %s)", r.Finalizer)
+		}
+		fmt.Fprintf(&b, " → %s", r.Outcome)
+		if r.Error != "" {
+			fmt.Fprintf(&b, ": %s", r.Error)
+		}
+		fmt.Fprintf(&b, "\n    why: %s\n    preconditions: %s\n", r.Reason, r.Preconditions)
+		for _, o := range r.Owners {
+			fmt.Fprintf(&b, "    owner %s\n", o)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
