@@ -3,13 +3,17 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
@@ -30,7 +34,7 @@ func TestCluster(t *testing.T) {
 	t.Logf("cluster started in %v", time.Since(began))
 
 	client := kubernetes.NewForConfigOrDie(cp.Config)
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: nodeLabel})
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: NodeLabel})
 	if err != nil || len(nodes.Items) != 2 {
 		t.Fatalf("simulated nodes: %d, %v; want 2", len(nodes.Items), err)
 	}
@@ -92,6 +96,42 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Pod %s was not removed after its termination: %v", victim.Name, err)
 	}
+	if err := cp.Stop(); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+}
+
+// TestClusterNoGoroutineLeak requires that starting and stopping the
+// whole cluster leaves no goroutine behind. kube-controller-manager,
+// kube-scheduler and kwok start a few process-wide singletons on first
+// use (metrics and logging helpers, caches), which a second cycle reuses:
+// the first cycle warms them up, the second must leak nothing.
+func TestClusterNoGoroutineLeak(t *testing.T) {
+	ctx := t.Context()
+	_ = healthz.LogHealthz.Check(nil)
+	cycle := func() {
+		cp, err := Start(ctx, Options{Cluster: true, Nodes: 1})
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if _, err := kubernetes.NewForConfigOrDie(cp.Config).CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("listing nodes: %v", err)
+		}
+		if err := cp.Stop(); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+	}
+	cycle()
+	if err := findRetry(30*time.Second, goleak.IgnoreCurrent()); err != nil {
+		t.Logf("goroutines the first cycle left (process-wide singletons): %v", err)
+	}
+	before := runtime.NumGoroutine()
+	ignore := goleak.IgnoreCurrent()
+	cycle()
+	if err := findRetry(30*time.Second, ignore); err != nil {
+		t.Errorf("goroutines leaked by a second start/stop cycle of the cluster: %v", err)
+	}
+	t.Logf("goroutines: %d before the second cycle, %d after", before, runtime.NumGoroutine())
 }
 
 func describePods(pods []corev1.Pod) string {

@@ -43,6 +43,9 @@ const (
 	// fails ("register config twice").
 	kcmConfigzName       = kcmapp.ConfigzName
 	schedulerConfigzName = "componentconfig"
+	// schedulerStoppedWithoutLeaderElection is the error kube-scheduler's
+	// Run returns once its context ends when leader election is off.
+	schedulerStoppedWithoutLeaderElection = "finished without leader elect"
 )
 
 // component is kube-controller-manager or kube-scheduler running in a
@@ -217,6 +220,12 @@ func startScheduler(ctx context.Context, cp *ControlPlane) (*component, error) {
 		return nil, fmt.Errorf("kube-scheduler setup: %w", err)
 	}
 	return runComponent("kube-scheduler", schedulerConfigzName, func(ctx context.Context) error {
-		return schedapp.Run(ctx, cc, sched)
+		err := schedapp.Run(ctx, cc, sched)
+		if err != nil && ctx.Err() != nil && err.Error() == schedulerStoppedWithoutLeaderElection {
+			// How kube-scheduler's Run reports a normal stop when it
+			// runs without leader election.
+			return nil
+		}
+		return err
 	}), nil
 }

@@ -29,9 +29,9 @@ import (
 )
 
 const (
-	// nodeLabel marks the sandbox's simulated nodes; kwok manages the nodes
+	// NodeLabel marks the sandbox's simulated nodes; kwok manages the nodes
 	// that carry it and the Pods bound to them.
-	nodeLabel = "kgc.dev/simulated-node"
+	NodeLabel = "kgc.dev/simulated-node"
 	// nodeLeaseSeconds is the simulated kubelet's node lease duration, as a
 	// kubelet's default (40 s): the node lifecycle controller sees the
 	// nodes alive as long as kwok renews their leases.
@@ -49,14 +49,13 @@ const (
 // second or so), and then the kubelet deletes the Pod with a grace period
 // of zero. Like a kubelet it ignores the Pod's finalizers: they keep the
 // object, not the containers, and the apiserver removes the Pod once the
-// last finalizer is gone. The annotation kgc.dev/termination-delay (in
-// milliseconds) lets a test make a Pod slow to terminate; the delay is
-// never longer than the grace period, since the kubelet kills what has not
-// exited by then.
+// last finalizer is gone. The annotation kgc.dev/termination-delay (a
+// duration in milliseconds, e.g. "5000") makes a Pod slower to terminate.
 //
 // kwok's own default ("fast") removes a Pod at once, which is not what a
 // cluster does; its "general" stage waits a random time up to the grace
-// period, which is slow (30 s for most Pods) for no gain in a sandbox.
+// period, which is slow (up to 30 s for most Pods) for no gain in a
+// sandbox.
 const podTerminate = `
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -78,14 +77,12 @@ spec:
     durationMilliseconds: 1000
     durationFrom:
       expressionFrom: '.metadata.annotations["kgc.dev/termination-delay"]'
-    jitterDurationFrom:
-      expressionFrom: '.metadata.deletionTimestamp'
   next:
     delete: true
 `
 
 // simulatedNodes is kwok running as a library: it plays the kubelet of
-// every node labelled nodeLabel (status, lease heartbeats, Pods becoming
+// every node labelled NodeLabel (status, lease heartbeats, Pods becoming
 // Running, Job Pods completing, Pods terminating).
 type simulatedNodes struct {
 	cancel context.CancelFunc
@@ -124,7 +121,7 @@ func startNodes(ctx context.Context, cfg *rest.Config, count int, verbose bool) 
 		RESTMapper:                   mapper,
 		TypedClient:                  typed,
 		TypedKwokClient:              kwokTyped,
-		ManageNodesWithLabelSelector: nodeLabel,
+		ManageNodesWithLabelSelector: NodeLabel,
 		CIDR:                         podCIDR,
 		NodeIP:                       "10.0.0.1",
 		LocalStages:                  stages,
@@ -204,7 +201,7 @@ func registerNodes(ctx context.Context, client kubernetes.Interface, count int) 
 			ObjectMeta: metav1.ObjectMeta{
 				Name: fmt.Sprintf("kgc-sandbox-node-%d", i),
 				Labels: map[string]string{
-					nodeLabel:                "true",
+					NodeLabel:                "true",
 					"kubernetes.io/os":       "linux",
 					"kubernetes.io/arch":     "amd64",
 					"kubernetes.io/hostname": fmt.Sprintf("kgc-sandbox-node-%d", i),
@@ -243,7 +240,7 @@ func waitNodesReady(ctx context.Context, client kubernetes.Interface, count int)
 	defer ticker.Stop()
 	ready := 0
 	for {
-		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: nodeLabel})
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: NodeLabel})
 		if err == nil {
 			ready = 0
 			for _, n := range list.Items {

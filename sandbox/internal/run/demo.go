@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -28,7 +27,8 @@ const (
 	// List finds what is left of a cascade.
 	demoOwnerLabel = "kgc-demo/owner"
 	demoDependents = 3
-	// cascadeTimeout is generous: kgc needs milliseconds.
+	// cascadeTimeout is generous: kgc needs milliseconds, terminating Pods
+	// about a second.
 	cascadeTimeout = 30 * time.Second
 	pollInterval   = 20 * time.Millisecond
 )
@@ -38,7 +38,7 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.SetOutput(stderr)
 	kubeconfig := fs.String("kubeconfig", DefaultDir+"/kubeconfig", "kubeconfig of the cluster to run the demo on (kgc must be running there)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: kgc-sandbox demo [flags]\n\nCreates a ConfigMap owning %d ConfigMaps in namespace %s, deletes it\nwith background and then foreground propagation, and reports how fast the\ndependents go. Needs a running kgc-sandbox (or any cluster with a garbage\ncollector).\n\nFlags:\n", demoDependents, demoNamespace)
+		fmt.Fprintf(fs.Output(), "Usage: kgc-sandbox demo [flags]\n\nIn namespace %s, creates a Deployment of %d replicas, deletes it with\nbackground, foreground and orphan propagation in turn, and reports how\nfast its ReplicaSet and Pods go (or that they stay). On a sandbox without\ncontrollers (--controllers=none) it does the same with a ConfigMap owning\n%d ConfigMaps (background and foreground). Needs a running kgc-sandbox.\n\nFlags:\n", demoNamespace, demoReplicas, demoDependents)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -58,9 +58,10 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return runDemo(ctx, cfg, stdout, "")
 }
 
-// runDemo shows both cascading policies on plain ConfigMaps, which need no
-// controller to exist: one owner, three dependents pointing at it by
-// ownerReference. httpURL, when known, is kgc's HTTP address for the graph
+// runDemo shows the cascading policies: on Deployments when the sandbox
+// runs its controllers and nodes (deploymentDemo), otherwise on plain
+// ConfigMaps, which need no controller to exist: one owner, three
+// dependents pointing at it by ownerReference. httpURL, when known, is kgc's HTTP address for the graph
 // hint.
 func runDemo(ctx context.Context, cfg *rest.Config, out io.Writer, httpURL string) error {
 	// The demo times kgc, so its own client must not be throttled (client-go
@@ -76,6 +77,18 @@ func runDemo(ctx context.Context, cfg *rest.Config, out io.Writer, httpURL strin
 		return fmt.Errorf("creating namespace %s: %w", demoNamespace, err)
 	}
 
+	cluster, err := hasSimulatedNodes(ctx, client)
+	if err != nil {
+		return err
+	}
+	if cluster {
+		if err := deploymentDemo(ctx, client, out, httpURL); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nAll three cascades completed: kgc is collecting garbage.\n")
+		return nil
+	}
+
 	fmt.Fprintf(out, "\n== Demo 1: background cascade ==\n")
 	if err := backgroundCascade(ctx, client, out, httpURL); err != nil {
 		return fmt.Errorf("background cascade: %w", err)
@@ -84,7 +97,7 @@ func runDemo(ctx context.Context, cfg *rest.Config, out io.Writer, httpURL strin
 	if err := foregroundCascade(ctx, client, out); err != nil {
 		return fmt.Errorf("foreground cascade: %w", err)
 	}
-	fmt.Fprintf(out, "\nBoth cascades completed: kgc is collecting garbage.\n")
+	fmt.Fprintf(out, "\nAll cascades completed: kgc is collecting garbage.\n")
 	return nil
 }
 
@@ -103,7 +116,7 @@ func backgroundCascade(ctx context.Context, client kubernetes.Interface, out io.
 		return err
 	}
 	// The API server removes the owner first, kgc the dependents after.
-	return awaitCascade(ctx, client, out, began, append([]string{owner.Name}, dependentNames(owner)...), owner)
+	return awaitGone(ctx, out, began, append([]string{owner.Name}, dependentNames(owner)...), configMapFamily(client, owner))
 }
 
 func foregroundCascade(ctx context.Context, client kubernetes.Interface, out io.Writer) error {
@@ -122,7 +135,7 @@ func foregroundCascade(ctx context.Context, client kubernetes.Interface, out io.
 		fmt.Fprintf(out, "  %s is waiting: deletionTimestamp=%s finalizers=%v\n", owner.Name, got.DeletionTimestamp.Format(time.RFC3339), got.Finalizers)
 	}
 	// kgc deletes the dependents first, then releases the owner.
-	return awaitCascade(ctx, client, out, began, append(dependentNames(owner), owner.Name), owner)
+	return awaitGone(ctx, out, began, append(dependentNames(owner), owner.Name), configMapFamily(client, owner))
 }
 
 // createFamily creates an owner ConfigMap (with a generated name, so that
@@ -178,12 +191,11 @@ func dependentNames(owner *corev1.ConfigMap) []string {
 	return names
 }
 
-// awaitCascade polls until the owner and all its dependents are gone,
-// printing each disappearance with the time since the owner's deletion.
-// Objects that vanish between two polls are printed in the given order,
-// the order in which they are expected to go.
-func awaitCascade(ctx context.Context, client kubernetes.Interface, out io.Writer, began time.Time, order []string, owner *corev1.ConfigMap) error {
-	cms := client.CoreV1().ConfigMaps(demoNamespace)
+// awaitGone polls until every object named in order is gone, printing
+// each disappearance with the time since began. present says which still
+// exist. Objects that vanish between two polls are printed in the given
+// order, the order in which they are expected to go.
+func awaitGone(ctx context.Context, out io.Writer, began time.Time, order []string, present func(context.Context) (map[string]bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, cascadeTimeout)
 	defer cancel()
 
@@ -191,16 +203,16 @@ func awaitCascade(ctx context.Context, client kubernetes.Interface, out io.Write
 	ticker := time.NewTicker(pollInterval)
 	defer ticker.Stop()
 	for {
-		present, err := presentFamily(ctx, cms, owner)
+		there, err := present(ctx)
 		if err != nil {
 			return err
 		}
 		elapsed := time.Since(began).Round(time.Millisecond)
 		remaining = slices.DeleteFunc(remaining, func(name string) bool {
-			if present[name] {
+			if there[name] {
 				return false
 			}
-			fmt.Fprintf(out, "  %-22s gone after %v\n", name, elapsed)
+			fmt.Fprintf(out, "  %-40s gone after %v\n", name, elapsed)
 			return true
 		})
 		if len(remaining) == 0 {
@@ -216,24 +228,28 @@ func awaitCascade(ctx context.Context, client kubernetes.Interface, out io.Write
 	}
 }
 
-// presentFamily returns the names of the owner (same UID) and the
-// dependents that still exist, including those being deleted.
-func presentFamily(ctx context.Context, cms typedcorev1.ConfigMapInterface, owner *corev1.ConfigMap) (map[string]bool, error) {
-	present := map[string]bool{}
-	deps, err := cms.List(ctx, metav1.ListOptions{LabelSelector: demoOwnerLabel + "=" + owner.Name})
-	if err != nil {
-		return nil, fmt.Errorf("listing dependents: %w", err)
+// configMapFamily returns a function listing the names of the owner (same
+// UID) and the dependents that still exist, including those being
+// deleted.
+func configMapFamily(client kubernetes.Interface, owner *corev1.ConfigMap) func(context.Context) (map[string]bool, error) {
+	cms := client.CoreV1().ConfigMaps(demoNamespace)
+	return func(ctx context.Context) (map[string]bool, error) {
+		present := map[string]bool{}
+		deps, err := cms.List(ctx, metav1.ListOptions{LabelSelector: demoOwnerLabel + "=" + owner.Name})
+		if err != nil {
+			return nil, fmt.Errorf("listing dependents: %w", err)
+		}
+		for _, d := range deps.Items {
+			present[d.Name] = true
+		}
+		got, err := cms.Get(ctx, owner.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, fmt.Errorf("getting the owner: %w", err)
+		case got.UID == owner.UID:
+			present[owner.Name] = true
+		}
+		return present, nil
 	}
-	for _, d := range deps.Items {
-		present[d.Name] = true
-	}
-	got, err := cms.Get(ctx, owner.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return nil, fmt.Errorf("getting the owner: %w", err)
-	case got.UID == owner.UID:
-		present[owner.Name] = true
-	}
-	return present, nil
 }

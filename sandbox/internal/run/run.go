@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,9 +67,14 @@ type sandboxConfig struct {
 	dir         string
 	httpAddress string
 	workers     int
+	// controllers is kube-controller-manager's --controllers, or "none"
+	// for etcd + kube-apiserver alone (no controller manager, scheduler or
+	// nodes).
+	controllers string
+	nodes       int
 	// namespaceLifecycle: kgc also empties and finalizes deleted
-	// namespaces, which nothing else does in a sandbox without a
-	// controller manager.
+	// namespaces. By default it does so exactly when no namespace
+	// controller runs (--controllers=none, or a list without it).
 	namespaceLifecycle bool
 	demo               bool
 	verbose            bool
@@ -82,7 +88,9 @@ func parseSandboxFlags(args []string, stderr io.Writer) (sandboxConfig, error) {
 	fs.StringVar(&c.dir, "dir", DefaultDir, `state directory (etcd data, certificates, kubeconfig), kept across runs; "" for a temporary directory removed on exit`)
 	fs.StringVar(&c.httpAddress, "http-address", DefaultHTTPAddress, "address for kgc's HTTP endpoints (/healthz, /readyz, /metrics, /debug/pprof, the graph); port 0 picks a free port")
 	fs.IntVar(&c.workers, "workers", 0, "kgc workers per queue (0: kgc's default)")
-	fs.BoolVar(&c.namespaceLifecycle, "namespace-lifecycle", true, "kgc also does the namespace controller's job (deleted namespaces are emptied and go); the sandbox runs no kube-controller-manager")
+	fs.StringVar(&c.controllers, "controllers", controlplane.DefaultControllers, `kube-controller-manager's --controllers (its garbage collector must stay off: kgc does that job); "none" runs no controller manager, scheduler or nodes: etcd + kube-apiserver alone`)
+	fs.IntVar(&c.nodes, "nodes", controlplane.DefaultNodes, "simulated nodes (kwok) on which Pods run; not with --controllers=none")
+	nsLifecycle := fs.String("namespace-lifecycle", "auto", `kgc also does the namespace controller's job (deleted namespaces are emptied and go): "true", "false", or "auto": when kube-controller-manager does not (--controllers=none, or a list without namespace-controller)`)
 	fs.BoolVar(&c.demo, "demo", false, "run the built-in cascade demo once kgc is ready, then exit (status 0 when the cascades completed)")
 	fs.BoolVar(&c.verbose, "verbose", false, "show kube-apiserver's and etcd's own logs")
 	fs.IntVar(&c.v, "v", 0, "kgc log verbosity")
@@ -101,7 +109,68 @@ func parseSandboxFlags(args []string, stderr io.Writer) (sandboxConfig, error) {
 		fs.Usage()
 		return c, errUsage
 	}
+	if err := c.resolve(*nsLifecycle); err != nil {
+		fmt.Fprintf(stderr, "kgc-sandbox: %v\n", err)
+		return c, errUsage
+	}
 	return c, nil
+}
+
+// resolve checks the cluster flags and settles --namespace-lifecycle.
+func (c *sandboxConfig) resolve(nsLifecycle string) error {
+	if c.nodes < 0 {
+		return fmt.Errorf("--nodes must not be negative, got %d", c.nodes)
+	}
+	kcmNamespaces := false
+	if c.cluster() {
+		enabled, err := controllerEnabled(c.controllers, "garbage-collector-controller")
+		if err != nil {
+			return err
+		}
+		if enabled {
+			return errors.New("--controllers must leave kube-controller-manager's garbage-collector-controller off: kgc is the garbage collector here (add -garbage-collector-controller)")
+		}
+		if kcmNamespaces, err = controllerEnabled(c.controllers, "namespace-controller"); err != nil {
+			return err
+		}
+	}
+	switch nsLifecycle {
+	case "auto":
+		c.namespaceLifecycle = !kcmNamespaces
+	case "true":
+		c.namespaceLifecycle = true
+	case "false":
+		c.namespaceLifecycle = false
+	default:
+		return fmt.Errorf(`--namespace-lifecycle must be "true", "false" or "auto", got %q`, nsLifecycle)
+	}
+	return nil
+}
+
+// cluster reports whether kube-controller-manager, kube-scheduler and
+// the simulated nodes run.
+func (c *sandboxConfig) cluster() bool { return c.controllers != "none" }
+
+// controllerEnabled reads a --controllers list the way
+// kube-controller-manager does: "name" enables, "-name" disables, "*"
+// stands for the controllers on by default (both controllers asked about
+// here are). The first entry naming a controller decides.
+func controllerEnabled(list, name string) (bool, error) {
+	star := false
+	for _, item := range strings.Split(list, ",") {
+		item = strings.TrimSpace(item)
+		switch item {
+		case "":
+			return false, fmt.Errorf("--controllers %q has an empty entry", list)
+		case name:
+			return true, nil
+		case "-" + name:
+			return false, nil
+		case "*":
+			star = true
+		}
+	}
+	return star, nil
 }
 
 func sandboxCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
@@ -121,7 +190,13 @@ func sandboxCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	defer listener.Close()
 
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: cfg.dir, Logf: logf, Verbose: cfg.verbose})
+	cpOpts := controlplane.Options{Dir: cfg.dir, Logf: logf, Verbose: cfg.verbose}
+	if cfg.cluster() {
+		cpOpts.Cluster = true
+		cpOpts.Nodes = cfg.nodes
+		cpOpts.ControllerManagerFlags = []string{"--controllers=" + cfg.controllers}
+	}
+	cp, err := controlplane.Start(ctx, cpOpts)
 	if err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
@@ -183,11 +258,11 @@ func sandboxCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	logf("kgc monitors synced in %v", time.Since(began).Round(time.Millisecond))
 
 	httpURL := "http://" + listener.Addr().String()
-	printEndpoints(stdout, cp.KubeconfigPath, httpURL)
+	printEndpoints(stdout, cp.KubeconfigPath, httpURL, cfg.cluster())
 	if cfg.demo {
 		return runDemo(ctx, cp.Config, stdout, httpURL)
 	}
-	printRecipes(stdout, cp.KubeconfigPath, cfg.dir)
+	printRecipes(stdout, cp.KubeconfigPath, cfg.dir, cfg.cluster())
 
 	select {
 	case <-ctx.Done():
@@ -218,9 +293,13 @@ func waitForSync(ctx context.Context, c *kgc.Collector, kgcDone <-chan struct{},
 	}
 }
 
-func printEndpoints(w io.Writer, kubeconfig, httpURL string) {
+func printEndpoints(w io.Writer, kubeconfig, httpURL string, cluster bool) {
+	what := "etcd + kube-apiserver in this process, kgc collecting garbage."
+	if cluster {
+		what = "etcd, kube-apiserver, kube-controller-manager (every controller but its\ngarbage collector), kube-scheduler and simulated nodes in this process,\nkgc collecting garbage."
+	}
 	fmt.Fprintf(w, `
-kgc-sandbox is ready: etcd + kube-apiserver in this process, kgc collecting garbage.
+kgc-sandbox is ready: %[4]s
 
   kubeconfig   %[1]s
                export KUBECONFIG=%[1]s
@@ -228,10 +307,10 @@ kgc-sandbox is ready: etcd + kube-apiserver in this process, kgc collecting garb
   graph (DOT)  %[2]s%[3]s
                (?uid=<uid> shows one object's connected component; ?format=json for JSON)
   web view     %[2]s/ui
-`, kubeconfig, httpURL, graphPath)
+`, kubeconfig, httpURL, graphPath, what)
 }
 
-func printRecipes(w io.Writer, kubeconfig, dir string) {
+func printRecipes(w io.Writer, kubeconfig, dir string, cluster bool) {
 	keep := fmt.Sprintf("State is kept in %s; --dir=\"\" uses a throwaway directory.", dir)
 	if dir == "" {
 		keep = "State is in a temporary directory, removed on exit."
@@ -241,6 +320,25 @@ func printRecipes(w io.Writer, kubeconfig, dir string) {
 	demoKubeconfig := ""
 	if abs, err := filepath.Abs(filepath.Join(DefaultDir, "kubeconfig")); err != nil || abs != kubeconfig {
 		demoKubeconfig = " --kubeconfig " + kubeconfig
+	}
+	if cluster {
+		fmt.Fprintf(w, `
+Try a cascade with kubectl, as on any cluster:
+
+  export KUBECONFIG=%[1]s
+  kubectl create deployment web --image=nginx --replicas=3
+  kubectl get deployments,replicasets,pods     # 3 Pods Running on simulated nodes
+  go run ./cmd/kgc tree deployment/web          # Deployment → ReplicaSet → Pods
+  kubectl delete deployment web                 # kgc deletes the ReplicaSet, then its Pods
+  (or --cascade=foreground: the Deployment goes last; --cascade=orphan: the rest stays)
+
+No kubectl? In another terminal, from the repository root:
+
+  go run ./sandbox/cmd/kgc-sandbox demo%[2]s
+
+%[3]s Press Ctrl-C to stop.
+`, kubeconfig, demoKubeconfig, keep)
+		return
 	}
 	fmt.Fprintf(w, `
 Try a cascade with kubectl:
@@ -259,9 +357,9 @@ No kubectl? In another terminal, from the repository root:
 
   go run ./sandbox/cmd/kgc-sandbox demo%[2]s
 
-No controller manager runs here: Deployments, ReplicaSets and Jobs are not
-reconciled and Pods are never scheduled. Owner references you write yourself
-are all kgc needs.
+No controller manager runs here (--controllers=none): Deployments,
+ReplicaSets and Jobs are not reconciled and Pods are never scheduled.
+Owner references you write yourself are all kgc needs.
 
 %[3]s Press Ctrl-C to stop.
 `, kubeconfig, demoKubeconfig, keep)
