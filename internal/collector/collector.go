@@ -156,7 +156,7 @@ func New(cfg Config) (*Collector, error) {
 	c.workers = workers.New(workers.Config{
 		Metadata: cfg.Metadata, Mapper: cfg.Mapper, Recorder: cfg.Recorder,
 		Workers: cfg.Workers, MaxWritesInFlight: cfg.MaxWritesInFlight, UnlistedHold: cfg.UnlistedHold,
-		Unlisted: c.builder.Unlisted, Resource: c.builder.Resource,
+		Unlisted: c.builder.Unlisted, Listing: c.builder.Listing, Resource: c.builder.Resource,
 		Rules: cfg.Rules, Metrics: cfg.Metrics, Clock: cfg.Clock,
 	}, g)
 	return c, nil
@@ -267,12 +267,15 @@ func (c *Collector) Run(ctx context.Context) error {
 	// reports an error.
 	//
 	// Starting before every resource is observed is safe: an owner the
-	// graph has not observed is a virtual node, and the resolver verifies a
-	// virtual owner with a GET before anything is decided from it, so a
-	// dependent whose owner sits in a failing (or still syncing) resource is
-	// kept while the GET finds the owner, and retried while the GET fails.
-	// Negative facts ("no dependent left") wait for the resources not listed
-	// yet, up to UnlistedHold (package workers, negativeFactsReady).
+	// graph has not observed is a virtual node, and nothing is decided from
+	// it unverified. A dependent whose owner's resource is still making its
+	// first list waits for that list (no GET: the list brings the owner),
+	// unless the list makes no progress for UnlistedHold; a dependent whose
+	// owner sits in a failing resource has its owner verified with a GET,
+	// is kept while the GET finds the owner, and retried while the GET
+	// fails (package workers, awaitList and resolver). Negative facts ("no
+	// dependent left") wait for the resources not listed yet, up to
+	// UnlistedHold (package workers, negativeFactsReady).
 	logger.Info("Waiting for monitors to sync", "monitors", c.builder.Monitors())
 	syncCtx, cancel := context.WithTimeout(ctx, c.cfg.SyncTimeout)
 	err = wait.PollUntilContextCancel(syncCtx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
