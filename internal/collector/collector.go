@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,6 +88,11 @@ type Collector struct {
 	// namespaces is the namespace lifecycle, nil when off.
 	namespaces *namespaces.Controller
 	synced     atomic.Bool
+	// started is when Run started (the start-up progress log).
+	started time.Time
+	// startupLogEvery is how often the start-up progress is logged
+	// (startupProgressInterval; tests shorten it).
+	startupLogEvery time.Duration
 }
 
 // New builds a Collector from cfg.
@@ -131,7 +137,7 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 5 * time.Second
 	}
-	c := &Collector{cfg: cfg}
+	c := &Collector{cfg: cfg, startupLogEvery: startupProgressInterval}
 	if cfg.Namespaces != nil {
 		nc, err := namespaces.New(namespaces.Config{API: cfg.Namespaces, Metrics: cfg.Metrics, Clock: cfg.Clock})
 		if err != nil {
@@ -167,6 +173,13 @@ func (c *Collector) Graph() *graph.Graph { return c.builder.Graph() }
 
 // Synced reports whether the initial monitor sync finished and workers run.
 func (c *Collector) Synced() bool { return c.synced.Load() }
+
+// StartupProgress reports the monitored resources whose first complete
+// list the graph holds, out of all monitored ones, and the objects those
+// first lists delivered so far.
+func (c *Collector) StartupProgress() (listed, total int, objects int64) {
+	return c.builder.Progress()
+}
 
 // WritesInFlight reports the API writes in flight and their limit
 // (MaxWritesInFlight).
@@ -213,6 +226,7 @@ func (c *Collector) Idle() bool { return c.workers.Idle() && c.builder.Idle() }
 func (c *Collector) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("garbagecollector")
 	ctx = klog.NewContext(ctx, logger)
+	c.started = time.Now()
 	// Workers' API calls run on workCtx, which outlives ctx by at most
 	// DrainTimeout: at shutdown no new item starts, and the items in flight
 	// finish their calls instead of being cut off halfway.
@@ -244,6 +258,14 @@ func (c *Collector) Run(ctx context.Context) error {
 	if err != nil {
 		return nil //nolint:nilerr // ctx ended before discovery worked: a clean stop
 	}
+
+	// Until every resource is listed (or failing), say how far the lists
+	// have come: at millions of objects that takes a while.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.reportStartup(ctx, c.startupLogEvery)
+	}()
 
 	// Discovery keeps running from now on: CRDs and APIServices that change
 	// while the monitors sync get monitors too, without waiting. Each
@@ -319,4 +341,65 @@ func (c *Collector) Run(ctx context.Context) error {
 	<-ctx.Done()
 	logger.Info("Stopping")
 	return nil
+}
+
+// startupProgressInterval is how often the start-up progress is logged.
+const startupProgressInterval = 5 * time.Second
+
+// startupPoll is how often reportStartup checks whether the start is done.
+const startupPoll = 100 * time.Millisecond
+
+// reportStartup logs the monitors' first lists every interval until every
+// resource is listed or failing, and then once more, that it is done. It
+// runs on the real clock: it only logs.
+func (c *Collector) reportStartup(ctx context.Context, interval time.Duration) {
+	logger := klog.FromContext(ctx)
+	poll := time.NewTicker(startupPoll)
+	defer poll.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+		}
+		listed, total, objects := c.builder.Progress()
+		status := c.builder.MonitorStatus()
+		var pending, failing []string
+		for _, r := range c.builder.Unlisted() {
+			if status[r.GVR].Failing() {
+				failing = append(failing, r.GVR.String())
+			} else {
+				pending = append(pending, r.GVR.String())
+			}
+		}
+		slices.Sort(failing)
+		if len(pending) == 0 {
+			kv := []any{"resources", listed, "total", total, "objects", objects, "nodes", c.Graph().Len(),
+				"took", time.Since(c.started).Round(time.Millisecond).String()}
+			if len(failing) > 0 {
+				kv = append(kv, "failing", failing)
+			}
+			logger.Info("Resources listed", kv...)
+			return
+		}
+		if time.Since(last) < interval {
+			continue
+		}
+		last = time.Now()
+		slices.Sort(pending)
+		const maxNamed = 5
+		more := 0
+		if len(pending) > maxNamed {
+			more = len(pending) - maxNamed
+			pending = pending[:maxNamed]
+		}
+		kv := []any{"resources", listed, "total", total, "objects", objects, "nodes", c.Graph().Len(),
+			"backlog", c.builder.Backlog(), "listing", pending, "moreListing", more,
+			"workers", c.synced.Load(), "elapsed", time.Since(c.started).Round(time.Second).String()}
+		if len(failing) > 0 {
+			kv = append(kv, "failing", failing)
+		}
+		logger.Info("Listing resources", kv...)
+	}
 }

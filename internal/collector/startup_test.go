@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kgc-dev/kgc/internal/fakeapi"
@@ -77,11 +78,11 @@ func (r pagedResource) List(ctx context.Context, opts metav1.ListOptions) (*meta
 // startPaged runs a collector whose Deployments list stops after its first
 // page until the returned gate is closed; its workers start without
 // waiting for it.
-func startPaged(t *testing.T, srv *fakeapi.Server, hold time.Duration) (*testEnv, chan struct{}) {
+func startPaged(t *testing.T, srv *fakeapi.Server, hold time.Duration) (*testEnv, chan struct{}, ktesting.Buffer) {
 	t.Helper()
 	gate := make(chan struct{})
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	c, err := New(Config{
 		Metadata: &pagedLists{Interface: srv.Client, gvr: fakeapi.Deployments, gate: gate}, Discovery: &fakeapi.Discovery{Lists: fakeapi.ResourceLists()},
 		Mapper: fakeapi.NewMapper(), Workers: 2, Ignored: []schema.GroupResource{fakeapi.Events.GroupResource()},
@@ -90,6 +91,7 @@ func startPaged(t *testing.T, srv *fakeapi.Server, hold time.Duration) (*testEnv
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.startupLogEvery = 50 * time.Millisecond
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	t.Cleanup(func() {
@@ -102,7 +104,7 @@ func startPaged(t *testing.T, srv *fakeapi.Server, hold time.Duration) (*testEnv
 	})
 	e := &testEnv{srv: srv, c: c, ctx: ctx}
 	e.waitFor(t, "workers to start", c.Synced)
-	return e, gate
+	return e, gate, logger.GetSink().(ktesting.Underlier).GetBuffer()
 }
 
 // Issue 19, item 3: a dependent seen before its owner's resource finished
@@ -121,7 +123,7 @@ func TestNoOwnerGETsWhileOwnersResourceLists(t *testing.T) {
 	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "cm-owner", "cm-owner-uid"))
 	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "cm-dep", "cm-dep-uid", fakeapi.ConfigMapRef("cm-owner", "cm-owner-uid")))
 
-	e, gate := startPaged(t, srv, time.Minute)
+	e, gate, logs := startPaged(t, srv, time.Minute)
 	if st := e.c.MonitorStatus()[fakeapi.Deployments]; st.Synced {
 		t.Fatalf("deployments synced before the gate opened: %+v", st)
 	}
@@ -139,6 +141,19 @@ func TestNoOwnerGETsWhileOwnersResourceLists(t *testing.T) {
 	})
 	if n := e.c.workers.AwaitingList(); n != 2 {
 		t.Errorf("%d dependents wait for the deployments' list, want 2 (dep-web, dep-ghost)", n)
+	}
+
+	// Start-up progress (issue 19, item 4): configmaps and namespaces
+	// are listed, deployments not; five ConfigMaps and the first page's
+	// Deployment have been listed so far.
+	if listed, total, objects := e.c.StartupProgress(); listed != 2 || total != 3 || objects != 6 {
+		t.Errorf("StartupProgress = %d/%d resources, %d objects; want 2/3, 6", listed, total, objects)
+	}
+	e.waitFor(t, "a progress line", func() bool {
+		return strings.Contains(logs.String(), `Listing resources resources=2 total=3 objects=6`)
+	})
+	if !strings.Contains(logs.String(), `listing=["apps/v1, Resource=deployments"]`) {
+		t.Errorf("the progress line does not name the deployments as listing:\n%s", logs.String())
 	}
 
 	close(gate)
@@ -162,6 +177,12 @@ func TestNoOwnerGETsWhileOwnersResourceLists(t *testing.T) {
 	if n := e.c.workers.AwaitingList(); n != 0 {
 		t.Errorf("%d dependents still wait after the list", n)
 	}
+	if listed, total, objects := e.c.StartupProgress(); listed != 3 || total != 3 || objects != 7 {
+		t.Errorf("StartupProgress = %d/%d resources, %d objects; want 3/3, 7", listed, total, objects)
+	}
+	e.waitFor(t, "the completion line", func() bool {
+		return strings.Contains(logs.String(), `Resources listed resources=3 total=3 objects=7`)
+	})
 }
 
 // A list that makes no progress for UnlistedHold is not waited for any
@@ -173,7 +194,7 @@ func TestStalledListFallsBackToGETs(t *testing.T) {
 	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "dep-web", "dep-web-uid", fakeapi.DeploymentRef("web", "web-uid")))
 	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "dep-ghost", "dep-ghost-uid", fakeapi.DeploymentRef("ghost", "ghost-uid")))
 
-	e, _ := startPaged(t, srv, 300*time.Millisecond)
+	e, _, _ := startPaged(t, srv, 300*time.Millisecond)
 	e.waitFor(t, "the dependent of a missing owner to be collected", func() bool { return e.gone(fakeapi.ConfigMaps, "a", "dep-ghost") })
 	e.waitFor(t, "the owner of dep-web to be read", func() bool {
 		gets, _, _ := srv.KGCActions()

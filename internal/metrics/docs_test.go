@@ -84,6 +84,9 @@ func TestDocsMatchCode(t *testing.T) {
 		Monitors:          func() []MonitorState { return []MonitorState{{Resource: "v1/configmaps", Synced: true}} },
 		DiscoveryFailures: func() []string { return []string{"broken.example.com/v1beta1"} },
 		Writes:            func() (int, int) { return 3, 40 },
+		Startup: func() StartupProgress {
+			return StartupProgress{ResourcesListed: 1, ResourcesTotal: 2, ObjectsListed: 5}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +172,7 @@ func TestVerb(t *testing.T) {
 // the server's status codes) is exported before anything happened.
 func TestDocumentedMetricsExistFromTheStart(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	if _, err := New(reg, Sources{Graph: func() GraphCounts { return GraphCounts{} }, Monitors: func() []MonitorState { return nil }, DiscoveryFailures: func() []string { return nil }, Writes: func() (int, int) { return 0, 40 }}); err != nil {
+	if _, err := New(reg, Sources{Graph: func() GraphCounts { return GraphCounts{} }, Monitors: func() []MonitorState { return nil }, DiscoveryFailures: func() []string { return nil }, Writes: func() (int, int) { return 0, 40 }, Startup: func() StartupProgress { return StartupProgress{} }}); err != nil {
 		t.Fatal(err)
 	}
 	families, err := reg.Gather()

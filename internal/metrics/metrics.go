@@ -93,6 +93,17 @@ type Sources struct {
 	DiscoveryFailures func() []string
 	// Writes reports the API writes in flight and their limit. Optional.
 	Writes func() (inFlight, limit int)
+	// Startup reports how far the monitors' first lists have come.
+	// Optional.
+	Startup func() StartupProgress
+}
+
+// StartupProgress is how far kgc's start has come: the monitored resources
+// whose first complete list is in the graph, out of all monitored ones,
+// and the objects their first lists delivered so far.
+type StartupProgress struct {
+	ResourcesListed, ResourcesTotal int
+	ObjectsListed                   int64
 }
 
 // New creates kgc's metrics and registers them on reg. With a nil reg it
@@ -372,6 +383,15 @@ var (
 	writesLimitDesc = prometheus.NewDesc(namespace+"_writes_in_flight_limit",
 		"The most API writes kgc has in flight at once (--max-writes-inflight).",
 		nil, nil)
+	startupListedDesc = prometheus.NewDesc(namespace+"_startup_resources_listed",
+		"Monitored resources whose first complete list is in the graph.",
+		nil, nil)
+	startupTotalDesc = prometheus.NewDesc(namespace+"_startup_resources_total",
+		"Monitored resources.",
+		nil, nil)
+	startupObjectsDesc = prometheus.NewDesc(namespace+"_startup_objects_listed",
+		"Objects the monitors' first lists delivered so far (each resource's until its first complete list).",
+		nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -382,6 +402,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- discoveryFailuresDesc
 	ch <- writesInFlightDesc
 	ch <- writesLimitDesc
+	ch <- startupListedDesc
+	ch <- startupTotalDesc
+	ch <- startupObjectsDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -432,6 +455,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		n, limit := c.src.Writes()
 		ch <- prometheus.MustNewConstMetric(writesInFlightDesc, prometheus.GaugeValue, float64(n))
 		ch <- prometheus.MustNewConstMetric(writesLimitDesc, prometheus.GaugeValue, float64(limit))
+	}
+	if c.src.Startup != nil {
+		p := c.src.Startup()
+		ch <- prometheus.MustNewConstMetric(startupListedDesc, prometheus.GaugeValue, float64(p.ResourcesListed))
+		ch <- prometheus.MustNewConstMetric(startupTotalDesc, prometheus.GaugeValue, float64(p.ResourcesTotal))
+		ch <- prometheus.MustNewConstMetric(startupObjectsDesc, prometheus.GaugeValue, float64(p.ObjectsListed))
 	}
 }
 

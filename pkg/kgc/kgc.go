@@ -209,6 +209,10 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 			return out
 		},
 		Writes: func() (int, int) { return inner.WritesInFlight() },
+		Startup: func() metrics.StartupProgress {
+			listed, total, objects := inner.StartupProgress()
+			return metrics.StartupProgress{ResourcesListed: listed, ResourcesTotal: total, ObjectsListed: objects}
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kgc: registering metrics: %w", err)
