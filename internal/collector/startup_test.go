@@ -75,16 +75,16 @@ func (r pagedResource) List(ctx context.Context, opts metav1.ListOptions) (*meta
 	return l, nil
 }
 
-// startPaged runs a collector whose Deployments list stops after its first
+// startPaged runs a collector whose list of paged stops after its first
 // page until the returned gate is closed; its workers start without
 // waiting for it.
-func startPaged(t *testing.T, srv *fakeapi.Server, hold time.Duration) (*testEnv, chan struct{}, ktesting.Buffer) {
+func startPaged(t *testing.T, srv *fakeapi.Server, paged schema.GroupVersionResource, hold time.Duration) (*testEnv, chan struct{}, ktesting.Buffer) {
 	t.Helper()
 	gate := make(chan struct{})
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	c, err := New(Config{
-		Metadata: &pagedLists{Interface: srv.Client, gvr: fakeapi.Deployments, gate: gate}, Discovery: &fakeapi.Discovery{Lists: fakeapi.ResourceLists()},
+		Metadata: &pagedLists{Interface: srv.Client, gvr: paged, gate: gate}, Discovery: &fakeapi.Discovery{Lists: fakeapi.ResourceLists()},
 		Mapper: fakeapi.NewMapper(), Workers: 2, Ignored: []schema.GroupResource{fakeapi.Events.GroupResource()},
 		ResyncPeriod: time.Hour, SyncTimeout: 100 * time.Millisecond, UnlistedHold: hold,
 	})
@@ -123,7 +123,7 @@ func TestNoOwnerGETsWhileOwnersResourceLists(t *testing.T) {
 	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "cm-owner", "cm-owner-uid"))
 	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "cm-dep", "cm-dep-uid", fakeapi.ConfigMapRef("cm-owner", "cm-owner-uid")))
 
-	e, gate, logs := startPaged(t, srv, time.Minute)
+	e, gate, logs := startPaged(t, srv, fakeapi.Deployments, time.Minute)
 	if st := e.c.MonitorStatus()[fakeapi.Deployments]; st.Synced {
 		t.Fatalf("deployments synced before the gate opened: %+v", st)
 	}
@@ -194,7 +194,7 @@ func TestStalledListFallsBackToGETs(t *testing.T) {
 	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "dep-web", "dep-web-uid", fakeapi.DeploymentRef("web", "web-uid")))
 	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "dep-ghost", "dep-ghost-uid", fakeapi.DeploymentRef("ghost", "ghost-uid")))
 
-	e, _, _ := startPaged(t, srv, 300*time.Millisecond)
+	e, _, _ := startPaged(t, srv, fakeapi.Deployments, 300*time.Millisecond)
 	e.waitFor(t, "the dependent of a missing owner to be collected", func() bool { return e.gone(fakeapi.ConfigMaps, "a", "dep-ghost") })
 	e.waitFor(t, "the owner of dep-web to be read", func() bool {
 		gets, _, _ := srv.KGCActions()
@@ -205,5 +205,25 @@ func TestStalledListFallsBackToGETs(t *testing.T) {
 	}
 	if st := e.c.MonitorStatus()[fakeapi.Deployments]; st.Synced {
 		t.Errorf("deployments synced: %+v; the test wants a stalled list", st)
+	}
+}
+
+// The benchmark's populated cluster: owners and dependents in one resource,
+// a dependent on an earlier page than its owner. It waits for the rest of
+// its own resource's list, and no GET is ever sent.
+func TestNoOwnerGETsWhileOwnAndOwnersResourceLists(t *testing.T) {
+	srv := fakeapi.NewServer()
+	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "g0-dep", "dep-uid", fakeapi.ConfigMapRef("g0-owner", "owner-uid"))) // first page
+	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "g0-owner", "owner-uid"))
+	e, gate, _ := startPaged(t, srv, fakeapi.ConfigMaps, time.Minute)
+	e.waitFor(t, "the dependent to wait for its owner's list", func() bool { return e.c.workers.AwaitingList() == 1 })
+	close(gate)
+	e.waitFor(t, "the list to be applied", func() bool {
+		listed, total, _ := e.c.StartupProgress()
+		return listed == total && e.c.workers.AwaitingList() == 0
+	})
+	e.waitFor(t, "the workers to be idle", e.c.Idle)
+	if gets, deletes, patches := srv.KGCActions(); len(gets)+len(deletes)+len(patches) != 0 {
+		t.Errorf("%d GETs, %d DELETEs, %d PATCHes; want none", len(gets), len(deletes), len(patches))
 	}
 }
