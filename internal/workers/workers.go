@@ -52,9 +52,9 @@ type Config struct {
 	// Listing reports whether the resource of a group and kind is making
 	// its first list, and how long that list has made no progress (the
 	// graph builder's Listing). A dependent whose owner the graph has not
-	// observed waits for such a list instead of reading the owner, while
-	// the list is no longer idle than UnlistedHold (awaitList). nil: no
-	// resource is ever listing.
+	// observed waits for such a list instead of reading the owner, as
+	// long as the list has not been idle for UnlistedHold (awaitList).
+	// nil: no resource is ever listing.
 	Listing func(schema.GroupKind) (listing bool, idle time.Duration)
 	// Resource returns the monitored resource of an observed kind (the
 	// graph builder's Resource); nil: ask Mapper.
