@@ -43,7 +43,10 @@ type Config struct {
 
 // Sink is told what each applied event changed (the workers: they queue
 // the UIDs the effects name, and remember owners observed absent). It is
-// called on the graph builder's goroutine, in event order.
+// called on the graph builder's goroutine, in event order, for every event
+// including the Listed marker that ends a resource's complete list (with
+// no effects): once it is called for that marker, the resource counts as
+// listed (Unlisted, Listing).
 type Sink interface {
 	Observed(ev graph.Event, eff graph.Effects)
 }
@@ -130,6 +133,17 @@ func (b *Builder) MonitorHandlers() (monitors, handlers int) {
 // Unlisted returns the monitored resources whose objects are not all in
 // the graph yet: no complete list of theirs has been applied.
 func (b *Builder) Unlisted() []discovery.Resource { return b.monitors.Unlisted() }
+
+// Listing reports whether the resource of gk is making its first list and
+// how long that list has made no progress (discovery.Monitors.Listing).
+func (b *Builder) Listing(gk schema.GroupKind) (listing bool, idle time.Duration) {
+	return b.monitors.Listing(gk)
+}
+
+// Progress reports the resources whose first complete list the graph
+// holds, out of all monitored ones, and the objects those first lists
+// delivered so far (discovery.Monitors.Progress).
+func (b *Builder) Progress() (listed, total int, objects int64) { return b.monitors.Progress() }
 
 // DiscoveryFailures returns the group versions the last discovery could not
 // read (an aggregated API whose backend is unavailable), with their errors.
@@ -233,6 +247,7 @@ func (b *Builder) Apply(ev graph.Event) {
 	if ev.Type == graph.Listed {
 		// Everything the list saw is in the graph now.
 		b.monitors.Applied(ev.Gen)
+		b.sink.Observed(ev, graph.Effects{})
 		return
 	}
 	eff := b.graph.Apply(ev)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,6 +92,11 @@ type Collector struct {
 	// namespaces is the namespace lifecycle, nil when off.
 	namespaces *namespaces.Controller
 	synced     atomic.Bool
+	// started is when Run started (the start-up progress log).
+	started time.Time
+	// startupLogEvery is how often the start-up progress is logged
+	// (startupProgressInterval; tests shorten it).
+	startupLogEvery time.Duration
 }
 
 // New builds a Collector from cfg.
@@ -135,7 +141,7 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 5 * time.Second
 	}
-	c := &Collector{cfg: cfg}
+	c := &Collector{cfg: cfg, startupLogEvery: startupProgressInterval}
 	if cfg.Namespaces != nil {
 		nc, err := namespaces.New(namespaces.Config{API: cfg.Namespaces, Metrics: cfg.Metrics, Clock: cfg.Clock})
 		if err != nil {
@@ -160,7 +166,7 @@ func New(cfg Config) (*Collector, error) {
 	c.workers = workers.New(workers.Config{
 		Metadata: cfg.Metadata, Mapper: cfg.Mapper, Recorder: cfg.Recorder,
 		Workers: cfg.Workers, MaxWritesInFlight: cfg.MaxWritesInFlight, UnlistedHold: cfg.UnlistedHold,
-		Unlisted: c.builder.Unlisted, Resource: c.builder.Resource,
+		Unlisted: c.builder.Unlisted, Listing: c.builder.Listing, Resource: c.builder.Resource,
 		Rules: cfg.Rules, Metrics: cfg.Metrics, History: cfg.History, Clock: cfg.Clock,
 	}, g)
 	return c, nil
@@ -175,6 +181,13 @@ func (c *Collector) History() *history.Ring { return c.cfg.History }
 
 // Synced reports whether the initial monitor sync finished and workers run.
 func (c *Collector) Synced() bool { return c.synced.Load() }
+
+// StartupProgress reports the monitored resources whose first complete
+// list the graph holds, out of all monitored ones, and the objects those
+// first lists delivered so far.
+func (c *Collector) StartupProgress() (listed, total int, objects int64) {
+	return c.builder.Progress()
+}
 
 // WritesInFlight reports the API writes in flight and their limit
 // (MaxWritesInFlight).
@@ -225,6 +238,7 @@ func (c *Collector) Idle() bool { return c.workers.Idle() && c.builder.Idle() }
 func (c *Collector) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("garbagecollector")
 	ctx = klog.NewContext(ctx, logger)
+	c.started = time.Now()
 	// Workers' API calls run on workCtx, which outlives ctx by at most
 	// DrainTimeout: at shutdown no new item starts, and the items in flight
 	// finish their calls instead of being cut off halfway.
@@ -257,6 +271,14 @@ func (c *Collector) Run(ctx context.Context) error {
 		return nil //nolint:nilerr // ctx ended before discovery worked: a clean stop
 	}
 
+	// Until every resource is listed (or failing), say how far the lists
+	// have come: at millions of objects that takes a while.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.reportStartup(ctx, c.startupLogEvery)
+	}()
+
 	// Discovery keeps running from now on: CRDs and APIServices that change
 	// while the monitors sync get monitors too, without waiting. Each
 	// periodic round re-checks the graph's unfinished work.
@@ -279,12 +301,15 @@ func (c *Collector) Run(ctx context.Context) error {
 	// reports an error.
 	//
 	// Starting before every resource is observed is safe: an owner the
-	// graph has not observed is a virtual node, and the resolver verifies a
-	// virtual owner with a GET before anything is decided from it, so a
-	// dependent whose owner sits in a failing (or still syncing) resource is
-	// kept while the GET finds the owner, and retried while the GET fails.
-	// Negative facts ("no dependent left") wait for the resources not listed
-	// yet, up to UnlistedHold (package workers, negativeFactsReady).
+	// graph has not observed is a virtual node, and nothing is decided from
+	// it unverified. A dependent whose owner's resource is still making its
+	// first list waits for that list (no GET: the list brings the owner),
+	// unless the list makes no progress for UnlistedHold; a dependent whose
+	// owner sits in a failing resource has its owner verified with a GET,
+	// is kept while the GET finds the owner, and retried while the GET
+	// fails (package workers, awaitList and resolver). Negative facts ("no
+	// dependent left") wait for the resources not listed yet, up to
+	// UnlistedHold (package workers, negativeFactsReady).
 	logger.Info("Waiting for monitors to sync", "monitors", c.builder.Monitors())
 	syncCtx, cancel := context.WithTimeout(ctx, c.cfg.SyncTimeout)
 	err = wait.PollUntilContextCancel(syncCtx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
@@ -328,4 +353,65 @@ func (c *Collector) Run(ctx context.Context) error {
 	<-ctx.Done()
 	logger.Info("Stopping")
 	return nil
+}
+
+// startupProgressInterval is how often the start-up progress is logged.
+const startupProgressInterval = 5 * time.Second
+
+// startupPoll is how often reportStartup checks whether the start is done.
+const startupPoll = 100 * time.Millisecond
+
+// reportStartup logs the monitors' first lists every interval until every
+// resource is listed or failing, and then once more, that it is done. It
+// runs on the real clock: it only logs.
+func (c *Collector) reportStartup(ctx context.Context, interval time.Duration) {
+	logger := klog.FromContext(ctx)
+	poll := time.NewTicker(startupPoll)
+	defer poll.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+		}
+		listed, total, objects := c.builder.Progress()
+		status := c.builder.MonitorStatus()
+		var pending, failing []string
+		for _, r := range c.builder.Unlisted() {
+			if status[r.GVR].Failing() {
+				failing = append(failing, r.GVR.String())
+			} else {
+				pending = append(pending, r.GVR.String())
+			}
+		}
+		slices.Sort(failing)
+		if len(pending) == 0 {
+			kv := []any{"resources", listed, "total", total, "objects", objects, "nodes", c.Graph().Len(),
+				"took", time.Since(c.started).Round(time.Millisecond).String()}
+			if len(failing) > 0 {
+				kv = append(kv, "failing", failing)
+			}
+			logger.Info("Resources listed", kv...)
+			return
+		}
+		if time.Since(last) < interval {
+			continue
+		}
+		last = time.Now()
+		slices.Sort(pending)
+		const maxNamed = 5
+		more := 0
+		if len(pending) > maxNamed {
+			more = len(pending) - maxNamed
+			pending = pending[:maxNamed]
+		}
+		kv := []any{"resources", listed, "total", total, "objects", objects, "nodes", c.Graph().Len(),
+			"backlog", c.builder.Backlog(), "listing", pending, "moreListing", more,
+			"workers", c.synced.Load(), "elapsed", time.Since(c.started).Round(time.Second).String()}
+		if len(failing) > 0 {
+			kv = append(kv, "failing", failing)
+		}
+		logger.Info("Listing resources", kv...)
+	}
 }

@@ -89,12 +89,18 @@ type monitor struct {
 	done                chan struct{}
 	clock               clock.WithTicker
 
-	mu       sync.Mutex
-	synced   bool   // a list completed (a 404 counts: see Status.Synced)
-	served   bool   // the last list did not answer 404
-	progress uint64 // successful list pages, watch starts and watch events
-	lastErr  error  // the last list or watch error
-	errAt    uint64 // progress when lastErr happened
+	// initialObjects counts the objects the monitor's lists delivered
+	// until its first complete list (that list's attempt only: a failed
+	// attempt's count is dropped when the next one starts); Progress.
+	initialObjects atomic.Int64
+
+	mu         sync.Mutex
+	synced     bool      // a list completed (a 404 counts: see Status.Synced)
+	served     bool      // the last list did not answer 404
+	progress   uint64    // successful list pages, watch starts and watch events
+	progressAt time.Time // when the monitor started or last progressed
+	lastErr    error     // the last list or watch error
+	errAt      uint64    // progress when lastErr happened
 }
 
 // status reads the monitor's state. An error counts until the monitor makes
@@ -110,8 +116,10 @@ func (mon *monitor) status() Status {
 }
 
 func (mon *monitor) progressed() {
+	now := mon.clock.Now()
 	mon.mu.Lock()
 	mon.progress++
+	mon.progressAt = now
 	mon.mu.Unlock()
 }
 
@@ -296,6 +304,7 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		cancel:     cancel,
 		done:       make(chan struct{}),
 		clock:      m.clock,
+		progressAt: m.clock.Now(),
 	}
 	m.started[r.GroupKind()] = true
 	if r.GVR.GroupResource() == crdResource {
@@ -458,6 +467,10 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 	// real error (the webhook failure) at once. When the cache is ready, ""
 	// is served from it (consistent reads from cache), so the cost is small.
 	opts := metav1.ListOptions{Limit: monitorListPageSize}
+	initial := !mon.everListed()
+	if initial {
+		mon.initialObjects.Store(0)
+	}
 	for {
 		l, err := mon.res.List(ctx, opts)
 		if apierrors.IsNotFound(err) {
@@ -483,6 +496,9 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 			mon.observe(graph.Event{Type: graph.Upsert, Object: leanObject(&l.Items[i], mon.apiVersion, mon.resource.Kind), Gen: gen})
 			l.Items[i] = metav1.PartialObjectMetadata{} // let the page go as it is converted
 		}
+		if initial {
+			mon.initialObjects.Add(int64(len(l.Items)))
+		}
 		mon.progressed()
 		if l.Continue == "" {
 			mon.gen = gen
@@ -500,6 +516,13 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 		}
 		opts.Continue = l.Continue
 	}
+}
+
+// everListed reports whether a list of the monitor ever completed.
+func (mon *monitor) everListed() bool {
+	mon.mu.Lock()
+	defer mon.mu.Unlock()
+	return mon.synced
 }
 
 // listed ends a complete list of generation gen: a Listed marker follows
@@ -790,11 +813,74 @@ func (m *Monitors) Unlisted() []Resource {
 	defer m.mu.Unlock()
 	var out []Resource
 	for _, mon := range m.running {
-		if g := mon.listGen.Load(); g == 0 || mon.appliedGen.Load() != g {
+		if !mon.isListed() {
 			out = append(out, mon.resource)
 		}
 	}
 	return out
+}
+
+// isListed reports whether the graph builder applied the Listed marker of
+// the monitor's last complete list (see Unlisted).
+func (mon *monitor) isListed() bool {
+	g := mon.listGen.Load()
+	return g != 0 && mon.appliedGen.Load() == g
+}
+
+// Listing reports whether the resource of gk is being listed for the first
+// time: a monitor of it runs, no complete list of it has been applied to
+// the graph yet (Unlisted), and it is not failing. idle is how long its
+// list has made no progress (no page arrived since the monitor started or
+// its last page); it is zero once the list is complete and only its
+// events wait in the graph builder's queue. A resource nobody monitors, a
+// listed one, and a failing one are not listing.
+//
+// The workers ask this about an owner the graph has not observed: while
+// its resource is listing, the list will bring the owner (or prove by its
+// Listed marker that the graph holds all there is), so a quorum read of
+// the owner would be wasted.
+func (m *Monitors) Listing(gk schema.GroupKind) (listing bool, idle time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, mon := range m.running {
+		if mon.resource.Kind != gk.Kind || mon.resource.GVR.Group != gk.Group {
+			continue
+		}
+		if mon.isListed() {
+			return false, 0
+		}
+		mon.mu.Lock()
+		failing := mon.lastErr != nil && mon.progress == mon.errAt
+		synced, at := mon.synced, mon.progressAt
+		mon.mu.Unlock()
+		switch {
+		case failing:
+			return false, 0
+		case synced && mon.listGen.Load() != 0:
+			// Complete and handed on: waiting for the graph builder only.
+			return true, 0
+		}
+		return true, m.clock.Since(at)
+	}
+	return false, 0
+}
+
+// Progress reports how far the first lists have come: monitors whose
+// complete list the graph builder applied (listed, as Unlisted counts
+// them) out of all running monitors (total), and the objects the monitors
+// received from their lists until each one's first complete list
+// (objects).
+func (m *Monitors) Progress() (listed, total int, objects int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, mon := range m.running {
+		total++
+		if mon.isListed() {
+			listed++
+		}
+		objects += mon.initialObjects.Load()
+	}
+	return listed, total, objects
 }
 
 // Applied records that the graph builder applied the Listed marker of list

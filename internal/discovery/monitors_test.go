@@ -15,9 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/metadata"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/rules"
@@ -305,4 +307,121 @@ func TestUnlistedUntilTheListIsApplied(t *testing.T) {
 	if u := m.Unlisted(); len(u) != 0 {
 		t.Fatalf("Unlisted() = %v after the marker was applied, want none", u)
 	}
+}
+
+// Listing is true while a resource's first list is under way and not
+// failing, until its Listed marker is applied; idle measures the time since
+// its last page. Progress counts listed resources and the objects of the
+// first lists.
+func TestListingAndProgress(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	for _, name := range []string{"x", "y"} {
+		if err := client.Tracker().Create(configMaps.GVR, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name, UID: types.UID(name)}}, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate := make(chan struct{})
+	rec := &recorder{}
+	m := NewMonitors(gatedLists{client, widgets.GVR, gate}, rec.observe)
+	clk := clocktesting.NewFakeClock(time.Now())
+	m.SetClock(clk)
+	defer m.Stop()
+	m.Sync(ctx, want(configMaps, widgets), nil)
+	waitUntil(t, "configmaps to sync", func() bool { return m.Status()[configMaps.GVR].Synced })
+
+	if l, _ := m.Listing(schema.GroupKind{Kind: "Secret"}); l {
+		t.Error("an unmonitored resource is listing")
+	}
+	clk.Step(7 * time.Second)
+	if l, idle := m.Listing(widgets.GroupKind()); !l || idle != 7*time.Second {
+		t.Errorf("widgets: Listing = %v, %s; want true, 7s while its list is outstanding", l, idle)
+	}
+	// Complete but not applied: still listing, and not idle (the graph
+	// builder, not the list, is what it waits for).
+	if l, idle := m.Listing(configMaps.GroupKind()); !l || idle != 0 {
+		t.Errorf("configmaps before its marker is applied: Listing = %v, %s; want true, 0", l, idle)
+	}
+	if listed, total, objects := m.Progress(); listed != 0 || total != 2 || objects != 2 {
+		t.Errorf("Progress = %d/%d, %d objects; want 0/2, 2", listed, total, objects)
+	}
+	rec.mu.Lock()
+	marker := rec.listed[0]
+	rec.mu.Unlock()
+	m.Applied(marker.Gen)
+	if l, _ := m.Listing(configMaps.GroupKind()); l {
+		t.Error("configmaps listing after its marker was applied")
+	}
+	if listed, total, _ := m.Progress(); listed != 1 || total != 2 {
+		t.Errorf("Progress = %d/%d, want 1/2", listed, total)
+	}
+	close(gate)
+	waitUntil(t, "widgets to sync", func() bool { return m.Status()[widgets.GVR].Synced })
+	rec.mu.Lock()
+	for _, ev := range rec.listed {
+		m.Applied(ev.Gen)
+	}
+	rec.mu.Unlock()
+	if l, _ := m.Listing(widgets.GroupKind()); l {
+		t.Error("widgets listing after their marker was applied")
+	}
+	if listed, total, objects := m.Progress(); listed != 2 || total != 2 || objects != 2 {
+		t.Errorf("Progress = %d/%d, %d objects; want 2/2, 2", listed, total, objects)
+	}
+}
+
+// A failing resource is not listing: its owners are read, not waited for.
+func TestFailingResourceIsNotListing(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	client.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, kruntime.Object, error) {
+		return true, nil, errors.New("conversion webhook down")
+	})
+	m := NewMonitors(client, func(graph.Event) {})
+	defer m.Stop()
+	m.Sync(ctx, want(widgets), nil)
+	waitUntil(t, "widgets to fail", func() bool { return m.Status()[widgets.GVR].Failing() })
+	if l, _ := m.Listing(widgets.GroupKind()); l {
+		t.Error("a failing resource is listing")
+	}
+}
+
+// gatedLists holds the LISTs of one resource until gate is closed (a
+// reactor cannot: the fake client runs reactors under one lock).
+type gatedLists struct {
+	metadata.Interface
+	gvr  schema.GroupVersionResource
+	gate chan struct{}
+}
+
+func (g gatedLists) Resource(gvr schema.GroupVersionResource) metadata.Getter {
+	if gvr != g.gvr {
+		return g.Interface.Resource(gvr)
+	}
+	return gatedGetter{g.Interface.Resource(gvr), g.gate}
+}
+
+type gatedGetter struct {
+	metadata.Getter
+	gate chan struct{}
+}
+
+func (g gatedGetter) Namespace(ns string) metadata.ResourceInterface {
+	return gatedResource{g.Getter.Namespace(ns), g.gate}
+}
+
+type gatedResource struct {
+	metadata.ResourceInterface
+	gate chan struct{}
+}
+
+func (r gatedResource) List(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+	select {
+	case <-r.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(monitorTimeout):
+		return nil, errors.New("gate never opened")
+	}
+	return r.ResourceInterface.List(ctx, opts)
 }

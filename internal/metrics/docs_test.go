@@ -85,6 +85,9 @@ func TestDocsMatchCode(t *testing.T) {
 		DiscoveryFailures: func() []string { return []string{"broken.example.com/v1beta1"} },
 		Writes:            func() (int, int) { return 3, 40 },
 		Stuck:             func() (map[string]int, float64, bool) { return map[string]int{"finalizer": 2}, 600, true },
+		Startup: func() StartupProgress {
+			return StartupProgress{ResourcesListed: 1, ResourcesTotal: 2, ObjectsListed: 5}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +174,8 @@ func TestVerb(t *testing.T) {
 func TestDocumentedMetricsExistFromTheStart(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	if _, err := New(reg, Sources{Graph: func() GraphCounts { return GraphCounts{} }, Monitors: func() []MonitorState { return nil }, DiscoveryFailures: func() []string { return nil }, Writes: func() (int, int) { return 0, 40 },
-		Stuck: func() (map[string]int, float64, bool) { return map[string]int{"finalizer": 0}, 0, true }}); err != nil {
+		Stuck:   func() (map[string]int, float64, bool) { return map[string]int{"finalizer": 0}, 0, true },
+		Startup: func() StartupProgress { return StartupProgress{} }}); err != nil {
 		t.Fatal(err)
 	}
 	families, err := reg.Gather()

@@ -97,6 +97,17 @@ type Sources struct {
 	// (every reason, zeros included) and the age of the oldest one; ok is
 	// false while there is no answer (kgc not synced yet). Optional.
 	Stuck func() (byReason map[string]int, oldestSeconds float64, ok bool)
+	// Startup reports how far the monitors' first lists have come.
+	// Optional.
+	Startup func() StartupProgress
+}
+
+// StartupProgress is how far kgc's start has come: the monitored resources
+// whose first complete list is in the graph, out of all monitored ones,
+// and the objects their first lists delivered so far.
+type StartupProgress struct {
+	ResourcesListed, ResourcesTotal int
+	ObjectsListed                   int64
 }
 
 // New creates kgc's metrics and registers them on reg. With a nil reg it
@@ -382,6 +393,15 @@ var (
 	oldestStuckDesc = prometheus.NewDesc(namespace+"_oldest_stuck_deletion_seconds",
 		"Age of the oldest deletion stuck past --stuck-threshold (0: none).",
 		nil, nil)
+	startupListedDesc = prometheus.NewDesc(namespace+"_startup_resources_listed",
+		"Monitored resources whose first complete list is in the graph.",
+		nil, nil)
+	startupTotalDesc = prometheus.NewDesc(namespace+"_startup_resources_total",
+		"Monitored resources.",
+		nil, nil)
+	startupObjectsDesc = prometheus.NewDesc(namespace+"_startup_objects_listed",
+		"Objects the monitors' first lists delivered so far (each resource's until its first complete list).",
+		nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -394,6 +414,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- writesLimitDesc
 	ch <- stuckDesc
 	ch <- oldestStuckDesc
+	ch <- startupListedDesc
+	ch <- startupTotalDesc
+	ch <- startupObjectsDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -452,6 +475,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(oldestStuckDesc, prometheus.GaugeValue, oldest)
 		}
+	}
+	if c.src.Startup != nil {
+		p := c.src.Startup()
+		ch <- prometheus.MustNewConstMetric(startupListedDesc, prometheus.GaugeValue, float64(p.ResourcesListed))
+		ch <- prometheus.MustNewConstMetric(startupTotalDesc, prometheus.GaugeValue, float64(p.ResourcesTotal))
+		ch <- prometheus.MustNewConstMetric(startupObjectsDesc, prometheus.GaugeValue, float64(p.ObjectsListed))
 	}
 }
 

@@ -59,6 +59,25 @@ func TestWritesInFlightGauges(t *testing.T) {
 	}
 }
 
+// The start-up gauges report the source's progress at scrape time.
+func TestStartupProgressGauges(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	p := StartupProgress{ResourcesListed: 3, ResourcesTotal: 41, ObjectsListed: 120000}
+	if _, err := New(reg, Sources{Startup: func() StartupProgress { return p }}); err != nil {
+		t.Fatal(err)
+	}
+	want := func(listed, total, objects float64) {
+		t.Helper()
+		got := gauges(t, reg)
+		if got["kgc_startup_resources_listed"] != listed || got["kgc_startup_resources_total"] != total || got["kgc_startup_objects_listed"] != objects {
+			t.Errorf("startup gauges %v, want listed %v, total %v, objects %v", got, listed, total, objects)
+		}
+	}
+	want(3, 41, 120000)
+	p = StartupProgress{ResourcesListed: 41, ResourcesTotal: 41, ObjectsListed: 1000000}
+	want(41, 41, 1000000)
+}
+
 // gauges gathers reg's gauges by name, followed by ",label=value" for each
 // label.
 func gauges(t *testing.T, reg *prometheus.Registry) map[string]float64 {

@@ -66,6 +66,12 @@ func (w *Workers) planDeleteItem(ctx context.Context, uid types.UID) (write, err
 			f, err := w.resolver.resolveFact(ctx, it.Identity, &it.OwnerReferences[i])
 			facts[i] = f
 			switch s := f.State; {
+			case errors.Is(err, errAwaitingList):
+				// Parked until the owner's resource is listed, which
+				// queues it again: nothing to decide or retry before.
+				// The other owners are resolved then too (no GET now
+				// that the answer would not be used for).
+				return nil, errors.Join(errs...)
 			case err != nil:
 				errs = append(errs, err)
 			case s == rules.Unresolvable || s == rules.Invalid:

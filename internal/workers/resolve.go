@@ -55,7 +55,9 @@ type getFunc func(ctx context.Context, gvr schema.GroupVersionResource, ns, name
 //     exactly those coordinates (the absent cache).
 //
 // An owner the graph does not know, knows only as a placeholder, or knows
-// under other coordinates is therefore looked up with a GET.
+// under other coordinates is therefore looked up with a GET — unless its
+// resource is still making its first list: then the dependent waits for
+// that list (awaitList) and is resolved again from the graph.
 type resolver struct {
 	graph  *graph.Graph
 	mapper meta.RESTMapper
@@ -64,6 +66,10 @@ type resolver struct {
 	// orphaned holds the UIDs of owners whose orphan finalizer kgc
 	// removed (see OwnerState Orphaned); nil: none.
 	orphaned *recentSet[types.UID]
+	// await parks dependent until the first list of gk, the resource of an
+	// owner the graph has not observed, is in the graph, and reports
+	// whether it did (awaitList.park); nil: never.
+	await func(gk schema.GroupKind, dependent types.UID) bool
 	// invalidNamespace is told when a reference is dangling because its
 	// owner lives in another namespace.
 	invalidNamespace func(dependent rules.Identity, ref metav1.OwnerReference, ownerNamespace string)
@@ -110,14 +116,34 @@ func (r *resolver) resolveFact(ctx context.Context, dependent rules.Identity, re
 		r.checkNamespace(dependent, ref, c.Namespace)
 		return rules.ClassifyFact(ref.UID, rules.Found{Source: e.Source, ResourceVersion: e.ResourceVersion, UID: e.FoundUID, Exists: e.FoundUID != ""}, r.isOrphaned), nil
 	}
-	if o, ok := r.graph.Owner(ref.UID); ok && !o.Virtual && o.Identity.Coordinates() == c {
-		return rules.ClassifyFact(ref.UID, observed(o), r.isOrphaned), nil
+	if f, ok := r.observedAt(ref.UID, c); ok {
+		return f, nil
+	}
+	// Not in the graph. If that is only because the owner's resource has
+	// not finished its first list, the list will tell: wait for it instead
+	// of reading the owner (awaitList).
+	if r.await != nil && r.await(m.GroupVersionKind.GroupKind(), dependent.UID) {
+		return rules.Fact{State: rules.Unresolvable}, errAwaitingList
+	}
+	// The list may have been applied since the look above.
+	if f, ok := r.observedAt(ref.UID, c); ok {
+		return f, nil
 	}
 	f, err = r.lookup(ctx, m.Resource, c)
 	if f.State == rules.Dangling || f.State == rules.Orphaned {
 		r.checkNamespace(dependent, ref, c.Namespace)
 	}
 	return f, err
+}
+
+// observedAt classifies the owner uid from the graph if the graph observed
+// it at exactly c.
+func (r *resolver) observedAt(uid types.UID, c rules.Coordinates) (rules.Fact, bool) {
+	o, ok := r.graph.Owner(uid)
+	if !ok || o.Virtual || o.Identity.Coordinates() != c {
+		return rules.Fact{}, false
+	}
+	return rules.ClassifyFact(uid, observed(o), r.isOrphaned), true
 }
 
 // observed is what the graph found at an owner's coordinates.

@@ -43,12 +43,20 @@ type Config struct {
 	// across both queues; default twice Workers.
 	MaxWritesInFlight int
 	// UnlistedHold bounds how long an owner's finalizer waits for the
-	// resources that have not been listed yet (see negativeFactsReady);
-	// default 1m.
+	// resources that have not been listed yet (see negativeFactsReady),
+	// and how long a first list may make no progress before the owners
+	// its dependents wait for are read with GETs (awaitList); default 1m.
 	UnlistedHold time.Duration
 	// Unlisted returns the resources whose objects are not all in the
 	// graph yet (the graph builder's Unlisted); nil: none.
 	Unlisted func() []discovery.Resource
+	// Listing reports whether the resource of a group and kind is making
+	// its first list, and how long that list has made no progress (the
+	// graph builder's Listing). A dependent whose owner the graph has not
+	// observed waits for such a list instead of reading the owner, as
+	// long as the list has not been idle for UnlistedHold (awaitList).
+	// nil: no resource is ever listing.
+	Listing func(schema.GroupKind) (listing bool, idle time.Duration)
 	// Resource returns the monitored resource of an observed kind (the
 	// graph builder's Resource); nil: ask Mapper.
 	Resource func(schema.GroupVersionKind) (schema.GroupVersionResource, bool)
@@ -76,6 +84,9 @@ type Workers struct {
 	graph    *graph.Graph
 	ops      *apiops.Ops
 	resolver *resolver
+	// awaiting parks dependents whose owner's resource is still making its
+	// first list (awaitlist.go).
+	awaiting *awaitList
 	warned   *onceSet
 	writes   writeLog // kgc's writes the graph has not observed yet (writes.go)
 	rechecks dependentsRecheck
@@ -143,6 +154,7 @@ func New(cfg Config, g *graph.Graph) *Workers {
 	if w.unlisted == nil {
 		w.unlisted = func() []discovery.Resource { return nil }
 	}
+	w.awaiting = newAwaitList(cfg.Listing, cfg.UnlistedHold, cfg.Clock, func(uid types.UID) { w.attemptToDelete.Add(uid) })
 	w.resolver = &resolver{
 		graph:            g,
 		mapper:           cfg.Mapper,
@@ -152,6 +164,7 @@ func New(cfg Config, g *graph.Graph) *Workers {
 		absent:           newAbsentCache(16384),
 		orphaned:         w.orphaned,
 		invalidNamespace: w.reportInvalidNamespace,
+		await:            w.awaiting.park,
 	}
 	newQueue := func(name string) workqueue.TypedRateLimitingInterface[types.UID] {
 		return workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -169,6 +182,13 @@ func New(cfg Config, g *graph.Graph) *Workers {
 // Sink): owners observed absent are remembered, and once the workers run,
 // the UIDs the graph says need a check are queued.
 func (w *Workers) Observed(ev graph.Event, eff graph.Effects) {
+	if ev.Type == graph.Listed {
+		// A resource's list is in the graph: its parked dependents can be
+		// resolved from the graph now.
+		id := ev.Object.Identity
+		w.awaiting.flush(schema.GroupKind{Group: rules.GroupOf(id.APIVersion), Kind: id.Kind})
+		return
+	}
 	for _, a := range eff.Absent {
 		w.resolver.absent.Put(a.Coordinates(), a.Evidence)
 		w.holds.Delete(a.UID) // gone, whoever removed its finalizer
@@ -215,6 +235,7 @@ func (w *Workers) Start(ctx, workCtx context.Context) {
 // Stop shuts the queues down and waits for the workers and their writes
 // in flight to finish.
 func (w *Workers) Stop() {
+	w.awaiting.close()
 	w.attemptToDelete.ShutDown()
 	w.attemptToOrphan.ShutDown()
 	w.running.Wait()

@@ -114,7 +114,10 @@ type Options struct {
 	// finalizer waits for resources that could hold its dependents and have
 	// never been listed (their LIST fails). Default 1 minute. Past it the
 	// finalizer is removed; dependents found later are still orphaned, not
-	// deleted, when the owner was deleted with Orphan.
+	// deleted, when the owner was deleted with Orphan. It also bounds how
+	// long a resource's first list may deliver no page while dependents
+	// wait for it to bring their owners; past it those owners are read
+	// with GETs.
 	UnlistedHold time.Duration
 	// IgnoredResources are never monitored. nil means DefaultIgnoredResources();
 	// an empty non-nil slice ignores nothing.
@@ -239,6 +242,10 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 		Writes: func() (int, int) { return inner.WritesInFlight() },
 		Stuck: func() (map[string]int, float64, bool) {
 			return stuckMetrics(source{inner}, mapper, opts.StuckThreshold)
+		},
+		Startup: func() metrics.StartupProgress {
+			listed, total, objects := inner.StartupProgress()
+			return metrics.StartupProgress{ResourcesListed: listed, ResourcesTotal: total, ObjectsListed: objects}
 		},
 	})
 	if err != nil {

@@ -56,6 +56,10 @@ type collectorFlags struct {
 	// CPUProfile, when set, is where the child writes a CPU profile of
 	// its whole life (--cpuprofile of the benchmark).
 	CPUProfile string
+	// MemProfile, when set, is where the child writes its allocation
+	// profile (allocs: every allocation sampled since it started, and the
+	// heap in use) when it is told to stop (--memprofile).
+	MemProfile string
 }
 
 func (f collectorFlags) args() []string {
@@ -68,6 +72,7 @@ func (f collectorFlags) args() []string {
 		"--workers=" + strconv.Itoa(f.Workers),
 		"--kgc-max-writes=" + strconv.Itoa(f.MaxWrites),
 		"--child-cpuprofile=" + f.CPUProfile,
+		"--child-memprofile=" + f.MemProfile,
 	}
 }
 
@@ -132,6 +137,11 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 	}
 	go func() {
 		_, _ = io.Copy(io.Discard, stdin)
+		if f.MemProfile != "" {
+			if err := writeAllocProfile(f.MemProfile); err != nil {
+				fmt.Fprintln(os.Stderr, "memprofile:", err)
+			}
+		}
 		// The memory the collector holds with everything tracked: return
 		// what the heap does not use to the OS, then read the resident set.
 		debug.FreeOSMemory()
@@ -188,6 +198,20 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 		fmt.Fprintf(stdout, "vmhwm %d\n", kb)
 	}
 	return nil
+}
+
+// writeAllocProfile writes the allocs profile (allocations since start and
+// the heap in use, sampled) to path.
+func writeAllocProfile(path string) error {
+	pf, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(pf, 0); err != nil {
+		pf.Close()
+		return err
+	}
+	return pf.Close()
 }
 
 // readStatusKB returns a kB field (VmHWM: peak resident set, VmRSS:

@@ -84,6 +84,7 @@ type options struct {
 	markdown   string
 	verbose    bool
 	cpuProfile string // directory for the collectors' CPU profiles
+	memProfile string // directory for the collectors' allocation profiles
 }
 
 var allScenarios = []string{"background", "foreground", "chain", "orphan", "sweep", "populated", "limit"}
@@ -111,6 +112,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&cf.Collector, "collector", "", "internal: collector of the collector role")
 	fs.StringVar(&cf.Server, "server", "", "internal: apiserver URL of the collector role")
 	fs.StringVar(&cf.CPUProfile, "child-cpuprofile", "", "internal: CPU profile file of the collector role")
+	fs.StringVar(&cf.MemProfile, "child-memprofile", "", "internal: allocation profile file of the collector role")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write each collector's allocation profile (allocs since it started, and the heap in use, when it is stopped) to this directory as <scenario>-<collector>-<budget>-<run>.alloc.pprof")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write each collector's CPU profile (its whole life) to this directory as <scenario>-<collector>-<budget>-<run>.pprof")
 	fs.IntVar(&o.runs, "runs", 3, "runs per cell (collectors alternate)")
 	fs.IntVar(&o.workers, "workers", 20, "collector workers (kube-controller-manager's --concurrent-gc-syncs)")
@@ -190,6 +193,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	for _, b := range o.budgetList {
 		if _, ok := o.budgets[b]; !ok {
 			fmt.Fprintf(stderr, "unknown budget %q\n", b)
+			return 2
+		}
+	}
+	if o.memProfile != "" {
+		if err := os.MkdirAll(o.memProfile, 0o755); err != nil {
+			fmt.Fprintln(stderr, "--memprofile:", err)
 			return 2
 		}
 	}

@@ -51,6 +51,9 @@ func (s cellSpec) flags(e *env) collectorFlags {
 	if e.opts.cpuProfile != "" {
 		f.CPUProfile = filepath.Join(e.opts.cpuProfile, sanitize(fmt.Sprintf("%s-%s-%s-%d", s.scenario, s.collector, s.budget, s.run))+".pprof")
 	}
+	if e.opts.memProfile != "" {
+		f.MemProfile = filepath.Join(e.opts.memProfile, sanitize(fmt.Sprintf("%s-%s-%s-%d", s.scenario, s.collector, s.budget, s.run))+".alloc.pprof")
+	}
 	return f
 }
 
