@@ -58,14 +58,25 @@ type component struct {
 	configz string
 }
 
-func runComponent(name, configzName string, run func(ctx context.Context) error) *component {
+// startComponent builds a component with setup and runs what setup
+// returns in a goroutine. Both get the component's own context, which
+// lives until stop: kube-scheduler and kube-controller-manager start
+// goroutines (caches, event broadcasters) while they are being built, and
+// those must end with the component, not with the caller's start-up
+// context.
+func startComponent(name, configzName string, setup func(ctx context.Context) (func(ctx context.Context) error, error)) (*component, error) {
 	ctx, cancel := context.WithCancel(context.Background())
+	run, err := setup(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
 	done := make(chan error, 1)
 	go func() {
 		defer close(done)
 		done <- run(ctx)
 	}()
-	return &component{name: name, cancel: cancel, done: done, configz: configzName}
+	return &component{name: name, cancel: cancel, done: done, configz: configzName}, nil
 }
 
 // stop cancels the component and waits for it to return.
@@ -147,14 +158,17 @@ func startControllerManager(ctx context.Context, cp *ControlPlane, extraFlags []
 	if err := s.ComponentGlobalsRegistry.Set(); err != nil {
 		return nil, fmt.Errorf("kube-controller-manager component globals: %w", err)
 	}
-	cfg, err := s.Config(ctx, all, disabled, aliases)
-	if err != nil {
-		return nil, fmt.Errorf("kube-controller-manager config: %w", err)
-	}
-	completed := cfg.Complete()
-	c := runComponent("kube-controller-manager", kcmConfigzName, func(ctx context.Context) error {
-		return kcmapp.Run(ctx, completed)
+	c, err := startComponent("kube-controller-manager", kcmConfigzName, func(ctx context.Context) (func(context.Context) error, error) {
+		cfg, err := s.Config(ctx, all, disabled, aliases)
+		if err != nil {
+			return nil, fmt.Errorf("kube-controller-manager config: %w", err)
+		}
+		completed := cfg.Complete()
+		return func(ctx context.Context) error { return kcmapp.Run(ctx, completed) }, nil
 	})
+	if err != nil {
+		return nil, err
+	}
 	if err := waitControllers(ctx, cp.Config, c.done); err != nil {
 		return c, err
 	}
@@ -193,7 +207,7 @@ func waitControllers(ctx context.Context, cfg *rest.Config, done <-chan error) e
 
 // startScheduler runs kube-scheduler v1.36 with its default profile,
 // without leader election and without its HTTPS endpoint.
-func startScheduler(ctx context.Context, cp *ControlPlane) (*component, error) {
+func startScheduler(cp *ControlPlane) (*component, error) {
 	registry, err := newComponentRegistry()
 	if err != nil {
 		return nil, err
@@ -215,17 +229,19 @@ func startScheduler(ctx context.Context, cp *ControlPlane) (*component, error) {
 	if err := opts.ComponentGlobalsRegistry.Set(); err != nil {
 		return nil, fmt.Errorf("kube-scheduler component globals: %w", err)
 	}
-	cc, sched, err := schedapp.Setup(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("kube-scheduler setup: %w", err)
-	}
-	return runComponent("kube-scheduler", schedulerConfigzName, func(ctx context.Context) error {
-		err := schedapp.Run(ctx, cc, sched)
-		if err != nil && ctx.Err() != nil && err.Error() == schedulerStoppedWithoutLeaderElection {
-			// How kube-scheduler's Run reports a normal stop when it
-			// runs without leader election.
-			return nil
+	return startComponent("kube-scheduler", schedulerConfigzName, func(ctx context.Context) (func(context.Context) error, error) {
+		cc, sched, err := schedapp.Setup(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("kube-scheduler setup: %w", err)
 		}
-		return err
-	}), nil
+		return func(ctx context.Context) error {
+			err := schedapp.Run(ctx, cc, sched)
+			if err != nil && ctx.Err() != nil && err.Error() == schedulerStoppedWithoutLeaderElection {
+				// How kube-scheduler's Run reports a normal stop when
+				// it runs without leader election.
+				return nil
+			}
+			return err
+		}, nil
+	})
 }

@@ -321,7 +321,7 @@ func (cp *ControlPlane) startCluster(ctx context.Context, opts Options) error {
 	cp.logf("%d simulated nodes (kwok) ready in %v", count, time.Since(began).Round(time.Millisecond))
 
 	began = time.Now()
-	if cp.scheduler, err = startScheduler(ctx, cp); err != nil {
+	if cp.scheduler, err = startScheduler(cp); err != nil {
 		return fmt.Errorf("starting kube-scheduler: %w", err)
 	}
 	// Recorded even on error so that Stop can wait for the goroutine.

@@ -1,8 +1,10 @@
 // Package controlplane runs a real Kubernetes control plane inside the
 // current process: an embedded etcd (go.etcd.io/etcd/server/v3/embed) and a
 // kube-apiserver built from k8s.io/kubernetes, wired together the way a
-// production cluster wires them, minus the controller manager and the
-// scheduler.
+// production cluster wires them; with Options.Cluster also
+// kube-controller-manager (every controller but its garbage collector),
+// kube-scheduler and simulated nodes (kwok), so that Deployments, Jobs and
+// the like work as in production.
 //
 // It exists so that kgc can be developed, tested and demonstrated against the
 // genuine API server — its finalizer handling, preconditions, discovery,
@@ -34,8 +36,12 @@
 //     plugin is disabled because no controller manager exists to create
 //     service accounts. A front-proxy CA and client certificate are generated
 //     so that aggregated API servers can authenticate the aggregator.
-//   - Nothing reconciles workloads and no garbage collector runs: that is
-//     kgc's job.
+//   - Without Options.Cluster nothing reconciles workloads. With it,
+//     kube-controller-manager runs every controller but its garbage
+//     collector, kube-scheduler binds Pods to the simulated nodes, and kwok
+//     plays their kubelets (Pods become Running and terminate about a
+//     second after deletion). No garbage collector runs either way: that
+//     is kgc's job.
 //
 // Everything lives under one directory (Options.Dir): etcd data, certificates
 // and the admin kubeconfig. A directory the package created itself is removed
