@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -25,41 +24,22 @@ const maxHistoryBytes = 64 << 20
 // History reads the records of a running kgc's writes that f selects
 // (history.Path), oldest first.
 func (s *ServerView) History(ctx context.Context, f history.Filter) (*history.Page, error) {
-	u := *s.base
-	u.Path = strings.TrimSuffix(u.Path, "/") + history.Path
 	q := url.Values{}
 	for k, v := range map[string]string{"uid": string(f.UID), "namespace": f.Namespace, "name": f.Name} {
 		if v != "" {
 			q.Set(k, v)
 		}
 	}
-	u.RawQuery = q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	u, body, err := s.getJSON(ctx, history.Path, q, maxHistoryBytes, ErrNoHistory)
+	if herr := (*httpError)(nil); errors.As(err, &herr) && herr.code == http.StatusNotFound {
+		return nil, fmt.Errorf("%w: GET %s: %s", ErrNoHistory, herr.url, herr.body)
+	}
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("asking kgc: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxHistoryBytes))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", u.String(), err)
-	}
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return nil, fmt.Errorf("%w: GET %s: %s", ErrNoHistory, u.String(), strings.TrimSpace(string(body)))
-	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("GET %s: %s: %s", u.String(), resp.Status, strings.TrimSpace(string(body)))
-	case mt != "application/json":
-		return nil, fmt.Errorf("%w (GET %s answered %q)", ErrNoHistory, u.String(), resp.Header.Get("Content-Type"))
-	}
 	var p history.Page
 	if err := json.Unmarshal(body, &p); err != nil {
-		return nil, fmt.Errorf("decoding %s: %w", u.String(), err)
+		return nil, fmt.Errorf("decoding %s: %w", u, err)
 	}
 	return &p, nil
 }

@@ -81,37 +81,57 @@ func (s *ServerView) fetch(ctx context.Context, q url.Values) (*graphapi.Graph, 
 		s.record(g)
 		return g, nil
 	}
-	u := *s.base
-	u.Path = strings.TrimSuffix(u.Path, "/") + GraphPath
 	q.Set("format", "json")
-	u.RawQuery = q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	u, body, err := s.getJSON(ctx, GraphPath, q, maxGraphBytes, ErrNoJSONGraph)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("asking kgc: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxGraphBytes))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", u.String(), err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %s", u.String(), resp.Status, strings.TrimSpace(string(body)))
-	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/json" {
-		return nil, fmt.Errorf("%w (GET %s answered %q)", ErrNoJSONGraph, u.String(), resp.Header.Get("Content-Type"))
-	}
 	var g graphapi.Graph
 	if err := json.Unmarshal(body, &g); err != nil {
-		return nil, fmt.Errorf("%w: decoding %s: %w", ErrNoJSONGraph, u.String(), err)
+		return nil, fmt.Errorf("%w: decoding %s: %w", ErrNoJSONGraph, u, err)
 	}
 	s.record(&g)
 	return &g, nil
 }
+
+// getJSON GETs path with query q from the kgc at s.base and returns the
+// URL asked and the body (at most limit bytes) of a 200 JSON answer.
+// notJSON is wrapped when kgc answers 200 with something else (an older
+// kgc, or a proxy's page).
+func (s *ServerView) getJSON(ctx context.Context, path string, q url.Values, limit int64, notJSON error) (string, []byte, error) {
+	u := *s.base
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return "", nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return "", nil, fmt.Errorf("asking kgc: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	if err != nil {
+		return "", nil, fmt.Errorf("reading %s: %w", u.String(), err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", nil, &httpError{url: u.String(), code: resp.StatusCode, status: resp.Status, body: strings.TrimSpace(string(body))}
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/json" {
+		return "", nil, fmt.Errorf("%w (GET %s answered %q)", notJSON, u.String(), resp.Header.Get("Content-Type"))
+	}
+	return u.String(), body, nil
+}
+
+// httpError is a kgc answer other than 200.
+type httpError struct {
+	url, status, body string
+	code              int
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("GET %s: %s: %s", e.url, e.status, e.body) }
 
 // record keeps what a graph read brought.
 func (s *ServerView) record(g *graphapi.Graph) {
