@@ -227,3 +227,62 @@ func TestNoOwnerGETsWhileOwnAndOwnersResourceLists(t *testing.T) {
 		t.Errorf("%d GETs, %d DELETEs, %d PATCHes; want none", len(gets), len(deletes), len(patches))
 	}
 }
+
+// Second reading: owners deleted with Orphan and Foreground while their
+// dependents wait for the owners' resource to finish its first list. Once
+// the list brings them: the Orphan owner's dependent is orphaned, never
+// deleted (S2), and the owner goes; the Foreground owner's blocking
+// dependent is deleted before the owner's finalizer goes (S3); nothing is
+// decided, and no GET sent, before the list (L1: everything finishes).
+func TestOwnersDeletedWhileDependentsWaitForTheirList(t *testing.T) {
+	srv := fakeapi.NewServer()
+	srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "api", "api-uid")) // first page
+	srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "orphan", "orphan-uid"))
+	srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "zfg", "fg-uid"))
+	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "dep-orphan", "dep-orphan-uid", fakeapi.DeploymentRef("orphan", "orphan-uid")))
+	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "dep-fg", "dep-fg-uid", fakeapi.DeploymentRef("zfg", "fg-uid")))
+
+	e, gate, _ := startPaged(t, srv, fakeapi.Deployments, time.Minute)
+	e.waitFor(t, "both dependents to wait for the deployments' list", func() bool { return e.c.workers.AwaitingList() == 2 })
+	for name, policy := range map[string]metav1.DeletionPropagation{"orphan": metav1.DeletePropagationOrphan, "zfg": metav1.DeletePropagationForeground} {
+		if err := srv.Delete(fakeapi.Deployments, "a", name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.consistently(t, "nothing decided while deployments list", 200*time.Millisecond, func() bool {
+		gets, deletes, patches := srv.KGCActions()
+		return len(gets)+len(deletes)+len(patches) == 0
+	})
+	close(gate)
+	e.waitFor(t, "both owners to be gone", func() bool {
+		return e.gone(fakeapi.Deployments, "a", "orphan") && e.gone(fakeapi.Deployments, "a", "zfg")
+	})
+	if e.gone(fakeapi.ConfigMaps, "a", "dep-orphan") {
+		t.Error("the dependent of an owner deleted with Orphan was deleted (S2)")
+	} else if cur, err := srv.Get(fakeapi.ConfigMaps, "a", "dep-orphan"); err != nil || len(cur.OwnerReferences) != 0 {
+		t.Errorf("dep-orphan: %v, %v; want it without references", cur, err)
+	}
+	if !e.gone(fakeapi.ConfigMaps, "a", "dep-fg") {
+		t.Error("the blocking dependent of a Foreground owner outlived it (S3)")
+	}
+	// S3's order: dep-fg's DELETE before zfg's finalizer patch.
+	delAt, patchAt := -1, -1
+	for i, a := range srv.Client.Actions() {
+		switch a := a.(type) {
+		case clienttesting.DeleteActionImpl:
+			if a.GetName() == "dep-fg" && delAt < 0 {
+				delAt = i
+			}
+		case clienttesting.PatchActionImpl:
+			if a.GetName() == "zfg" && patchAt < 0 {
+				patchAt = i
+			}
+		}
+	}
+	if delAt < 0 || patchAt < 0 || patchAt < delAt {
+		t.Errorf("dep-fg deleted at action %d, zfg's finalizer patched at %d: want the DELETE first", delAt, patchAt)
+	}
+	if gets, _, _ := srv.KGCActions(); len(gets) != 0 {
+		t.Errorf("%d GETs, want none (the list brought both owners)", len(gets))
+	}
+}
