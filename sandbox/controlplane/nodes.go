@@ -54,6 +54,13 @@ const (
 // never longer than the grace period, since the kubelet kills what has not
 // exited by then.
 //
+// The delay is one jq expression: the smaller of the annotation (1000 if
+// absent or not a number) and the grace period, as a Go duration string,
+// the only form kwok reads from an expression (a bare number would be
+// ignored). A jitterDurationFrom of the deletionTimestamp would not cap the
+// delay: kwok draws a random delay between the duration and the jitter,
+// so every Pod would take 1–30 s.
+//
 // kwok's own default ("fast") removes a Pod at once, which is not what a
 // cluster does; its "general" stage waits a random time up to the grace
 // period, which is slow (30 s for most Pods) for no gain in a sandbox.
@@ -77,9 +84,7 @@ spec:
   delay:
     durationMilliseconds: 1000
     durationFrom:
-      expressionFrom: '.metadata.annotations["kgc.dev/termination-delay"]'
-    jitterDurationFrom:
-      expressionFrom: '.metadata.deletionTimestamp'
+      expressionFrom: '"\([(.metadata.annotations["kgc.dev/termination-delay"] // "1000" | tonumber? // 1000), ((.metadata.deletionGracePeriodSeconds // 30) * 1000)] | min)ms"'
   next:
     delete: true
 `
