@@ -31,6 +31,24 @@
 //	            objects as the Background fan-out, timed like a cell (until the watcher sees them gone);
 //	            measured on each background run's control plane right after its cells when both are
 //	            selected, and compared with the fan-out run by run
+//
+// Real-cluster scenarios (--cluster, or --scenarios=cluster or some of them;
+// cluster.go): one sandbox per run with kube-controller-manager (every
+// controller but its garbage collector), kube-scheduler and simulated nodes
+// on which Pods run and terminate about 1 s after their deletion; the
+// workloads are made by the real controllers, each cell in a namespace of
+// its own; "owner gone" is reported beside the end of the phase:
+//
+//	deployment-background  a Deployment of --deployment-pods Pods deleted Background; until it, its
+//	                       ReplicaSet and its Pods are gone (Pods + 1; the owner is the Deployment)
+//	deployment-foreground  the same deleted Foreground (Pods + 2: the ReplicaSet, the Deployment's finalizer)
+//	cronjob                a CronJob with a history of --cronjob-jobs completed Jobs, each with its Pod;
+//	                       its successfulJobsHistoryLimit lowered to 0: the CronJob controller deletes the
+//	                       Jobs, the collector their Pods; until all are gone (Pods; the owners are the Jobs)
+//	cronjob-delete         the same CronJob deleted Background (Jobs + Pods; the owner is the CronJob)
+//	rollout                a Deployment of --rollout-replicas Pods (revisionHistoryLimit 0) rolled --rollouts
+//	                       times, --rollout-interval apart; until no old ReplicaSet or Pod of one is left
+//	                       (the Pods and ReplicaSets deleted by anyone: mostly the controllers' work)
 package main
 
 import (
