@@ -12,7 +12,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
@@ -81,21 +83,46 @@ func TestCluster(t *testing.T) {
 	}
 
 	// Graceful termination: the Pod is marked, then removed by the
-	// simulated kubelet; the ReplicaSet replaces it meanwhile.
-	victim := pods[0]
-	if err := client.CoreV1().Pods("default").Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+	// simulated kubelet about a second later (later with the annotation
+	// kgc.dev/termination-delay); the ReplicaSet replaces it meanwhile.
+	slow, victim := pods[0], pods[1]
+	if _, err := client.CoreV1().Pods("default").Patch(ctx, slow.Name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"kgc.dev/termination-delay":"3000"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := client.CoreV1().Pods("default").Get(ctx, victim.Name, metav1.GetOptions{})
-	if err != nil || got.DeletionTimestamp == nil {
-		t.Fatalf("right after DELETE, Pod %s: %v (err %v); want it terminating", victim.Name, got.DeletionTimestamp, err)
+	deleted := time.Now()
+	for _, p := range []corev1.Pod{victim, slow} {
+		if err := client.CoreV1().Pods("default").Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := client.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil || got.DeletionTimestamp == nil {
+			t.Fatalf("right after DELETE, Pod %s: %v (err %v); want it terminating", p.Name, got.DeletionTimestamp, err)
+		}
 	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := client.CoreV1().Pods("default").Get(ctx, victim.Name, metav1.GetOptions{})
-		return err != nil, nil
+	gone := map[string]time.Duration{}
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, p := range []corev1.Pod{victim, slow} {
+			if _, ok := gone[p.Name]; ok {
+				continue
+			}
+			if _, err := client.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				gone[p.Name] = time.Since(deleted)
+			}
+		}
+		return len(gone) == 2, nil
 	})
 	if err != nil {
-		t.Fatalf("Pod %s was not removed after its termination: %v", victim.Name, err)
+		t.Fatalf("Pods were not removed after their termination: %v (gone: %v)", err, gone)
+	}
+	t.Logf("terminated after %v (default) and %v (termination-delay 3000)", gone[victim.Name], gone[slow.Name])
+	// About 1 s and 3 s; the upper bounds leave room for a busy machine
+	// and the race detector, and are well below the 30 s grace period
+	// (kwok's jitter once made it anything from 1 to 30 s).
+	if d := gone[victim.Name]; d < 800*time.Millisecond || d > 10*time.Second {
+		t.Errorf("Pod %s terminated %v after its deletion, want about 1s", victim.Name, d)
+	}
+	if d := gone[slow.Name]; d < 2800*time.Millisecond || d > 13*time.Second {
+		t.Errorf("Pod %s (termination-delay 3000) terminated %v after its deletion, want about 3s", slow.Name, d)
 	}
 	if err := cp.Stop(); err != nil {
 		t.Errorf("Stop: %v", err)

@@ -52,6 +52,13 @@ const (
 // last finalizer is gone. The annotation kgc.dev/termination-delay (a
 // duration in milliseconds, e.g. "5000") makes a Pod slower to terminate.
 //
+// The delay is one jq expression: the smaller of the annotation (1000 if
+// absent or not a number) and the grace period, as a Go duration string,
+// the only form kwok reads from an expression (a bare number would be
+// ignored). A jitterDurationFrom of the deletionTimestamp would not cap the
+// delay: kwok draws a random delay between the duration and the jitter,
+// so every Pod would take 1–30 s.
+//
 // kwok's own default ("fast") removes a Pod at once, which is not what a
 // cluster does; its "general" stage waits a random time up to the grace
 // period, which is slow (up to 30 s for most Pods) for no gain in a
@@ -76,7 +83,7 @@ spec:
   delay:
     durationMilliseconds: 1000
     durationFrom:
-      expressionFrom: '.metadata.annotations["kgc.dev/termination-delay"]'
+      expressionFrom: '"\([(.metadata.annotations["kgc.dev/termination-delay"] // "1000" | tonumber? // 1000), ((.metadata.deletionGracePeriodSeconds // 30) * 1000)] | min)ms"'
   next:
     delete: true
 `

@@ -31,6 +31,24 @@
 //	            objects as the Background fan-out, timed like a cell (until the watcher sees them gone);
 //	            measured on each background run's control plane right after its cells when both are
 //	            selected, and compared with the fan-out run by run
+//
+// Real-cluster scenarios (--cluster, or --scenarios=cluster or some of them;
+// cluster.go): one sandbox per run with kube-controller-manager (every
+// controller but its garbage collector), kube-scheduler and simulated nodes
+// on which Pods run and terminate about 1 s after their deletion; the
+// workloads are made by the real controllers, each cell in a namespace of
+// its own; "owner gone" is reported beside the end of the phase:
+//
+//	deployment-background  a Deployment of --deployment-pods Pods deleted Background; until it, its
+//	                       ReplicaSet and its Pods are gone (Pods + 1; the owner is the Deployment)
+//	deployment-foreground  the same deleted Foreground (Pods + 2: the ReplicaSet, the Deployment's finalizer)
+//	cronjob                a CronJob with a history of --cronjob-jobs completed Jobs, each with its Pod;
+//	                       its successfulJobsHistoryLimit lowered to 0: the CronJob controller deletes the
+//	                       Jobs, the collector their Pods; until all are gone (Pods; the owners are the Jobs)
+//	cronjob-delete         the same CronJob deleted Background (Jobs + Pods; the owner is the CronJob)
+//	rollout                a Deployment of --rollout-replicas Pods (revisionHistoryLimit 0) rolled --rollouts
+//	                       times, --rollout-interval apart; until no old ReplicaSet or Pod of one is left
+//	                       (the Pods and ReplicaSets deleted by anyone: mostly the controllers' work)
 package main
 
 import (
@@ -81,6 +99,14 @@ type options struct {
 	populated          int
 	limit              int
 
+	// The real-cluster scenarios (cluster.go).
+	nodes           int
+	deploymentPods  int
+	cronJobJobs     int
+	rolloutReplicas int
+	rollouts        int
+	rolloutInterval time.Duration
+
 	markdown   string
 	verbose    bool
 	cpuProfile string // directory for the collectors' CPU profiles
@@ -101,7 +127,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		cf     collectorFlags
 		o      options
 		quick  = fs.Bool("quick", false, "small sizes and 1 run: finishes in a few minutes")
-		scen   = fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ","))
+		scen   = fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ",")+"; on a real cluster: "+strings.Join(clusterScenarios, ",")+" (groups: cluster = all of these, deployment = both deployment-*)")
+		clus   = fs.Bool("cluster", false, "run the real-cluster scenarios (kube-controller-manager, kube-scheduler, simulated nodes): the same as --scenarios=cluster")
 		colls  = fs.String("collectors", "upstream,kgc", "comma-separated collectors: upstream, kgc")
 		buds   = fs.String("budgets", "kcm,unthrottled", "comma-separated budgets: kcm, unthrottled")
 		kcmQPS = fs.Float64("qps", 40, "QPS of the kcm budget (kube-controller-manager gives its collector's metadata client 2 × --kube-api-qps = 40)")
@@ -129,6 +156,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.sweepSharedOwners, "sweep-shared-owners", 10, "startup sweep: the shared never-existing owners")
 	fs.IntVar(&o.populated, "populated", 4000, "objects of the populated-cluster scenario (one owner per three dependents)")
 	fs.IntVar(&o.limit, "limit", 0, "objects deleted by the physical-limit client (default: as many as the unthrottled Background fan-out collects, fan-owners × fan-dependents × unthrottled-scale)")
+	fs.IntVar(&o.nodes, "nodes", controlplane.DefaultNodes, "real-cluster scenarios: simulated nodes")
+	fs.IntVar(&o.deploymentPods, "deployment-pods", 1000, "deployment-*: Pods of the deleted Deployment")
+	fs.IntVar(&o.cronJobJobs, "cronjob-jobs", 500, "cronjob, cronjob-delete: completed Jobs (each with its Pod) in the CronJob's history")
+	fs.IntVar(&o.rolloutReplicas, "rollout-replicas", 500, "rollout: replicas of the rolled Deployment")
+	fs.IntVar(&o.rollouts, "rollouts", 5, "rollout: how many times the Deployment is rolled")
+	fs.DurationVar(&o.rolloutInterval, "rollout-interval", time.Second, "rollout: time between two rollouts")
 	fs.StringVar(&o.markdown, "markdown", "", "also write the Markdown tables to this file")
 	fs.BoolVar(&o.verbose, "v", false, "log the control plane's progress")
 	// The collector role reads --qps/--burst/--workers as its own budget.
@@ -166,6 +199,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		def("sweep-shared", &o.sweepShared, 100)
 		def("sweep-shared-owners", &o.sweepSharedOwners, 5)
 		def("populated", &o.populated, 1000)
+		def("deployment-pods", &o.deploymentPods, 200)
+		def("cronjob-jobs", &o.cronJobJobs, 100)
+		def("rollout-replicas", &o.rolloutReplicas, 100)
+		def("rollouts", &o.rollouts, 3)
 	}
 	if !set["limit"] {
 		// The limit deletes as many objects as the unthrottled Background
@@ -175,11 +212,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		o.limit = o.fanOwners * o.fanDeps * max(o.unthrottledScale, 1)
 	}
 	o.scenarios = splitList(*scen)
+	if *clus && !set["scenarios"] {
+		o.scenarios = slices.Clone(clusterScenarios)
+	}
+	o.scenarios = expandScenarios(o.scenarios)
 	o.collectors = splitList(*colls)
 	o.budgetList = splitList(*buds)
 	o.budgets = map[string]budget{"kcm": {*kcmQPS, *kcmB}, "unthrottled": {*unQPS, *unB}}
 	for _, s := range o.scenarios {
-		if !slices.Contains(allScenarios, s) {
+		if !slices.Contains(allScenarios, s) && !isClusterScenario(s) {
 			fmt.Fprintf(stderr, "unknown scenario %q\n", s)
 			return 2
 		}
@@ -207,6 +248,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "--cpuprofile:", err)
 			return 2
 		}
+	}
+	if o.deploymentPods < 1 || o.cronJobJobs < 1 || o.rolloutReplicas < 1 || o.rollouts < 1 || o.nodes < 1 {
+		fmt.Fprintln(stderr, "--nodes, --deployment-pods, --cronjob-jobs, --rollout-replicas and --rollouts must be at least 1")
+		return 2
 	}
 	if o.runs < 1 {
 		fmt.Fprintln(stderr, "--runs must be at least 1")
@@ -242,6 +287,20 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// expandScenarios replaces the groups of scenarioAliases by their
+// scenarios and drops repetitions.
+func expandScenarios(in []string) []string {
+	var out []string
+	for _, s := range in {
+		for _, x := range append(scenarioAliases[s], s) {
+			if _, alias := scenarioAliases[x]; !alias && !slices.Contains(out, x) {
+				out = append(out, x)
+			}
+		}
+	}
+	return out
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
@@ -265,7 +324,41 @@ func orchestrate(ctx context.Context, o *options, out io.Writer) ([]result, erro
 	}
 	defer os.RemoveAll(logDir)
 	began := time.Now()
+	writeSoFar := func() {
+		if o.markdown != "" { // so far, in case the run is interrupted
+			if f, ferr := os.Create(o.markdown); ferr == nil {
+				writeTable(f, results, o.budgetList, machineLine())
+				_ = f.Close()
+			}
+		}
+	}
+	// The real-cluster scenarios of a run share one cluster (starting one
+	// takes seconds, and each cell has a namespace of its own).
+	var cluster []string
 	for _, sc := range o.scenarios {
+		if isClusterScenario(sc) {
+			cluster = append(cluster, sc)
+		}
+	}
+	for run := range o.runs {
+		if len(cluster) == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			return results, errors.Join(append(errs, ctx.Err())...)
+		}
+		rs, err := clusterRun(ctx, o, cluster, run, logDir, out)
+		results = append(results, rs...)
+		writeSoFar()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cluster run %d: %w", run, err))
+			fmt.Fprintf(out, "# cluster run %d: %v\n", run, err)
+		}
+	}
+	for _, sc := range o.scenarios {
+		if isClusterScenario(sc) {
+			continue
+		}
 		if sc == "limit" && slices.Contains(o.scenarios, "background") {
 			continue // measured with the background runs (scenarioRun)
 		}
@@ -275,12 +368,7 @@ func orchestrate(ctx context.Context, o *options, out io.Writer) ([]result, erro
 			}
 			rs, err := scenarioRun(ctx, o, sc, run, logDir, out)
 			results = append(results, rs...)
-			if o.markdown != "" { // so far, in case the run is interrupted
-				if f, ferr := os.Create(o.markdown); ferr == nil {
-					writeTable(f, results, o.budgetList, machineLine())
-					_ = f.Close()
-				}
-			}
+			writeSoFar()
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s run %d: %w", sc, run, err))
 				fmt.Fprintf(out, "# %s run %d: %v\n", sc, run, err)
@@ -303,23 +391,12 @@ func scenarioRun(ctx context.Context, o *options, sc string, run int, logDir str
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
 	defer func() { _ = cp.Stop() }()
-	cfg := rest.CopyConfig(cp.Config)
-	cfg.QPS, cfg.Burst = -1, 0
-	cfg.WarningHandler = rest.NoWarnings{}
-	proxy, err := startProxy(cfg)
+	e, closeEnv, err := newEnv(cp, o, logDir)
 	if err != nil {
 		return nil, err
 	}
-	defer proxy.close()
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	md, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	e := &env{cfg: cfg, client: client, md: md, proxy: proxy, logDir: logDir, opts: o}
+	defer closeEnv()
+	client := e.client
 
 	limit := func() ([]result, error) {
 		rs, err := runLimit(ctx, e, run)
@@ -367,12 +444,39 @@ func scenarioRun(ctx context.Context, o *options, sc string, run int, logDir str
 	return results, errors.Join(errs...)
 }
 
+// newEnv puts a counting proxy in front of cp's apiserver, for the
+// collectors alone, and makes the benchmark's own (direct, unthrottled)
+// clients. close stops the proxy.
+func newEnv(cp *controlplane.ControlPlane, o *options, logDir string) (e *env, close func(), err error) {
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.QPS, cfg.Burst = -1, 0
+	cfg.WarningHandler = rest.NoWarnings{}
+	proxy, err := startProxy(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		proxy.close()
+		return nil, nil, err
+	}
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		proxy.close()
+		return nil, nil, err
+	}
+	return &env{cfg: cfg, client: client, md: md, proxy: proxy, logDir: logDir, opts: o}, proxy.close, nil
+}
+
 func printCell(out io.Writer, r result) {
 	fmt.Fprintf(out, "# %-10s %-9s %-11s run %d: %6d objects in %8s = %8.1f objects/s, %.2f calls/object, %.1f MB peak RSS, %.1f CPU s",
 		r.Scenario, r.Collector, r.Budget, r.Run, r.Objects, r.Elapsed.Round(time.Millisecond), r.objectsPerSecond(), r.callsPerObject(),
 		float64(r.Usage.MaxRSSKB)/1024, r.Usage.CPU.Seconds())
 	if r.Ready > 0 && r.Tracked == 0 {
 		fmt.Fprintf(out, ", synced %.2fs", r.Ready.Seconds())
+	}
+	if r.OwnerGone > 0 {
+		fmt.Fprintf(out, ", owner gone after %s", r.OwnerGone.Round(time.Millisecond))
 	}
 	if r.Tracked > 0 {
 		fmt.Fprintf(out, ", synced %.2fs, useful %.2fs, %.2f KB/object peak, %.2f KB/object live", r.Ready.Seconds(), r.Useful.Seconds(), r.rssGrowthPerObject(), r.liveRSSGrowthPerObject())

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -266,5 +267,67 @@ func TestLimitRatioRunByRun(t *testing.T) {
 	}
 	if per := perRunLimitRatios(group(rs), collectorKGC, "process"); len(per) != 2 {
 		t.Errorf("per-run ratios against the own-process limit = %v, want 2 (runs 0 and 1)", per)
+	}
+}
+
+// TestClusterSmoke runs real-cluster scenarios (kube-controller-manager,
+// kube-scheduler, simulated nodes) with tiny sizes for both collectors,
+// end to end. Every cell also checks that none of the cluster's other
+// clients reached the collector's proxy (foreignRequests).
+func TestClusterSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"--scenarios", "deployment-foreground,cronjob,rollout", "--budgets", "unthrottled", "--runs", "1",
+		"--nodes", "1", "--deployment-pods", "4", "--cronjob-jobs", "3", "--rollout-replicas", "3", "--rollouts", "2", "--rollout-interval", "200ms",
+		"--timeout", "2m"}, nil, &out, &errb)
+	t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+	if code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	for _, sc := range []string{"deployment-foreground", "cronjob", "rollout"} {
+		for _, coll := range []string{"upstream", "kgc"} {
+			if want := "BenchmarkSideBySide/" + sc + "/" + coll + "/unthrottled \t1\t"; !strings.Contains(out.String(), want) {
+				t.Errorf("output lacks %q", want)
+			}
+		}
+	}
+	if !strings.Contains(out.String(), "| Deployment deleted, Foreground (cluster) | unthrottled | 6 |") {
+		t.Errorf("no owner-gone row for the Foreground Deployment deletion (4 Pods, the ReplicaSet, the Deployment)")
+	}
+	// The CronJob controller deletes the Jobs; the collectors delete each
+	// Pod once (upstream GETs it first).
+	if got := verbRow(out.String(), "CronJob history limit lowered (cluster)", "unthrottled", "upstream"); len(got) < 3 || got[0] != "1.00" || got[2] != "1.00" {
+		t.Errorf("upstream GET, namespaced LIST, DELETE per Pod = %v, want 1.00, _, 1.00", got)
+	}
+	if got := verbRow(out.String(), "CronJob history limit lowered (cluster)", "unthrottled", "kgc"); len(got) < 3 || got[2] != "1.00" {
+		t.Errorf("kgc GET, namespaced LIST, DELETE per Pod = %v, want DELETE 1.00", got)
+	}
+}
+
+func TestForeignRequests(t *testing.T) {
+	mine := counts{
+		ByResource: map[string]int64{"GET pods": 3, "DELETE pods": 3, "PATCH apps/replicasets": 1, "CREATE events": 2, "LIST pods": 1, "WATCH pods": 1},
+		ByAgent:    map[string]int64{"kgc-bench": 11},
+	}
+	if got := foreignRequests(mine); len(got) != 0 {
+		t.Errorf("a collector's requests taken for others': %v", got)
+	}
+	theirs := counts{
+		ByResource: map[string]int64{"GET pods": 3, "CREATE pods": 1, "CREATE pods/binding": 1, "PATCH pods/status": 2, "UPDATE coordination.k8s.io/leases": 1},
+		ByAgent:    map[string]int64{"kgc-bench": 5, "kube-scheduler": 2},
+	}
+	want := []string{"2 from kube-scheduler", "CREATE pods/binding=1", "CREATE pods=1", "PATCH pods/status=2", "UPDATE coordination.k8s.io/leases=1"}
+	if got := foreignRequests(theirs); !slices.Equal(got, want) {
+		t.Errorf("foreignRequests = %v, want %v", got, want)
+	}
+}
+
+func TestExpandScenarios(t *testing.T) {
+	got := expandScenarios([]string{"background", "deployment", "deployment-background", "cluster"})
+	want := []string{"background", "deployment-background", "deployment-foreground", "cronjob", "cronjob-delete", "rollout"}
+	if !slices.Equal(got, want) {
+		t.Errorf("expandScenarios = %v, want %v", got, want)
 	}
 }

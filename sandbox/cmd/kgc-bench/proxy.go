@@ -135,12 +135,22 @@ func classify(method string, u *url.URL) (verb, resource string) {
 type counts struct {
 	ByVerb     map[string]int64
 	ByResource map[string]int64
-	Conns      int64 // client connections accepted
+	// ByAgent counts requests by the product of their User-Agent (what
+	// precedes the first "/": the collector's binary name, or
+	// kube-controller-manager, kube-scheduler, … were any of those to
+	// reach the proxy, which they must not).
+	ByAgent map[string]int64
+	Conns   int64 // client connections accepted
 }
 
 // sub returns c - old, for the requests of a measured phase.
 func (c counts) sub(old counts) counts {
-	out := counts{ByVerb: map[string]int64{}, ByResource: map[string]int64{}, Conns: c.Conns - old.Conns}
+	out := counts{ByVerb: map[string]int64{}, ByResource: map[string]int64{}, ByAgent: map[string]int64{}, Conns: c.Conns - old.Conns}
+	for k, v := range c.ByAgent {
+		if d := v - old.ByAgent[k]; d != 0 {
+			out.ByAgent[k] = d
+		}
+	}
 	for k, v := range c.ByVerb {
 		if d := v - old.ByVerb[k]; d != 0 {
 			out.ByVerb[k] = d
@@ -215,6 +225,7 @@ type countingProxy struct {
 	mu         sync.Mutex
 	byVerb     map[string]int64
 	byResource map[string]int64
+	byAgent    map[string]int64
 	conns      atomic.Int64
 	last       atomic.Int64 // unix nanos of the last non-watch request
 	// Since mark: unix nanos of the first and the last per-object request
@@ -274,6 +285,7 @@ func startProxy(cfg *rest.Config) (*countingProxy, error) {
 		ln:         ln,
 		byVerb:     map[string]int64{},
 		byResource: map[string]int64{},
+		byAgent:    map[string]int64{},
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(target); r.Out.Host = "" },
@@ -318,6 +330,8 @@ func (p *countingProxy) count(r *http.Request) (perObject bool) {
 	p.mu.Lock()
 	p.byVerb[verb]++
 	p.byResource[verb+" "+res]++
+	agent, _, _ := strings.Cut(r.UserAgent(), "/")
+	p.byAgent[agent]++
 	p.mu.Unlock()
 	return perObject
 }
@@ -347,7 +361,10 @@ func (p *countingProxy) firstLast(start time.Time) (first, last time.Duration) {
 func (p *countingProxy) snapshot() counts {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := counts{ByVerb: make(map[string]int64, len(p.byVerb)), ByResource: make(map[string]int64, len(p.byResource)), Conns: p.conns.Load()}
+	out := counts{ByVerb: make(map[string]int64, len(p.byVerb)), ByResource: make(map[string]int64, len(p.byResource)), ByAgent: make(map[string]int64, len(p.byAgent)), Conns: p.conns.Load()}
+	for k, v := range p.byAgent {
+		out.ByAgent[k] = v
+	}
 	for k, v := range p.byVerb {
 		out.ByVerb[k] = v
 	}

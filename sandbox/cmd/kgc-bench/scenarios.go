@@ -57,38 +57,65 @@ func (s cellSpec) flags(e *env) collectorFlags {
 	return f
 }
 
-// watcher mirrors the ConfigMaps of one namespace (metadata only), direct
-// from the apiserver, so that the benchmark can wait for conditions without
-// polling LISTs.
+// namespace is the cell's namespace.
+func (s cellSpec) namespace() string {
+	return sanitize(fmt.Sprintf("%s-%s-%s-%d", s.scenario, s.collector, s.budget, s.run))
+}
+
+// watcher mirrors the objects of one namespace (metadata only; ConfigMaps
+// unless other resources are given, the first of them is what objects
+// returns), direct from the apiserver, so that the benchmark can wait for
+// conditions without polling LISTs.
 type watcher struct {
-	store   cache.Store
+	gvrs    []schema.GroupVersionResource
+	stores  map[schema.GroupVersionResource]cache.Store
+	deleted map[schema.GroupVersionResource]*atomic.Int64 // delete events since resetDeleted
 	cancel  context.CancelFunc
 	done    chan struct{}
 	changed chan struct{} // signalled (coalesced) after every event
 }
 
-func newWatcher(md metadata.Interface, ns string) (*watcher, error) {
-	inf := metadatainformer.NewFilteredMetadataInformer(md, configMapsGVR, ns, 0, cache.Indexers{}, nil).Informer()
+func newWatcher(md metadata.Interface, ns string, gvrs ...schema.GroupVersionResource) (*watcher, error) {
+	if len(gvrs) == 0 {
+		gvrs = []schema.GroupVersionResource{configMapsGVR}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &watcher{store: inf.GetStore(), cancel: cancel, done: make(chan struct{}), changed: make(chan struct{}, 1)}
+	w := &watcher{
+		gvrs:    gvrs,
+		stores:  map[schema.GroupVersionResource]cache.Store{},
+		deleted: map[schema.GroupVersionResource]*atomic.Int64{},
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		changed: make(chan struct{}, 1),
+	}
 	signal := func() {
 		select {
 		case w.changed <- struct{}{}:
 		default:
 		}
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { signal() },
-		UpdateFunc: func(any, any) { signal() },
-		DeleteFunc: func(any) { signal() },
-	}); err != nil {
-		cancel()
-		return nil, err
+	var wg sync.WaitGroup
+	var synced []cache.InformerSynced
+	for _, gvr := range gvrs {
+		inf := metadatainformer.NewFilteredMetadataInformer(md, gvr, ns, 0, cache.Indexers{}, nil).Informer()
+		del := &atomic.Int64{}
+		w.stores[gvr], w.deleted[gvr] = inf.GetStore(), del
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { signal() },
+			UpdateFunc: func(any, any) { signal() },
+			DeleteFunc: func(any) { del.Add(1); signal() },
+		}); err != nil {
+			cancel()
+			wg.Wait()
+			return nil, err
+		}
+		wg.Go(func() { inf.RunWithContext(ctx) })
+		synced = append(synced, inf.HasSynced)
 	}
-	go func() { defer close(w.done); inf.RunWithContext(ctx) }()
+	go func() { wg.Wait(); close(w.done) }()
 	sctx, scancel := context.WithTimeout(ctx, time.Minute)
 	defer scancel()
-	if !cache.WaitForCacheSync(sctx.Done(), inf.HasSynced) {
+	if !cache.WaitForCacheSync(sctx.Done(), synced...) {
 		w.stop()
 		return nil, errors.New("watcher did not sync")
 	}
@@ -97,8 +124,24 @@ func newWatcher(md metadata.Interface, ns string) (*watcher, error) {
 
 func (w *watcher) stop() { w.cancel(); <-w.done }
 
-func (w *watcher) objects() []*metav1.PartialObjectMetadata {
-	items := w.store.List()
+// objects returns the mirrored objects of the first resource.
+func (w *watcher) objects() []*metav1.PartialObjectMetadata { return w.of(w.gvrs[0]) }
+
+// resetDeleted zeroes the delete-event counters.
+func (w *watcher) resetDeleted() {
+	for _, d := range w.deleted {
+		d.Store(0)
+	}
+}
+
+// deletedSince is the number of delete events of gvr since resetDeleted.
+func (w *watcher) deletedSince(gvr schema.GroupVersionResource) int {
+	return int(w.deleted[gvr].Load())
+}
+
+// of returns the mirrored objects of gvr (one of the watcher's resources).
+func (w *watcher) of(gvr schema.GroupVersionResource) []*metav1.PartialObjectMetadata {
+	items := w.stores[gvr].List()
 	out := make([]*metav1.PartialObjectMetadata, 0, len(items))
 	for _, it := range items {
 		if o, ok := it.(*metav1.PartialObjectMetadata); ok {
@@ -116,19 +159,24 @@ func (w *watcher) objects() []*metav1.PartialObjectMetadata {
 // the 2ms floor bounds the benchmark's own CPU (it shares the
 // machine with the apiserver) while events stream in.
 func (w *watcher) waitFor(ctx context.Context, timeout time.Duration, what string, cond func([]*metav1.PartialObjectMetadata) bool) error {
+	return w.waitUntil(ctx, timeout, what, func() bool { return cond(w.objects()) })
+}
+
+// waitUntil is waitFor for conditions over any of the watcher's resources.
+func (w *watcher) waitUntil(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if cond(w.objects()) {
+		if cond() {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
 		case <-deadline.C:
-			if cond(w.objects()) {
+			if cond() {
 				return nil
 			}
 			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
@@ -228,7 +276,7 @@ func ownerRef(name string, uid types.UID, block bool) metav1.OwnerReference {
 
 // runCell runs one cell on e and returns its result.
 func runCell(ctx context.Context, e *env, s cellSpec) (result, error) {
-	ns := sanitize(fmt.Sprintf("%s-%s-%s-%d", s.scenario, s.collector, s.budget, s.run))
+	ns := s.namespace()
 	if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return result{}, err
 	}

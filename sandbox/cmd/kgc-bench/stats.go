@@ -35,6 +35,15 @@ type result struct {
 	// proxy over the measured phase.
 	InFlight float64
 
+	// OwnerGone: on a real cluster, how long after the start of the
+	// measured phase the scenario's owner was gone (the Deployment, the
+	// CronJob; the Jobs of a CronJob's history; the old ReplicaSets of a
+	// rollout), as the watcher saw it.
+	OwnerGone time.Duration
+	// Setup: on a real cluster, how long the workload took to be made
+	// and running (and the collector quiet), before the measured phase.
+	Setup time.Duration
+
 	Usage usage
 	Note  string
 }
@@ -168,6 +177,11 @@ var scenarioTitles = []struct{ name, title string }{
 	{"sweep", "Startup sweep"},
 	{"populated", "Start on a populated cluster"},
 	{"limit", "Physical limit (32-way client)"},
+	{scDeploymentBackground, "Deployment deleted, Background (cluster)"},
+	{scDeploymentForeground, "Deployment deleted, Foreground (cluster)"},
+	{scCronJob, "CronJob history limit lowered (cluster)"},
+	{scCronJobDelete, "CronJob deleted (cluster)"},
+	{scRollout, "Rollout storm (cluster)"},
 }
 
 // writeTable writes the Markdown tables of the medians.
@@ -231,6 +245,41 @@ func writeTable(w io.Writer, results []result, budgets []string, machine string)
 				conns := fnum(c.med(func(r result) float64 { return float64(r.Calls.Conns) }), 0)
 				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", st.title, b, coll,
 					per(verbGet), per(verbListNamespaced), per(verbDelete), per(verbPatch), per(verbUpdate), per(verbCreate), abs(verbList), abs(verbWatch), abs(verbDiscovery), conns)
+			}
+		}
+	}
+
+	if slices.ContainsFunc(clusterScenarios, func(sc string) bool { return hasScenario(g, sc) }) {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "On a real cluster (kube-controller-manager without its garbage collector, kube-scheduler, simulated nodes whose Pods terminate about 1 s after deletion), seconds from the user's action until the owner is gone (the Deployment; the history's Jobs; the CronJob; the old ReplicaSets) and until the phase is done (the owner and everything it owned gone), and the collector's per-object calls in the phase:")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| scenario | budget | objects | upstream owner gone s | kgc owner gone s | upstream done s | kgc done s | kgc/upstream done | upstream calls | kgc calls |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+		for _, st := range scenarioTitles {
+			if !isClusterScenario(st.name) {
+				continue
+			}
+			for _, b := range budgets {
+				u, k := g[cellKey{st.name, collectorUpstream, b}], g[cellKey{st.name, collectorKGC, b}]
+				if u == nil && k == nil {
+					continue
+				}
+				get := func(c *cell, f func(result) float64) float64 {
+					if c == nil {
+						return math.NaN()
+					}
+					return c.med(f)
+				}
+				owner := func(r result) float64 { return r.OwnerGone.Seconds() }
+				done := func(r result) float64 { return r.Elapsed.Seconds() }
+				calls := func(r result) float64 { return float64(r.Calls.perObject()) }
+				objs := get(u, func(r result) float64 { return float64(r.Objects) })
+				if math.IsNaN(objs) {
+					objs = get(k, func(r result) float64 { return float64(r.Objects) })
+				}
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", st.title, b, fnum(objs, 0),
+					f2(get(u, owner)), f2(get(k, owner)), f2(get(u, done)), f2(get(k, done)), fratio(ratio(get(k, done), get(u, done))),
+					fnum(get(u, calls), 0), fnum(get(k, calls), 0))
 			}
 		}
 	}
