@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/klog/v2"
 )
 
 // podsGVR is emptied first, alone: since KEP-5080 (OrderedNamespaceDeletion,
@@ -105,6 +106,15 @@ func (c *Controller) emptyResource(ctx context.Context, r resource, ns string) r
 		switch {
 		case err == nil:
 		case notServed(err):
+			r.deleteCollection = false
+		case apierrors.IsForbidden(err):
+			// kgc's role grants delete but not deletecollection on this
+			// resource (deploy/'s ClusterRole for the collector alone,
+			// or a webhook refusing bulk deletions): the same objects
+			// go one by one, each DELETE authorized on its own.
+			// kube-controller-manager has no such fallback (it reports
+			// the 403); docs/semantics.md.
+			klog.FromContext(ctx).V(2).Info("DELETECOLLECTION forbidden; deleting one by one", logKeyNamespace, ns, "resource", r.gvr.String(), "err", err.Error())
 			r.deleteCollection = false
 		default:
 			return result{err: err}

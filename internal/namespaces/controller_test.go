@@ -128,6 +128,33 @@ func TestSyncDeletesEverythingThenFinalizes(t *testing.T) {
 	}
 }
 
+// DELETECOLLECTION answered 403 (RBAC grants delete but not
+// deletecollection): the objects are deleted one by one instead, and the
+// namespace goes; a 403 on the per-object DELETE is a content failure.
+func TestDeleteCollectionForbiddenFallsBackToDeletes(t *testing.T) {
+	f := newFake("ns", FinalizerKubernetes)
+	f.dcForbidden = map[schema.GroupVersionResource]bool{podsGVR: true, cmGVR: true}
+	f.add(podsGVR, "ns", "p")
+	f.add(cmGVR, "ns", "a")
+	f.add(cmGVR, "ns", "b")
+	f.add(cmGVR, "other", "keep-me")
+	c := newController(t, f, -1, nil)
+	out := c.sync(context.Background(), "ns")
+	if out.err != nil || out.outcome != metrics.NamespaceFinalized {
+		t.Fatalf("outcome %+v, want finalized\n%s", out, f.callLog())
+	}
+	log := f.callLog()
+	for _, want := range []string{"deletecollection pods -n ns", "delete pods -n ns p", "deletecollection configmaps -n ns", "delete configmaps -n ns a", "delete configmaps -n ns b"} {
+		if !strings.Contains(log, want+"\n") {
+			t.Errorf("no %q in:\n%s", want, log)
+		}
+	}
+	if f.count(cmGVR, "other") != 1 {
+		t.Error("an object of another namespace was deleted")
+	}
+	checkInside(t, f, "ns")
+}
+
 func TestPodsFirst(t *testing.T) {
 	f := newFake("ns", FinalizerKubernetes)
 	f.add(podsGVR, "ns", "p", "example.com/hold")
