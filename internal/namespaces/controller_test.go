@@ -155,6 +155,50 @@ func TestDeleteCollectionForbiddenFallsBackToDeletes(t *testing.T) {
 	checkInside(t, f, "ns")
 }
 
+// A resource the graph shows empty (complete count) gets only its
+// confirming LIST; one the graph wrongly shows empty (the watch lags) is
+// deleted after all once the LIST finds objects; incomplete counts are
+// not trusted.
+func TestGraphSkipsEmptyResources(t *testing.T) {
+	f := newFake("ns", FinalizerKubernetes)
+	f.add(cmGVR, "ns", "unseen") // not in the graph yet
+	f.add(eventsGVR, "ns", "e")
+	c := newController(t, f, -1, nil)
+	c.cfg.Observed = func(ns string, gvr schema.GroupVersionResource, kind string) (int, bool) {
+		if ns != "ns" {
+			t.Errorf("Observed asked about namespace %q", ns)
+		}
+		switch gvr {
+		case podsGVR, cmGVR, widgetGVR:
+			return 0, true
+		}
+		return 0, false // events: not monitored
+	}
+	out := c.sync(context.Background(), "ns")
+	if out.err != nil || out.outcome != metrics.NamespaceFinalized {
+		t.Fatalf("outcome %+v, want finalized\n%s", out, f.callLog())
+	}
+	log := f.callLog() + "\n"
+	for _, want := range []string{"list pods -n ns", "list widgets -n ns", "list configmaps -n ns", "deletecollection configmaps -n ns", "deletecollection events -n ns"} {
+		if !strings.Contains(log, want+"\n") {
+			t.Errorf("no %q in:\n%s", want, log)
+		}
+	}
+	for _, never := range []string{"deletecollection pods", "delete widgets"} {
+		if strings.Contains(log, never) {
+			t.Errorf("%q although the graph showed the resource empty:\n%s", never, log)
+		}
+	}
+	if n := strings.Count(log, "list widgets -n ns"); n != 1 {
+		t.Errorf("widgets listed %d times, want once (the confirming LIST only):\n%s", n, log)
+	}
+	for _, gvr := range []schema.GroupVersionResource{cmGVR, eventsGVR} {
+		if n := f.count(gvr, "ns"); n != 0 {
+			t.Errorf("%s: %d left", gvr.Resource, n)
+		}
+	}
+}
+
 func TestPodsFirst(t *testing.T) {
 	f := newFake("ns", FinalizerKubernetes)
 	f.add(podsGVR, "ns", "p", "example.com/hold")
