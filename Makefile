@@ -1,7 +1,7 @@
 # kgc — run `make help` for the targets.
 GO ?= go
 
-.PHONY: help run test test-unit test-integration bench bench-quick bench-go build lint verify soak soak-sim
+.PHONY: help run test test-unit test-integration bench bench-quick bench-go bench-namespaces build lint verify soak soak-sim
 
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -36,6 +36,9 @@ bench: ## Side-by-side benchmark vs kube-controller-manager's collector (~30 min
 
 bench-quick: ## The side-by-side benchmark with small sizes and one run (a few minutes).
 	$(GO) run ./sandbox/cmd/kgc-bench --quick $(BENCH_FLAGS)
+
+bench-namespaces: ## Namespace deletion time, kgc's namespace lifecycle vs kube-controller-manager's namespace controller, on the same sandbox cluster (env: KGC_NS_BENCH_SIZES=1000,10000; ~10 min).
+	$(GO) test -run '^$$' -bench '^BenchmarkNamespaceDeletion$$' -benchtime 1x -timeout 90m ./sandbox/bench/
 
 bench-go: ## Run the Go benchmarks of the hot paths.
 	GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./internal/...
