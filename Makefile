@@ -1,7 +1,7 @@
 # kgc — run `make help` for the targets.
 GO ?= go
 
-.PHONY: help run test test-unit test-integration bench bench-quick bench-cluster bench-go build lint verify soak soak-sim
+.PHONY: help run test test-unit test-integration bench bench-quick bench-cluster bench-go bench-namespaces build lint verify soak soak-sim
 
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,6 +40,9 @@ bench-quick: ## The side-by-side benchmark with small sizes and one run (a few m
 bench-cluster: ## The side-by-side benchmark on a real cluster (Deployments, CronJobs, rollouts; ~30 min); table in bin/bench-cluster.md.
 	mkdir -p bin
 	$(GO) run ./sandbox/cmd/kgc-bench --cluster --runs 1 --markdown bin/bench-cluster.md $(BENCH_FLAGS)
+
+bench-namespaces: ## Namespace deletion time, kgc's namespace lifecycle vs kube-controller-manager's namespace controller, on the same sandbox cluster (env: KGC_NS_BENCH_SIZES=1000,10000; ~10 min).
+	$(GO) test -run '^$$' -bench '^BenchmarkNamespaceDeletion$$' -benchtime 1x -timeout 90m ./sandbox/bench/
 
 bench-go: ## Run the Go benchmarks of the hot paths.
 	GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./internal/...

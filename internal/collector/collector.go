@@ -143,7 +143,7 @@ func New(cfg Config) (*Collector, error) {
 	}
 	c := &Collector{cfg: cfg, startupLogEvery: startupProgressInterval}
 	if cfg.Namespaces != nil {
-		nc, err := namespaces.New(namespaces.Config{API: cfg.Namespaces, Metrics: cfg.Metrics, Clock: cfg.Clock})
+		nc, err := namespaces.New(namespaces.Config{API: cfg.Namespaces, Observed: c.observedIn, Metrics: cfg.Metrics, Clock: cfg.Clock})
 		if err != nil {
 			return nil, err
 		}
@@ -414,4 +414,32 @@ func (c *Collector) reportStartup(ctx context.Context, interval time.Duration) {
 		}
 		logger.Info("Listing resources", kv...)
 	}
+}
+
+// observedIn is the namespace lifecycle's view of the graph
+// (namespaces.Config.Observed): how many objects of gvr (of kind) the graph
+// holds in namespace ns, and whether that count is complete — the resource
+// (same group and resource, any version) is monitored, its monitor is not
+// failing, and a complete list of it has been applied to the graph.
+// Ignored resources (events) are not monitored, so never complete.
+func (c *Collector) observedIn(ns string, gvr schema.GroupVersionResource, kind string) (int, bool) {
+	monitored := false
+	for r, st := range c.builder.MonitorStatus() {
+		if r.Group != gvr.Group || r.Resource != gvr.Resource {
+			continue
+		}
+		if st.Failing() || !st.Synced {
+			return 0, false
+		}
+		monitored = true
+	}
+	if !monitored {
+		return 0, false
+	}
+	for _, r := range c.builder.Unlisted() {
+		if r.GVR.Group == gvr.Group && r.GVR.Resource == gvr.Resource {
+			return 0, false
+		}
+	}
+	return c.builder.Graph().ObservedIn(ns, gvr.Group, kind), true
 }

@@ -94,13 +94,37 @@ type Graph struct {
 	// here instead of scanning every node, and nodes pay nothing for a
 	// field most never use.
 	deleting map[key]time.Time
+	// content counts the observed (not virtual) namespaced nodes by
+	// namespace and kind, for the namespace lifecycle (ObservedIn).
+	content map[contentKey]int
+}
+
+// contentKey is a namespace and an apiVersion and kind.
+type contentKey struct {
+	namespace string
+	kind      *kind
+}
+
+// countContent adds delta to the count of n's namespace and kind (an
+// observed node; cluster-scoped nodes are not counted). Caller holds mu
+// for writing.
+func (g *Graph) countContent(n *node, delta int) {
+	if n.namespace == "" {
+		return
+	}
+	k := contentKey{n.namespace, n.kind}
+	if v := g.content[k] + delta; v == 0 {
+		delete(g.content, k)
+	} else {
+		g.content[k] = v
+	}
 }
 
 // New returns an empty graph.
 func New() *Graph {
 	return &Graph{
 		nodes: make(map[key]*node), odd: make(map[types.UID]key), oddUIDs: make(map[key]types.UID),
-		kinds: make(map[kind]*kind), finalizers: make(map[string]*[]string),
+		kinds: make(map[kind]*kind), finalizers: make(map[string]*[]string), content: make(map[contentKey]int),
 		deleting: make(map[key]time.Time),
 	}
 }
@@ -131,6 +155,7 @@ func (g *Graph) upsert(obj *rules.Object, gen uint32, eff *Effects) {
 	n := g.nodes[uid]
 	var old []ownerRef
 	wasDeletingDependents := false
+	wasObserved := n != nil && !n.virtual
 	if n == nil {
 		n = &node{uid: uid, name: obj.Identity.Name}
 		g.nodes[uid] = n
@@ -143,7 +168,9 @@ func (g *Graph) upsert(obj *rules.Object, gen uint32, eff *Effects) {
 			// would address a version no longer served.
 			n.gen = gen
 			if n.kind.apiVersion != obj.Identity.APIVersion || n.kind.kind != obj.Identity.Kind {
+				g.countContent(n, -1)
 				n.kind = g.kindOf(obj.Identity.APIVersion, obj.Identity.Kind)
+				g.countContent(n, +1)
 			}
 			return
 		}
@@ -155,8 +182,13 @@ func (g *Graph) upsert(obj *rules.Object, gen uint32, eff *Effects) {
 	if n.name != obj.Identity.Name {
 		n.name = obj.Identity.Name
 	}
-	n.kind = g.kindOf(obj.Identity.APIVersion, obj.Identity.Kind)
-	n.namespace = obj.Identity.Namespace
+	if k := g.kindOf(obj.Identity.APIVersion, obj.Identity.Kind); !wasObserved || n.kind != k || n.namespace != obj.Identity.Namespace {
+		if wasObserved {
+			g.countContent(n, -1)
+		}
+		n.kind, n.namespace = k, obj.Identity.Namespace
+		g.countContent(n, +1)
+	}
 	n.rv = obj.ResourceVersion
 	cur := g.compactRefs(obj.OwnerReferences)
 	n.refs = cur
@@ -285,6 +317,7 @@ func (g *Graph) remove(obj *rules.Object, eff *Effects) {
 // removeNode removes an observed node: its deletion was observed (how,
 // and at which resourceVersion) or a relist no longer holds it.
 func (g *Graph) removeNode(n *node, how rules.Source, rv string, eff *Effects) {
+	g.countContent(n, -1)
 	uid := n.uid
 	id := g.identity(n)
 	eff.Absent = append(eff.Absent, Absence{Identity: id, Evidence: rules.Evidence{Source: how, Reason: rules.ReasonNotFound, ResourceVersion: rv}})

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -185,6 +186,15 @@ func (g *Graph) CheckInvariants() error {
 	if deleting != len(g.deleting) {
 		return fmt.Errorf("%d nodes indexed as deleting, %d are", len(g.deleting), deleting)
 	}
+	content := map[contentKey]int{}
+	for _, n := range g.nodes {
+		if !n.virtual && n.namespace != "" {
+			content[contentKey{n.namespace, n.kind}]++
+		}
+	}
+	if !maps.Equal(content, g.content) {
+		return fmt.Errorf("content index %v, nodes say %v", g.content, content)
+	}
 	if len(g.odd) != len(g.oddUIDs) {
 		return fmt.Errorf("%d synthetic keys, %d UIDs for them", len(g.odd), len(g.oddUIDs))
 	}
@@ -194,6 +204,26 @@ func (g *Graph) CheckInvariants() error {
 		}
 	}
 	return nil
+}
+
+// ObservedIn returns how many observed objects of group and kind, at any
+// version, the graph holds in namespace ns. It is what the graph has
+// applied so far, not what the API server holds: a negative answer is a
+// fact only for a resource whose complete list has been applied and whose
+// monitor is not failing, and even then it lags the watch (see
+// docs/correctness.md). The namespace lifecycle uses it to skip the
+// DELETECOLLECTION of a resource the graph shows empty, and still confirms
+// with a quorum LIST.
+func (g *Graph) ObservedIn(ns, group, k string) int {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	total := 0
+	for _, kp := range g.kinds {
+		if kp.kind == k && rules.GroupOf(kp.apiVersion) == group {
+			total += g.content[contentKey{ns, kp}]
+		}
+	}
+	return total
 }
 
 // Object returns a copy of the observed object with uid; ok is false for

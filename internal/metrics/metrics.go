@@ -68,6 +68,7 @@ type Metrics struct {
 	nsSync        prometheus.Histogram
 	nsDeletion    prometheus.Histogram
 	nsTerminating prometheus.Gauge
+	nsSkipped     prometheus.Counter
 
 	collectors []prometheus.Collector
 }
@@ -190,6 +191,10 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 			Namespace: namespace, Subsystem: "namespace", Name: "terminating",
 			Help: "Namespaces kgc observes deleting whose kubernetes finalizer it has not removed yet.",
 		}),
+		nsSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "namespace", Name: "resources_skipped_total",
+			Help: "Resources of a deleting namespace not deleted because kgc's graph showed them empty and a quorum list confirmed it.",
+		}),
 	}
 	build := buildinfo.Get()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -201,7 +206,7 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 	m.collectors = []prometheus.Collector{
 		buildInfo, m.operations, m.apiRequests, m.cascade, m.unresolvable, m.lookups, m.unlisted,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries,
-		m.nsSyncs, m.nsSync, m.nsDeletion, m.nsTerminating,
+		m.nsSyncs, m.nsSync, m.nsDeletion, m.nsTerminating, m.nsSkipped,
 		&stateCollector{src: src},
 	}
 	for _, c := range m.collectors {
@@ -264,6 +269,15 @@ func (m *Metrics) NamespaceFinalized(d time.Duration) {
 		return
 	}
 	m.nsDeletion.Observe(d.Seconds())
+}
+
+// NamespaceResourceSkipped records a resource of a deleting namespace the
+// graph showed empty and a quorum list confirmed empty: no deletion sent.
+func (m *Metrics) NamespaceResourceSkipped() {
+	if m == nil {
+		return
+	}
+	m.nsSkipped.Inc()
 }
 
 // NamespacesTerminating sets the number of deleting namespaces kgc works on.

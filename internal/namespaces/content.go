@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/klog/v2"
 )
 
 // podsGVR is emptied first, alone: since KEP-5080 (OrderedNamespaceDeletion,
@@ -24,6 +25,7 @@ var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 // resource is one namespaced resource to empty, with the verbs that say how.
 type resource struct {
 	gvr              schema.GroupVersionResource
+	kind             string
 	deleteCollection bool
 	list             bool
 }
@@ -59,6 +61,7 @@ func namespacedResources(lists []*metav1.APIResourceList) ([]resource, error) {
 			seen[gvr] = true
 			out = append(out, resource{
 				gvr:              gvr,
+				kind:             r.Kind,
 				deleteCollection: slices.Contains(r.Verbs, "deletecollection"),
 				list:             slices.Contains(r.Verbs, "list"),
 			})
@@ -86,6 +89,13 @@ func notServed(err error) bool {
 // emptyResource deletes every object of r in namespace ns and then reads,
 // with a quorum LIST, what is left.
 //
+// Skipping: a resource kgc's graph shows empty in ns, with a complete count
+// (Config.Observed), is not deleted: its quorum LIST alone confirms it is
+// empty. Should that LIST find anything (an object the watch has not
+// delivered yet), the resource is deleted and listed as any other. The
+// conclusion "nothing is left" always rests on the quorum LIST, never on
+// the graph.
+//
 // Deletion: one DELETECOLLECTION where r serves it; otherwise the objects a
 // quorum LIST returns, one DELETE each, guarded by the object's UID (an
 // object recreated under the same name in between is not deleted on the
@@ -100,11 +110,41 @@ func notServed(err error) bool {
 // finalizers that survived its deletion — is an error, as upstream reports
 // it ("unexpected items still remain").
 func (c *Controller) emptyResource(ctx context.Context, r resource, ns string) result {
+	if r.list && c.cfg.Observed != nil {
+		if n, complete := c.cfg.Observed(ns, r.gvr, r.kind); complete && n == 0 {
+			// The graph shows the resource empty in ns: confirm with the
+			// quorum LIST alone, and delete after all if it finds anything.
+			items, err := c.api.ListInNamespace(ctx, r.gvr, ns)
+			switch {
+			case notServed(err):
+				return result{}
+			case err != nil:
+				return result{err: err}
+			case len(items) == 0:
+				c.cfg.Metrics.NamespaceResourceSkipped()
+				return result{}
+			}
+		}
+	}
+	return c.deleteAndConfirm(ctx, r, ns)
+}
+
+// deleteAndConfirm is emptyResource without the graph's help.
+func (c *Controller) deleteAndConfirm(ctx context.Context, r resource, ns string) result {
 	if r.deleteCollection {
 		err := c.api.DeleteCollection(ctx, r.gvr, ns)
 		switch {
 		case err == nil:
 		case notServed(err):
+			r.deleteCollection = false
+		case apierrors.IsForbidden(err):
+			// kgc's role grants delete but not deletecollection on this
+			// resource (deploy/'s ClusterRole for the collector alone,
+			// or a webhook refusing bulk deletions): the same objects
+			// go one by one, each DELETE authorized on its own.
+			// kube-controller-manager has no such fallback (it reports
+			// the 403); docs/semantics.md.
+			klog.FromContext(ctx).V(2).Info("DELETECOLLECTION forbidden; deleting one by one", logKeyNamespace, ns, "resource", r.gvr.String(), "err", err.Error())
 			r.deleteCollection = false
 		default:
 			return result{err: err}

@@ -59,6 +59,15 @@ type Config struct {
 	// Recheck is the backstop delay before a namespace with content left
 	// is checked again when no observed deletion wakes it sooner; default 15s.
 	Recheck time.Duration
+	// Observed, optional, answers from kgc's graph how many objects of a
+	// resource (of kind) it holds in namespace ns, and whether that count
+	// is complete: the resource is monitored, not failing, and a complete
+	// list of it has been applied. A resource the graph shows complete and
+	// empty gets no DELETECOLLECTION (or per-object DELETEs): only the
+	// confirming quorum LIST, and the deletion after all if that LIST
+	// finds something (the graph lags the API server). Nil: every resource
+	// is deleted.
+	Observed func(ns string, gvr schema.GroupVersionResource, kind string) (n int, complete bool)
 	// Metrics is optional.
 	Metrics *metrics.Metrics
 	// Clock is optional (the real clock).

@@ -128,6 +128,77 @@ func TestSyncDeletesEverythingThenFinalizes(t *testing.T) {
 	}
 }
 
+// DELETECOLLECTION answered 403 (RBAC grants delete but not
+// deletecollection): the objects are deleted one by one instead, and the
+// namespace goes; a 403 on the per-object DELETE is a content failure.
+func TestDeleteCollectionForbiddenFallsBackToDeletes(t *testing.T) {
+	f := newFake("ns", FinalizerKubernetes)
+	f.dcForbidden = map[schema.GroupVersionResource]bool{podsGVR: true, cmGVR: true}
+	f.add(podsGVR, "ns", "p")
+	f.add(cmGVR, "ns", "a")
+	f.add(cmGVR, "ns", "b")
+	f.add(cmGVR, "other", "keep-me")
+	c := newController(t, f, -1, nil)
+	out := c.sync(context.Background(), "ns")
+	if out.err != nil || out.outcome != metrics.NamespaceFinalized {
+		t.Fatalf("outcome %+v, want finalized\n%s", out, f.callLog())
+	}
+	log := f.callLog()
+	for _, want := range []string{"deletecollection pods -n ns", "delete pods -n ns p", "deletecollection configmaps -n ns", "delete configmaps -n ns a", "delete configmaps -n ns b"} {
+		if !strings.Contains(log, want+"\n") {
+			t.Errorf("no %q in:\n%s", want, log)
+		}
+	}
+	if f.count(cmGVR, "other") != 1 {
+		t.Error("an object of another namespace was deleted")
+	}
+	checkInside(t, f, "ns")
+}
+
+// A resource the graph shows empty (complete count) gets only its
+// confirming LIST; one the graph wrongly shows empty (the watch lags) is
+// deleted after all once the LIST finds objects; incomplete counts are
+// not trusted.
+func TestGraphSkipsEmptyResources(t *testing.T) {
+	f := newFake("ns", FinalizerKubernetes)
+	f.add(cmGVR, "ns", "unseen") // not in the graph yet
+	f.add(eventsGVR, "ns", "e")
+	c := newController(t, f, -1, nil)
+	c.cfg.Observed = func(ns string, gvr schema.GroupVersionResource, kind string) (int, bool) {
+		if ns != "ns" {
+			t.Errorf("Observed asked about namespace %q", ns)
+		}
+		switch gvr {
+		case podsGVR, cmGVR, widgetGVR:
+			return 0, true
+		}
+		return 0, false // events: not monitored
+	}
+	out := c.sync(context.Background(), "ns")
+	if out.err != nil || out.outcome != metrics.NamespaceFinalized {
+		t.Fatalf("outcome %+v, want finalized\n%s", out, f.callLog())
+	}
+	log := f.callLog() + "\n"
+	for _, want := range []string{"list pods -n ns", "list widgets -n ns", "list configmaps -n ns", "deletecollection configmaps -n ns", "deletecollection events -n ns"} {
+		if !strings.Contains(log, want+"\n") {
+			t.Errorf("no %q in:\n%s", want, log)
+		}
+	}
+	for _, never := range []string{"deletecollection pods", "delete widgets"} {
+		if strings.Contains(log, never) {
+			t.Errorf("%q although the graph showed the resource empty:\n%s", never, log)
+		}
+	}
+	if n := strings.Count(log, "list widgets -n ns"); n != 1 {
+		t.Errorf("widgets listed %d times, want once (the confirming LIST only):\n%s", n, log)
+	}
+	for _, gvr := range []schema.GroupVersionResource{cmGVR, eventsGVR} {
+		if n := f.count(gvr, "ns"); n != 0 {
+			t.Errorf("%s: %d left", gvr.Resource, n)
+		}
+	}
+}
+
 func TestPodsFirst(t *testing.T) {
 	f := newFake("ns", FinalizerKubernetes)
 	f.add(podsGVR, "ns", "p", "example.com/hold")

@@ -18,13 +18,15 @@ import (
 // Namespace, objects of namespaced resources, faults per resource, and a
 // log of every call.
 type fakeAPI struct {
-	mu               sync.Mutex
-	ns               *corev1.Namespace
-	rv               int
-	resources        []*metav1.APIResourceList
-	discErr          error
-	objects          map[schema.GroupVersionResource][]metav1.PartialObjectMetadata
-	listErr          map[schema.GroupVersionResource]error
+	mu        sync.Mutex
+	ns        *corev1.Namespace
+	rv        int
+	resources []*metav1.APIResourceList
+	discErr   error
+	objects   map[schema.GroupVersionResource][]metav1.PartialObjectMetadata
+	listErr   map[schema.GroupVersionResource]error
+	// dcForbidden answers DELETECOLLECTION with 403 (delete is allowed).
+	dcForbidden      map[schema.GroupVersionResource]bool
 	finalizeConflict bool
 	calls            []string
 	nextUID          int
@@ -178,6 +180,9 @@ func (f *fakeAPI) DeleteCollection(_ context.Context, gvr schema.GroupVersionRes
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.log("deletecollection %s -n %s", gvr.Resource, ns)
+	if f.dcForbidden[gvr] {
+		return apierrors.NewForbidden(gvr.GroupResource(), "", fmt.Errorf("cannot deletecollection"))
+	}
 	if err := f.listErr[gvr]; err != nil {
 		return err
 	}

@@ -86,7 +86,15 @@ func objectKey(o *unstructured.Unstructured) string {
 // appear in each file.
 func loadManifests(t *testing.T) []manifest {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(repoRoot, "deploy"))
+	return loadManifestsIn(t, "deploy")
+}
+
+// loadManifestsIn reads every object of dir/*.{yaml,yml,json} (dir relative
+// to the repository root; subdirectories are not read, as kubectl apply -f
+// does not descend into them).
+func loadManifestsIn(t *testing.T, dir string) []manifest {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(repoRoot, dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +103,7 @@ func loadManifests(t *testing.T) []manifest {
 		if e.IsDir() || !slices.Contains([]string{".yaml", ".yml", ".json"}, filepath.Ext(e.Name())) {
 			continue
 		}
-		rel := filepath.Join("deploy", e.Name())
+		rel := filepath.Join(dir, e.Name())
 		data, err := os.ReadFile(filepath.Join(repoRoot, rel))
 		if err != nil {
 			t.Fatal(err)
@@ -119,7 +127,7 @@ func loadManifests(t *testing.T) []manifest {
 		}
 	}
 	if len(out) == 0 {
-		t.Fatal("no manifests in deploy/")
+		t.Fatalf("no manifests in %s/", dir)
 	}
 	return out
 }
