@@ -26,7 +26,11 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	t.Cleanup(func() { _ = cp.Stop() })
+	t.Cleanup(func() {
+		if err := cp.Stop(); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
 	t.Logf("cluster started in %v", time.Since(began))
 
 	client := kubernetes.NewForConfigOrDie(cp.Config)

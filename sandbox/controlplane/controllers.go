@@ -217,6 +217,13 @@ func startScheduler(ctx context.Context, cp *ControlPlane) (*component, error) {
 		return nil, fmt.Errorf("kube-scheduler setup: %w", err)
 	}
 	return runComponent("kube-scheduler", schedulerConfigzName, func(ctx context.Context) error {
-		return schedapp.Run(ctx, cc, sched)
+		err := schedapp.Run(ctx, cc, sched)
+		if ctx.Err() != nil {
+			// Without leader election Run always ends in an error
+			// ("finished without leader elect"), even when it stopped
+			// because it was asked to.
+			return nil
+		}
+		return err
 	}), nil
 }
