@@ -8,7 +8,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -79,22 +81,46 @@ func TestCluster(t *testing.T) {
 		}
 	}
 
-	// Graceful termination: the Pod is marked, then removed by the
-	// simulated kubelet; the ReplicaSet replaces it meanwhile.
-	victim := pods[0]
-	if err := client.CoreV1().Pods("default").Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+	// Graceful termination: a deleted Pod is marked, then removed by the
+	// simulated kubelet about a second later, or after its
+	// kgc.dev/termination-delay (ms); the ReplicaSet replaces them
+	// meanwhile.
+	slow := pods[0]
+	patch := []byte(`{"metadata":{"annotations":{"kgc.dev/termination-delay":"8000"}}}`)
+	if _, err := client.CoreV1().Pods("default").Patch(ctx, slow.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := client.CoreV1().Pods("default").Get(ctx, victim.Name, metav1.GetOptions{})
-	if err != nil || got.DeletionTimestamp == nil {
-		t.Fatalf("right after DELETE, Pod %s: %v (err %v); want it terminating", victim.Name, got.DeletionTimestamp, err)
+	deleted := time.Now()
+	for _, p := range pods {
+		if err := client.CoreV1().Pods("default").Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := client.CoreV1().Pods("default").Get(ctx, victim.Name, metav1.GetOptions{})
-		return err != nil, nil
-	})
-	if err != nil {
-		t.Fatalf("Pod %s was not removed after its termination: %v", victim.Name, err)
+	got, err := client.CoreV1().Pods("default").Get(ctx, slow.Name, metav1.GetOptions{})
+	if err != nil || got.DeletionTimestamp == nil {
+		t.Fatalf("right after DELETE, Pod %s: %v (err %v); want it terminating", slow.Name, got.DeletionTimestamp, err)
+	}
+	gone := func(name string) wait.ConditionWithContextFunc {
+		return func(ctx context.Context) (bool, error) {
+			_, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		}
+	}
+	// About a second, not a random time up to the grace period (30 s).
+	for _, p := range pods[1:] {
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, gone(p.Name)); err != nil {
+			t.Fatalf("Pod %s was not removed within 10 s of its deletion: %v", p.Name, err)
+		}
+	}
+	t.Logf("Pods without a termination delay removed %v after their deletion", time.Since(deleted).Round(time.Millisecond))
+	if ok, _ := gone(slow.Name)(ctx); ok {
+		t.Fatalf("Pod %s, with a termination delay of 8 s, was removed within %v", slow.Name, time.Since(deleted))
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, gone(slow.Name)); err != nil {
+		t.Fatalf("Pod %s was not removed after its termination delay: %v", slow.Name, err)
+	}
+	if d := time.Since(deleted); d < 8*time.Second {
+		t.Errorf("Pod %s, with a termination delay of 8 s, was removed after %v", slow.Name, d)
 	}
 }
 

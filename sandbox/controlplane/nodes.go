@@ -50,9 +50,14 @@ const (
 // of zero. Like a kubelet it ignores the Pod's finalizers: they keep the
 // object, not the containers, and the apiserver removes the Pod once the
 // last finalizer is gone. The annotation kgc.dev/termination-delay (in
-// milliseconds) lets a test make a Pod slow to terminate; the delay is
-// never longer than the grace period, since the kubelet kills what has not
-// exited by then.
+// milliseconds) lets a test make a Pod slow to terminate; unlike a
+// kubelet's, the delay is not cut short at the end of the grace period.
+//
+// The delay is exactly that: kwok's jitter (jitterDurationFrom) would add
+// a random time up to its bound — bound by the deletionTimestamp, Pods
+// took anything up to the grace period (30 s) to go. kwok parses a
+// duration from a string with a unit, hence the "ms" appended to the
+// annotation; a Pod without it gets the default second.
 //
 // kwok's own default ("fast") removes a Pod at once, which is not what a
 // cluster does; its "general" stage waits a random time up to the grace
@@ -77,9 +82,7 @@ spec:
   delay:
     durationMilliseconds: 1000
     durationFrom:
-      expressionFrom: '.metadata.annotations["kgc.dev/termination-delay"]'
-    jitterDurationFrom:
-      expressionFrom: '.metadata.deletionTimestamp'
+      expressionFrom: '(.metadata.annotations["kgc.dev/termination-delay"] // empty) + "ms"'
   next:
     delete: true
 `
