@@ -132,7 +132,10 @@ func (a *auditor) judge(req *http.Request) deletion {
 			b, _ := io.ReadAll(body)
 			body.Close()
 			if len(bytes.TrimSpace(b)) > 0 {
-				_ = json.Unmarshal(b, &opts)
+				if err := json.Unmarshal(b, &opts); err != nil {
+					// kgc's metadata client sends JSON.
+					d.problem = "the auditor cannot read the DeleteOptions: " + err.Error()
+				}
 			}
 		}
 	}
@@ -142,7 +145,7 @@ func (a *auditor) judge(req *http.Request) deletion {
 	var collection bool
 	d.resource, d.namespace, d.name, collection = parsePath(req.URL.Path)
 	if collection || d.name == "" {
-		d.problem = "kgc deleted a collection: " + req.URL.String()
+		d.problem = join(d.problem, "kgc deleted a collection: "+req.URL.String())
 		return d
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -161,7 +164,7 @@ func (a *auditor) judge(req *http.Request) deletion {
 		return d // the precondition fails: nothing is deleted
 	}
 	if opts.Preconditions == nil || opts.Preconditions.UID == nil {
-		d.problem = "no UID precondition"
+		d.problem = join(d.problem, "no UID precondition")
 	}
 	if len(m.OwnerReferences) == 0 {
 		d.problem = join(d.problem, "the object has no ownerReferences")

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -102,7 +103,10 @@ func TestDeploymentRollout(t *testing.T) {
 			d.Spec.Template.Annotations["rev"] = strconv.Itoa(i)
 		}
 	}
+	began := time.Now()
+	step := func(what string) { t.Logf("%6.1fs %s", time.Since(began).Seconds(), what) }
 	r1 := tc.waitRolledOut(name, 3)
+	step("rolled out")
 
 	// 1. A rollout begins; its old ReplicaSet, still with Pods, is deleted
 	// in the background: kgc collects its Pods while the new ReplicaSet
@@ -110,6 +114,7 @@ func TestDeploymentRollout(t *testing.T) {
 	tc.updateDeployment(name, rev(2))
 	tc.del(r1.rs, metav1.DeletePropagationBackground)
 	r2 := tc.waitRolledOut(name, 3)
+	step("rolled out again, the old ReplicaSet deleted")
 	tc.waitGone(append([]obj{r1.rs}, r1.pods...)...)
 	if r2.rs.uid == r1.rs.uid {
 		t.Fatalf("the rollout did not make a new ReplicaSet")
@@ -121,9 +126,11 @@ func TestDeploymentRollout(t *testing.T) {
 	// UID) and the ReplicaSet controller adopts the orphaned Pods.
 	tc.updateDeployment(name, func(d *appsv1.Deployment) { rev(3)(d); d.Spec.Replicas = ptr.To[int32](5) })
 	r3 := tc.waitRolledOut(name, 5)
+	step("rolled out and scaled to 5")
 	tc.del(r3.rs, metav1.DeletePropagationOrphan)
 	tc.waitGone(r3.rs)
 	r3b := tc.waitRolledOut(name, 5)
+	step("the ReplicaSet deleted with Orphan is back")
 	if r3b.rs.name != r3.rs.name || r3b.rs.uid == r3.rs.uid {
 		t.Fatalf("after an orphaning delete of %s, the Deployment has %s; want the same name, another UID", r3.rs, r3b.rs)
 	}
@@ -153,6 +160,8 @@ func TestDeploymentRollout(t *testing.T) {
 		return len(m.OwnerReferences) == 0, fmt.Sprint(m.OwnerReferences), nil
 	})
 
+	step("released a Pod")
+
 	// 4. A bare Pod matching the ReplicaSet's selector is adopted (and the
 	// ReplicaSet, then one over, deletes a Pod of its choice).
 	hashPod, err := kubeClient.CoreV1().Pods(tc.ns).Get(tc.ctx, r3b.pods[1].name, metav1.GetOptions{})
@@ -177,6 +186,8 @@ func TestDeploymentRollout(t *testing.T) {
 		return false, "no event shows the bare Pod owned by " + r3b.rs.String(), nil
 	})
 
+	step("adopted a bare Pod")
+
 	// 5. The Deployment deleted with Orphan and created again: the new
 	// Deployment adopts the orphaned ReplicaSets, and with them the Pods.
 	tc.del(d, metav1.DeletePropagationOrphan)
@@ -194,6 +205,7 @@ func TestDeploymentRollout(t *testing.T) {
 	}
 	d = objOf(deploymentsGVR, dep)
 	r5 := tc.waitRolledOut(name, 5)
+	step("the Deployment made again adopted its ReplicaSets")
 	if r5.rs.uid != r3b.rs.uid {
 		t.Errorf("the new Deployment runs %s, want the adopted %s", r5.rs, r3b.rs)
 	}
@@ -219,6 +231,8 @@ func TestDeploymentRollout(t *testing.T) {
 		}
 	}
 
+	step("rolled out, scaled to 2, history cut")
+
 	// 7. The Deployment deleted: everything labelled app=web goes; the
 	// released Pod stays.
 	all := append(tc.objs(replicaSetsGVR, "app="+name), tc.objs(podsGVR, "app="+name)...)
@@ -235,6 +249,7 @@ func TestDeploymentRollout(t *testing.T) {
 		}
 		return len(rs)+len(pods) == 0, fmt.Sprintf("%d ReplicaSets, %d Pods", len(rs), len(pods)), nil
 	})
+	step("deleted")
 	tc.assertKeptAfterGC(aliveOwnedBy(released))
 }
 

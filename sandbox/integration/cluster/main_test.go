@@ -2,12 +2,14 @@ package cluster
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -27,6 +29,8 @@ import (
 var (
 	kubeClient     kubernetes.Interface
 	metadataClient metadata.Interface
+	restConfig     *rest.Config
+	mapper         meta.RESTMapper
 	audit          *auditor
 	rec            *recorder
 	watcher        *safety.Watcher
@@ -47,6 +51,15 @@ var recordedResources = []schema.GroupVersionResource{
 var protectedResources = []schema.GroupVersionResource{podsGVR, replicaSetsGVR, pvcsGVR}
 
 func TestMain(m *testing.M) {
+	// The tests mostly wait for the controllers and the simulated
+	// kubelet: run more of them at once than GOMAXPROCS (the default),
+	// unless -test.parallel says how many.
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", "6")
+	}
 	os.Exit(testenv.Main(m, testenv.Options{
 		Name:         "cluster",
 		ControlPlane: controlplane.Options{Cluster: true, Nodes: 3},
@@ -54,13 +67,13 @@ func TestMain(m *testing.M) {
 }
 
 func setup(env *testenv.Env) error {
-	kubeClient, metadataClient = env.Kube, env.Metadata
+	kubeClient, metadataClient, restConfig = env.Kube, env.Metadata, env.Config
 
 	disc, err := discovery.NewDiscoveryClientForConfig(env.Config)
 	if err != nil {
 		return err
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+	mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
 	audit = newAuditor(metadataClient, mapper)
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testenv.NamespaceName("markers")}}
