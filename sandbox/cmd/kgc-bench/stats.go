@@ -120,6 +120,14 @@ type cell struct {
 	runs []result
 }
 
+// medOf is c's median of f, NaN for a cell that did not run.
+func medOf(c *cell, f func(result) float64) float64 {
+	if c == nil {
+		return math.NaN()
+	}
+	return c.med(f)
+}
+
 func (c cell) med(f func(result) float64) float64 {
 	xs := make([]float64, len(c.runs))
 	for i, r := range c.runs {
@@ -203,23 +211,17 @@ func writeTable(w io.Writer, results []result, budgets []string, machine string)
 			if u == nil && k == nil {
 				continue
 			}
-			get := func(c *cell, f func(result) float64) float64 {
-				if c == nil {
-					return math.NaN()
-				}
-				return c.med(f)
-			}
 			ops := func(r result) float64 { return r.objectsPerSecond() }
 			cpo := func(r result) float64 { return r.callsPerObject() }
 			rss := func(r result) float64 { return float64(r.Usage.MaxRSSKB) / 1024 }
 			cpu := func(r result) float64 { return r.Usage.CPU.Seconds() }
-			objs := get(u, func(r result) float64 { return float64(r.Objects) })
+			objs := medOf(u, func(r result) float64 { return float64(r.Objects) })
 			if math.IsNaN(objs) {
-				objs = get(k, func(r result) float64 { return float64(r.Objects) })
+				objs = medOf(k, func(r result) float64 { return float64(r.Objects) })
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", st.title, b, fnum(objs, 0),
-				f1(get(u, ops)), f1(get(k, ops)), fratio(ratio(get(k, ops), get(u, ops))),
-				f2(get(u, cpo)), f2(get(k, cpo)), f1(get(u, rss)), f1(get(k, rss)), f1(get(u, cpu)), f1(get(k, cpu)))
+				f1(medOf(u, ops)), f1(medOf(k, ops)), fratio(ratio(medOf(k, ops), medOf(u, ops))),
+				f2(medOf(u, cpo)), f2(medOf(k, cpo)), f1(medOf(u, rss)), f1(medOf(k, rss)), f1(medOf(u, cpu)), f1(medOf(k, cpu)))
 		}
 	}
 
@@ -264,22 +266,16 @@ func writeTable(w io.Writer, results []result, budgets []string, machine string)
 				if u == nil && k == nil {
 					continue
 				}
-				get := func(c *cell, f func(result) float64) float64 {
-					if c == nil {
-						return math.NaN()
-					}
-					return c.med(f)
-				}
 				owner := func(r result) float64 { return r.OwnerGone.Seconds() }
 				done := func(r result) float64 { return r.Elapsed.Seconds() }
 				calls := func(r result) float64 { return float64(r.Calls.perObject()) }
-				objs := get(u, func(r result) float64 { return float64(r.Objects) })
+				objs := medOf(u, func(r result) float64 { return float64(r.Objects) })
 				if math.IsNaN(objs) {
-					objs = get(k, func(r result) float64 { return float64(r.Objects) })
+					objs = medOf(k, func(r result) float64 { return float64(r.Objects) })
 				}
 				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", st.title, b, fnum(objs, 0),
-					f2(get(u, owner)), f2(get(k, owner)), f2(get(u, done)), f2(get(k, done)), fratio(ratio(get(k, done), get(u, done))),
-					fnum(get(u, calls), 0), fnum(get(k, calls), 0))
+					f2(medOf(u, owner)), f2(medOf(k, owner)), f2(medOf(u, done)), f2(medOf(k, done)), fratio(ratio(medOf(k, done), medOf(u, done))),
+					fnum(medOf(u, calls), 0), fnum(medOf(k, calls), 0))
 			}
 		}
 	}
