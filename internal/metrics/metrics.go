@@ -71,6 +71,7 @@ type Metrics struct {
 	nsSkipped     prometheus.Counter
 
 	collectors []prometheus.Collector
+	reg        prometheus.Registerer
 }
 
 // GraphCounts is the graph size by node state.
@@ -209,8 +210,14 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 		m.nsSyncs, m.nsSync, m.nsDeletion, m.nsTerminating, m.nsSkipped,
 		&stateCollector{src: src},
 	}
-	for _, c := range m.collectors {
+	m.reg = reg
+	for i, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
+			// All or nothing: a caller that corrects its mistake may
+			// register on the same registry again.
+			for _, done := range m.collectors[:i] {
+				reg.Unregister(done)
+			}
 			return nil, err
 		}
 	}
@@ -286,6 +293,18 @@ func (m *Metrics) NamespacesTerminating(n int) {
 		return
 	}
 	m.nsTerminating.Set(float64(n))
+}
+
+// Unregister removes every collector New registered from its registry (for
+// a caller whose construction failed after New: its sources may never be
+// valid).
+func (m *Metrics) Unregister() {
+	if m == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
 }
 
 // Collectors returns every collector New registered (for docs tests).

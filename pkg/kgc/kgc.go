@@ -196,7 +196,7 @@ type Collector struct {
 
 // New validates opts and builds a Collector for the API server cfg points at.
 // It does not contact the server.
-func New(cfg *rest.Config, opts Options) (*Collector, error) {
+func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	if cfg == nil {
 		return nil, errors.New("kgc: rest config is required")
 	}
@@ -207,50 +207,84 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	if err := ValidateEventComponent(component); err != nil {
 		return nil, fmt.Errorf("kgc: EventComponent: %w", err)
 	}
-	cfg, err := withBudget(cfg, opts.QPS, opts.Burst)
+	cfg, err = withBudget(cfg, opts.QPS, opts.Burst)
 	if err != nil {
 		return nil, err
 	}
 	cfg = rest.AddUserAgent(cfg, "kgc")
-	var inner *collector.Collector // set below; read only at scrape time
 	if opts.StuckThreshold < 0 {
 		return nil, fmt.Errorf("kgc: StuckThreshold must not be negative, got %s", opts.StuckThreshold)
 	}
 	if opts.StuckThreshold == 0 {
 		opts.StuckThreshold = DefaultStuckThreshold
 	}
-	var mapper *restmapper.DeferredDiscoveryRESTMapper // set below
+	// The metrics' sources read the collector and its mapper, built below.
+	// A scrape of the caller's registry may come while New runs, or after
+	// it failed and before it unregistered the metrics again: it then
+	// finds nothing built and reports nothing.
+	type parts struct {
+		c      *collector.Collector
+		mapper *restmapper.DeferredDiscoveryRESTMapper
+	}
+	var built atomic.Pointer[parts]
 	m, err := metrics.New(opts.Registerer, metrics.Sources{
 		Graph: func() metrics.GraphCounts {
-			g := inner.Graph().Counts()
-			return metrics.GraphCounts(g)
+			if p := built.Load(); p != nil {
+				return metrics.GraphCounts(p.c.Graph().Counts())
+			}
+			return metrics.GraphCounts{}
 		},
 		Monitors: func() []metrics.MonitorState {
+			p := built.Load()
+			if p == nil {
+				return nil
+			}
 			var out []metrics.MonitorState
-			for gvr, st := range inner.MonitorStatus() {
+			for gvr, st := range p.c.MonitorStatus() {
 				out = append(out, metrics.MonitorState{Resource: gvrString(gvr), Synced: st.Synced, Failing: st.Failing()})
 			}
 			return out
 		},
 		DiscoveryFailures: func() []string {
+			p := built.Load()
+			if p == nil {
+				return nil
+			}
 			var out []string
-			for gv := range inner.DiscoveryFailures() {
+			for gv := range p.c.DiscoveryFailures() {
 				out = append(out, gv.String())
 			}
 			return out
 		},
-		Writes: func() (int, int) { return inner.WritesInFlight() },
+		Writes: func() (int, int) {
+			if p := built.Load(); p != nil {
+				return p.c.WritesInFlight()
+			}
+			return 0, 0
+		},
 		Stuck: func() (map[string]int, float64, bool) {
-			return stuckMetrics(source{inner}, mapper, opts.StuckThreshold)
+			if p := built.Load(); p != nil {
+				return stuckMetrics(source{p.c}, p.mapper, opts.StuckThreshold)
+			}
+			return nil, 0, false
 		},
 		Startup: func() metrics.StartupProgress {
-			listed, total, objects := inner.StartupProgress()
+			p := built.Load()
+			if p == nil {
+				return metrics.StartupProgress{}
+			}
+			listed, total, objects := p.c.StartupProgress()
 			return metrics.StartupProgress{ResourcesListed: listed, ResourcesTotal: total, ObjectsListed: objects}
 		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kgc: registering metrics: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			m.Unregister()
+		}
+	}()
 	cfg.Wrap(m.InstrumentTransport)
 	// kgc lists every deletable resource, deprecated ones included, on
 	// purpose: the apiserver's deprecation warnings are noise here.
@@ -285,7 +319,7 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 		httpClient: httpClient,
 		done:       make(chan struct{}),
 	}
-	mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	var nsAPI namespaces.API
 	if opts.NamespaceLifecycle {
 		nsAPI = &apiops.NamespaceOps{Namespaces: cs.CoreV1().Namespaces(), Metadata: md, Discovery: dc}
@@ -311,7 +345,7 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kgc: %w", err)
 	}
-	inner = out.c
+	built.Store(&parts{c: out.c, mapper: mapper})
 	hopts := server.Options{Profiling: opts.Profiling}
 	if g, ok := opts.Registerer.(prometheus.Gatherer); ok {
 		hopts.Metrics = promhttp.HandlerFor(g, promhttp.HandlerOpts{})

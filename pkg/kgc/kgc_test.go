@@ -196,3 +196,27 @@ func TestMetricsScrapeHasBuildInfo(t *testing.T) {
 		t.Errorf("/metrics lacks kgc_build_info{goversion,revision,version} 1:\n%s", rec.Body.String())
 	}
 }
+
+// A New that fails after it registered its metrics leaves the registry as
+// it found it: scraping it does not reach into a collector that was never
+// built, and a corrected New may register on it again.
+func TestFailedNewLeavesRegistryClean(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := &rest.Config{Host: "http://127.0.0.1:1"}
+	if _, err := kgc.New(cfg, kgc.Options{Registerer: reg, Workers: -1}); err == nil {
+		t.Fatal("negative Workers accepted")
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("scraping after a failed New: %v", err)
+	}
+	for _, mf := range mfs {
+		t.Errorf("a failed New left %s registered", mf.GetName())
+	}
+	if _, err := kgc.New(cfg, kgc.Options{Registerer: reg}); err != nil {
+		t.Fatalf("New on the registry of a failed New: %v", err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+}
