@@ -34,6 +34,7 @@ const (
 	OpExpire    = "expire"     // GR: its watches end with 410
 	OpDown      = "down"       // GR Down: LIST and WATCH fail, or heal
 	OpFailLists = "fail-lists" // GR N: the collector's next N LISTs fail
+	OpHoldList  = "hold-list"  // GR Hold: the collector's LISTs wait before their next page, or go on
 	OpVersion   = "version"    // GR Version: the preferred version
 	OpUnserve   = "unserve"    // GR: a CRD-like resource deleted (still in discovery)
 	OpServe     = "serve"      // GR: served again
@@ -75,6 +76,7 @@ type Action struct {
 	Rate       float64
 	Version    string
 	Down       bool
+	Hold       bool
 }
 
 func (a Action) obj() string {
@@ -127,6 +129,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("%s %s %v", a.Op, a.GR, a.Down)
 	case OpFailLists:
 		return fmt.Sprintf("%s %s %d", a.Op, a.GR, a.N)
+	case OpHoldList:
+		return fmt.Sprintf("%s %s %v", a.Op, a.GR, a.Hold)
 	case OpVersion:
 		return a.Op + " " + a.GR.String() + " " + a.Version
 	}
@@ -267,6 +271,11 @@ func ParseAction(line string) (Action, error) {
 		if err = need(2); err == nil {
 			a.GR = schema.ParseGroupResource(args[0])
 			a.N, err = strconv.Atoi(args[1])
+		}
+	case OpHoldList:
+		if err = need(2); err == nil {
+			a.GR = schema.ParseGroupResource(args[0])
+			a.Hold, err = strconv.ParseBool(args[1])
 		}
 	case OpVersion:
 		if err = need(2); err == nil {
@@ -466,6 +475,8 @@ func (s *Sim) Apply(a Action) error {
 		s.SetDown(a.GR, a.Down)
 	case OpFailLists:
 		s.FailLists(a.GR, a.N)
+	case OpHoldList:
+		s.HoldLists(a.GR, a.Hold)
 	case OpVersion:
 		s.SwitchVersion(a.GR, a.Version)
 	case OpUnserve:
