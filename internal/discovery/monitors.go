@@ -77,8 +77,8 @@ type monitor struct {
 	apiVersion string
 	res        metadata.ResourceInterface
 	observe    func(graph.Event)
-	// sweep: relists (and, for a restarted resource, the first list) end
-	// with a Relisted event.
+	// sweep: relists (and, for a restarted resource or after a first list
+	// that failed part way, the first list) end with a Relisted event.
 	sweep bool
 	gen   uint32 // the list generation of the last list
 	// listGen: the generation of the last complete list, whose Listed
@@ -471,6 +471,7 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 	if initial {
 		mon.initialObjects.Store(0)
 	}
+	delivered := false // a page of this list reached the graph
 	for {
 		l, err := mon.res.List(ctx, opts)
 		if apierrors.IsNotFound(err) {
@@ -490,8 +491,16 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 			return "", false, nil
 		}
 		if err != nil {
+			if delivered {
+				// This list failed part way: the pages it delivered may hold
+				// objects that are gone by the time a list completes, and
+				// no watch will ever tell (it starts after that list).
+				// The next complete list sweeps them, even a first one.
+				mon.sweep = true
+			}
 			return "", false, err
 		}
+		delivered = delivered || len(l.Items) > 0
 		for i := range l.Items {
 			mon.observe(graph.Event{Type: graph.Upsert, Object: leanObject(&l.Items[i], mon.apiVersion, mon.resource.Kind), Gen: gen})
 			l.Items[i] = metav1.PartialObjectMetadata{} // let the page go as it is converted

@@ -157,3 +157,51 @@ func TestStatusFailingAfterSync(t *testing.T) {
 		t.Errorf("State = %s", s.State())
 	}
 }
+
+// A first list that fails part way has handed its first pages on; an
+// object of those pages may be deleted before the list is retried, and no
+// watch will report it (the watch starts after the list that completes).
+// The retried list, the monitor's first complete one, therefore ends with
+// a Relisted sweep, which removes it (found by the simulator: a ghost owner
+// whose dependents were never collected).
+func TestMonitorFirstListFailedPartWaySweeps(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	var lists atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		w.Header().Set("Content-Type", "application/json")
+		if q.Get("watch") == "true" {
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		item := func(name string) string {
+			return fmt.Sprintf(`{"metadata":{"namespace":"a","name":%q,"uid":%q,"resourceVersion":"7"}}`, name, name)
+		}
+		n := lists.Add(1)
+		switch {
+		case n == 1: // first page of the first attempt: gone and kept
+			fmt.Fprintf(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"continue":"next"},"items":[%s,%s]}`, item("gone"), item("kept"))
+		case n == 2: // its second page fails
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"InternalError","code":500}`)
+		default: // the retry: gone was deleted meanwhile
+			fmt.Fprintf(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"42"},"items":[%s]}`, item("kept"))
+		}
+	}))
+	defer srv.Close()
+	client, err := metadata.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	m := NewMonitors(client, rec.observe)
+	defer m.Stop()
+	m.Sync(ctx, want(configMaps), nil)
+	waitUntil(t, "sync", m.HasSynced)
+	evs := rec.get()
+	if len(evs) != 4 || evs[3].Type != graph.Relisted || evs[3].Gen != evs[2].Gen || evs[2].Object.Identity.Name != "kept" || evs[3].Object.ResourceVersion != "42" {
+		t.Fatalf("events = %+v, want gone and kept upserted, kept upserted again, and a Relisted sweep of the complete list's generation at its version", evs)
+	}
+}

@@ -48,8 +48,9 @@ type resource struct {
 	list404 bool
 	// down: LIST and WATCH answer 503 (a conversion webhook that is down).
 	down bool
-	// failLists: the next n collector LISTs answer 429.
-	failLists int
+	// failLists: the next n collector LISTs answer 429; failPages: the next
+	// n collector LISTs continuing a list (its second page on) answer 500.
+	failLists, failPages int
 	log       []logEntry // events, for watches resuming from a version
 	compacted int64      // a watch from below this answers 410
 	watchers  []*watcher
@@ -614,6 +615,10 @@ func (s *Server) list(ctx context.Context, actor Actor, gvr schema.GroupVersionR
 		r.failLists--
 		r.listFailed = true
 		return nil, apierrors.NewTooManyRequests("injected", 1)
+	case r.failPages > 0 && actor == ActorKGC && opts.Continue != "":
+		r.failPages--
+		r.listFailed = true
+		return nil, apierrors.NewInternalError(fmt.Errorf("injected: page failed"))
 	}
 	var items []metav1.ObjectMeta
 	offset := 0

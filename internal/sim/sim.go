@@ -548,6 +548,15 @@ func (s *Sim) FailLists(gr schema.GroupResource, n int) {
 	s.Srv.mu.Unlock()
 }
 
+// FailListPages makes the collector's next n LISTs of gr that continue a
+// list (a second page on) answer 500: a list that fails part way.
+func (s *Sim) FailListPages(gr schema.GroupResource, n int) {
+	s.Step("resource %s: next %d collector LIST pages after the first fail", gr.String(), n)
+	s.Srv.mu.Lock()
+	s.Srv.kinds[gr].failPages = n
+	s.Srv.mu.Unlock()
+}
+
 // Expire ends gr's watches with 410 and settles.
 func (s *Sim) Expire(gr schema.GroupResource) error {
 	s.Step("expire watch %s", gr.String())
@@ -613,7 +622,7 @@ func (s *Sim) Heal() {
 	s.Srv.mu.Lock()
 	var held []schema.GroupResource
 	for gr, r := range s.Srv.kinds {
-		r.down, r.failLists = false, 0
+		r.down, r.failLists, r.failPages = false, 0, 0
 		if r.list404 {
 			r.list404, r.served = false, false
 		}
