@@ -51,9 +51,9 @@ type resource struct {
 	// failLists: the next n collector LISTs answer 429; failPages: the next
 	// n collector LISTs continuing a list (its second page on) answer 500.
 	failLists, failPages int
-	log       []logEntry // events, for watches resuming from a version
-	compacted int64      // a watch from below this answers 410
-	watchers  []*watcher
+	log                  []logEntry // events, for watches resuming from a version
+	compacted            int64      // a watch from below this answers 410
+	watchers             []*watcher
 	// listFailed and watching feed the scheduler's quiescence test.
 	listFailed bool
 	// holdList: the collector's LIST calls of this resource wait, before
