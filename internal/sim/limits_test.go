@@ -49,15 +49,22 @@ func (s *scripted) wantLimits(want ...string) {
 	}
 }
 
+// heldOwnerList starts a collector on a dependent (a ConfigMap) whose
+// owner (a Widget) sits in a resource whose first list is held.
+func heldOwnerList(t *testing.T) (s *scripted, o, d Obj) {
+	s = newScripted(t)
+	o = s.create(Obj{GR: Widgets, Namespace: "a", Name: "o"})
+	d = s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "d"}, s.OwnerRef(o, true))
+	s.HoldLists(Widgets, true)
+	s.start()
+	return s, o, d
+}
+
 // A dependent listed while its owner's resource is still making its first
 // list waits for that list (parked), and reads no owner with a GET; when
 // the list lands it is resolved from the graph.
 func TestHeldListParksDependents(t *testing.T) {
-	s := newScripted(t)
-	o := s.create(Obj{GR: Widgets, Namespace: "a", Name: "o"})
-	d := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "d"}, s.OwnerRef(o, true))
-	s.HoldLists(Widgets, true)
-	s.start()
+	s, o, d := heldOwnerList(t)
 	s.advanceBy(30 * time.Second) // within --unlisted-hold (1m)
 	if n := s.gets(Widgets, "o"); n != 0 {
 		t.Fatalf("the owner was read with %d GETs while its resource was listing\n%s", n, s.Trace())
@@ -84,11 +91,7 @@ func TestHeldListParksDependents(t *testing.T) {
 // fake clock: the hold expires inside the schedule), and the dependent is
 // kept because the GET finds it.
 func TestHeldListStallReadsOwner(t *testing.T) {
-	s := newScripted(t)
-	o := s.create(Obj{GR: Widgets, Namespace: "a", Name: "o"})
-	d := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "d"}, s.OwnerRef(o, true))
-	s.HoldLists(Widgets, true)
-	s.start()
+	s, _, d := heldOwnerList(t)
 	s.advanceBy(61 * time.Second)
 	if n := s.gets(Widgets, "o"); n == 0 {
 		t.Fatalf("the owner was not read once its resource's list had stalled for --unlisted-hold\n%s", s.Trace())
@@ -170,15 +173,27 @@ func TestUnlistedHoldExpiresOrphanRestart(t *testing.T) {
 // dependent: the owner's finalizer goes first. The outcome is still right
 // (Orphan: the dependent is orphaned when seen, by the owner memory;
 // Foreground: it is deleted), only the order S2/S3 ask for is not kept.
+//
+// With a collector restart before the dependent is seen, the owner memory
+// is gone, and the dependent of the Orphan owner is collected as dangling
+// (LimitRestartMemory), as upstream would.
 func TestWatchLagOrderingLimit(t *testing.T) {
 	for _, tc := range []struct {
-		policy metav1.DeletionPropagation
+		name    string
+		policy  metav1.DeletionPropagation
+		restart bool
+		// limits hit when the owner has gone, and at the end.
 		limit  string
+		limits []string
+		// orphaned: the dependent survives without references; else it
+		// is deleted.
+		orphaned bool
 	}{
-		{metav1.DeletePropagationForeground, LimitWatchLag + " S3"},
-		{metav1.DeletePropagationOrphan, LimitWatchLag + " S2"},
+		{"Foreground", metav1.DeletePropagationForeground, false, LimitWatchLag + " S3", []string{LimitWatchLag + " S3"}, false},
+		{"Orphan", metav1.DeletePropagationOrphan, false, LimitWatchLag + " S2", []string{LimitWatchLag + " S2"}, true},
+		{"OrphanRestart", metav1.DeletePropagationOrphan, true, LimitWatchLag + " S2", []string{LimitWatchLag + " S2", LimitRestartMemory + " S2"}, false},
 	} {
-		t.Run(string(tc.policy), func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			s := newScripted(t)
 			o := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "o"})
 			s.start()
@@ -193,39 +208,19 @@ func TestWatchLagOrderingLimit(t *testing.T) {
 				t.Fatalf("the owner's finalizer is still there: the limit did not show (has a barrier closed it? update docs/correctness.md and this test)\n%s", s.Trace())
 			}
 			s.wantLimits(tc.limit)
+			if tc.restart {
+				s.must(s.Restart())
+				s.must(s.Settle())
+			}
 			s.finish()
-			s.wantLimits(tc.limit)
+			s.wantLimits(tc.limits...)
 			m := s.Get(d)
-			switch tc.policy {
-			case metav1.DeletePropagationOrphan:
-				if m == nil || len(m.OwnerReferences) != 0 {
-					t.Fatalf("the dependent was not orphaned once seen: %v\n%s", m, s.Trace())
-				}
-			default:
-				if m != nil {
-					t.Fatalf("the dependent of a Foreground owner survives\n%s", s.Trace())
-				}
+			switch {
+			case tc.orphaned && (m == nil || len(m.OwnerReferences) != 0):
+				t.Fatalf("the dependent was not orphaned once seen: %v\n%s", m, s.Trace())
+			case !tc.orphaned && m != nil:
+				t.Fatalf("the dependent survives\n%s", s.Trace())
 			}
 		})
-	}
-}
-
-// The watch-lag limit with a collector restart before the dependent is
-// seen: the owner memory is gone, and the dependent is collected as
-// dangling (LimitRestartMemory).
-func TestWatchLagOrphanRestart(t *testing.T) {
-	s := newScripted(t)
-	o := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "o"})
-	s.start()
-	d := s.create(Obj{GR: ReplicaSets, Namespace: "a", Name: "d"}, s.OwnerRef(o, true))
-	s.must(s.Delete(o, metav1.DeletePropagationOrphan))
-	s.must(s.Deliver(ConfigMaps))
-	s.advanceBy(time.Second)
-	s.must(s.Restart())
-	s.must(s.Settle())
-	s.finish()
-	s.wantLimits(LimitWatchLag+" S2", LimitRestartMemory+" S2")
-	if s.Get(d) != nil {
-		t.Fatalf("the dependent survived although the restarted collector had no memory of its orphaned owner\n%s", s.Trace())
 	}
 }
