@@ -267,3 +267,28 @@ func TestPartialFirstListLeavesNoGhost(t *testing.T) {
 		t.Fatalf("the dependent of an owner deleted while its resource's first list was retried survives\n%s", s.Trace())
 	}
 }
+
+// Found by the strict random schedules (seed 2825 of 1000..3999): o7 and o8
+// reference each other with blocking references; o7 is deleted
+// Foreground, then o8 with Orphan. kgc, from a graph that has seen o7's
+// deletion but not o8's, breaks the cycle on o8 (a JSON patch testing o8's
+// references, which still match) and sends the Foreground DELETE at the
+// version the patch produced: that version already carried the client's
+// Orphan deletion, so the DELETE passed its precondition and made the
+// apiserver swap o8's orphan finalizer for foregroundDeletion (S2: the
+// orphan finalizer gone while o7 still references o8). The DELETE after an
+// unblock now rests on the patched object as it is: one that started its
+// own deletion or changed its finalizers is decided again.
+func TestUnblockThenDeleteOverridesClientsOrphan(t *testing.T) {
+	s := newScripted(t)
+	o7 := s.create(Obj{GR: ClusterRoles, Name: "o7"})
+	o8 := s.create(Obj{GR: Gadgets, Name: "o8"}, s.OwnerRef(o7, true))
+	s.start()
+	s.must(s.Patch(o7, "set ownerReferences", map[string]any{"ownerReferences": []metav1.OwnerReference{s.OwnerRef(o8, true)}}))
+	s.must(s.Delete(o7, metav1.DeletePropagationForeground))
+	s.must(s.Delete(o8, metav1.DeletePropagationOrphan))
+	// o7's events first: its references, then its Foreground deletion.
+	s.must(s.Deliver(ClusterRoles))
+	s.must(s.Deliver(ClusterRoles))
+	s.finish()
+}
