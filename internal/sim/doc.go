@@ -112,7 +112,10 @@
 //     orphaned under one of those two limits, by a collector started after
 //     the release (the owner memory does not survive a restart). The same
 //     deletion by the collector that released the owner is a violation:
-//     that one must orphan the dependent.
+//     that one must orphan the dependent;
+//   - LimitStaleCycle: blockOwnerDeletion cleared to break a cycle of
+//     blocking references that no longer exists but did in the versions of
+//     its objects the collector was shown.
 //
 // Anything else is a violation. A dependent deleted while it also
 // references an owner that is gone without Orphan (or in Foreground
@@ -134,8 +137,10 @@
 // A random schedule is recorded as Actions that name objects by their
 // coordinates, not their UIDs: create, delete, set-refs, unhold, annotate,
 // deliver (the next event of one resource's watch), advance (the fake
-// clock), expire, restart, start, down, fail-lists, version, unserve,
-// serve, faults. Replay runs any subsequence of a schedule from scratch: an
+// clock, to its next timer), jump (the fake clock by a stretch, every timer
+// due firing late: --unlisted-hold passes in one step), expire, restart,
+// start, down, fail-lists, hold-list (a resource's LIST pages held or
+// released), version, unserve, serve, faults. Replay runs any subsequence of a schedule from scratch: an
 // action on an object the subsequence never creates does nothing, and a
 // reference to one is dropped. Replaying the recorded schedule repeats a
 // failure far more often than re-running the seed, whose later draws

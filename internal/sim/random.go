@@ -425,6 +425,12 @@ func (s *rs) step() error {
 			gr := objectGRs[s.rng.IntN(len(objectGRs))]
 			return s.Apply(Action{Op: OpHoldList, GR: gr, Hold: s.chance(0.5)})
 		}})
+		// Time passing in one step, so that --unlisted-hold (1m) expires
+		// within a schedule: a held finalizer released, a stalled list's
+		// parked dependents read.
+		choices = append(choices, choice{2, func() error {
+			return s.Apply(Action{Op: OpJump, D: []time.Duration{40 * time.Second, 90 * time.Second}[s.rng.IntN(2)]})
+		}})
 	}
 	if s.w.Discovery {
 		choices = append(choices, choice{2, func() error {

@@ -214,4 +214,4 @@ func TestRandomSchedules(t *testing.T) {
 }
 
 // documentedLimits are the kinds of Violation.Limit.
-var documentedLimits = []string{LimitWatchLag, LimitUnlistedHold, LimitRestartMemory}
+var documentedLimits = []string{LimitWatchLag, LimitUnlistedHold, LimitRestartMemory, LimitStaleCycle}

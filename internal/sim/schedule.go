@@ -31,6 +31,7 @@ const (
 	OpAnnotate  = "annotate"   // GR Namespace/Name: a client bumps the resourceVersion
 	OpDeliver   = "deliver"    // GR: the next watch event of GR
 	OpAdvance   = "advance"    // D: the fake clock, to the next timer or by D
+	OpJump      = "jump"       // D: the fake clock by D at once, every timer due by then firing late
 	OpExpire    = "expire"     // GR: its watches end with 410
 	OpDown      = "down"       // GR Down: LIST and WATCH fail, or heal
 	OpFailLists = "fail-lists" // GR N: the collector's next N LISTs fail
@@ -123,7 +124,7 @@ func (a Action) String() string {
 		return a.Op + " " + a.obj()
 	case OpDeliver, OpExpire, OpUnserve, OpServe:
 		return a.Op + " " + a.GR.String()
-	case OpAdvance:
+	case OpAdvance, OpJump:
 		return a.Op + " " + a.D.String()
 	case OpDown:
 		return fmt.Sprintf("%s %s %v", a.Op, a.GR, a.Down)
@@ -258,7 +259,7 @@ func ParseAction(line string) (Action, error) {
 		if err = need(1); err == nil {
 			a.GR = schema.ParseGroupResource(args[0])
 		}
-	case OpAdvance:
+	case OpAdvance, OpJump:
 		if err = need(1); err == nil {
 			a.D, err = time.ParseDuration(args[0])
 		}
@@ -465,6 +466,10 @@ func (s *Sim) Apply(a Action) error {
 		}
 	case OpAdvance:
 		if err := s.Advance(a.D); err != nil {
+			return err
+		}
+	case OpJump:
+		if err := s.Jump(a.D); err != nil {
 			return err
 		}
 	case OpExpire:

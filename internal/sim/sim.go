@@ -361,6 +361,15 @@ func (s *Sim) Advance(d time.Duration) error {
 	return s.Settle()
 }
 
+// Jump moves the fake clock by d at once, firing every timer due by then
+// (late, together), and settles: a stretch of time in which the collector
+// was slow, long enough for --unlisted-hold to pass in one step.
+func (s *Sim) Jump(d time.Duration) error {
+	s.Step("jump %s", d)
+	s.Clock.Step(d)
+	return s.Settle()
+}
+
 // Quiesce heals nothing; it delivers every event and advances time until
 // the collector has had at least two resync periods with no write, no
 // pending event and no pending timer, or the fake-time budget runs out.
