@@ -348,14 +348,16 @@ func (s *Server) checkFinalizers(actor Actor, old, now *metav1.ObjectMeta) {
 			}
 			note, limit := "", ""
 			switch {
+			case s.releasedPastHold(old.UID, k.gr):
+				// kgc's own record of the decision: the resource was not
+				// listed in its graph (its list may have been served, and
+				// not applied yet), and the hold had passed.
+				note, limit = " (kgc had not listed its resource, and released the finalizer past --unlisted-hold)", LimitUnlistedHold
 			case !s.couldSee(k, d.UID, ref, fgGone && !orphanGone):
 				// Upstream's informers have the same lag.
 				note, limit = " (kgc could not have seen that reference yet: its event is still on the watch)", LimitWatchLag
 			case !s.listed[k.gr]:
 				note = " (kgc never listed its resource)"
-				if s.releasedPastHold(old.UID, k.gr) {
-					note, limit = " (kgc never listed its resource, and released the finalizer past --unlisted-hold)", LimitUnlistedHold
-				}
 			default:
 				if w := s.kgcWrote[d.UID]; w != 0 && (s.seen[d.UID] == nil || rvOf(s.seen[d.UID]) < w) {
 					note = " (kgc had written to it and not yet seen its write)"
