@@ -172,11 +172,12 @@ type Server struct {
 
 	// Fault, when set, may fail a call before it is served.
 	Fault func(Call) error
-	// ReleasedUnlisted, when set, reports the running collector's record
-	// of an owner whose finalizer it removed although resources were
-	// unlisted (Collector.Held): the resources unlisted then, and how long
-	// it had held the finalizer. UnlistedHold is the collector's bound.
-	ReleasedUnlisted func(owner types.UID) (unlisted []string, heldFor time.Duration, ok bool)
+	// ReleasedUnlisted, when set, reports the running collector's last
+	// record of an owner whose finalizer it removed although resources
+	// were unlisted (Collector.Held): the finalizer, the resources unlisted
+	// then, and how long it had held the finalizer. UnlistedHold is the
+	// collector's bound.
+	ReleasedUnlisted func(owner types.UID) (finalizer string, unlisted []string, heldFor time.Duration, ok bool)
 	UnlistedHold     time.Duration
 	// OnViolation receives every broken safety property.
 	OnViolation func(Violation)
@@ -220,12 +221,12 @@ func (s *Server) violateLimit(rule, limit, format string, args ...any) {
 // releasedPastHold reports whether the running collector's record says it
 // removed owner's finalizer after holding it for at least UnlistedHold
 // while gr was among the unlisted resources (LimitUnlistedHold).
-func (s *Server) releasedPastHold(owner types.UID, gr schema.GroupResource) bool {
+func (s *Server) releasedPastHold(owner types.UID, finalizer string, gr schema.GroupResource) bool {
 	if s.ReleasedUnlisted == nil {
 		return false
 	}
-	unlisted, heldFor, ok := s.ReleasedUnlisted(owner)
-	if !ok || heldFor < s.UnlistedHold {
+	f, unlisted, heldFor, ok := s.ReleasedUnlisted(owner)
+	if !ok || f != finalizer || heldFor < s.UnlistedHold {
 		return false
 	}
 	for _, u := range unlisted {
@@ -341,6 +342,10 @@ func (s *Server) checkFinalizers(actor Actor, old, now *metav1.ObjectMeta) {
 	if !orphanGone && !fgGone {
 		return
 	}
+	gcFinalizer := metav1.FinalizerDeleteDependents
+	if orphanGone {
+		gcFinalizer = metav1.FinalizerOrphanDependents
+	}
 	for k, d := range s.objects {
 		for _, ref := range d.OwnerReferences {
 			if ref.UID != old.UID || (!orphanGone && !blocks(ref)) {
@@ -348,7 +353,7 @@ func (s *Server) checkFinalizers(actor Actor, old, now *metav1.ObjectMeta) {
 			}
 			note, limit := "", ""
 			switch {
-			case s.releasedPastHold(old.UID, k.gr):
+			case s.releasedPastHold(old.UID, gcFinalizer, k.gr):
 				// kgc's own record of the decision: the resource was not
 				// listed in its graph (its list may have been served, and
 				// not applied yet), and the hold had passed.

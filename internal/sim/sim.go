@@ -210,14 +210,14 @@ func (s *Sim) Start() error {
 	s.Srv.ResetSeen()
 	s.Srv.mu.Lock()
 	s.Srv.UnlistedHold = cfg.UnlistedHold
-	s.Srv.ReleasedUnlisted = func(owner types.UID) ([]string, time.Duration, bool) {
+	s.Srv.ReleasedUnlisted = func(owner types.UID) (string, []string, time.Duration, bool) {
 		_, released := c.Held()
 		for i := len(released) - 1; i >= 0; i-- {
 			if h := released[i]; h.Owner.UID == owner {
-				return h.Unlisted, h.Released.Sub(h.Since), true
+				return h.Finalizer, h.Unlisted, h.Released.Sub(h.Since), true
 			}
 		}
-		return nil, 0, false
+		return "", nil, 0, false
 	}
 	s.Srv.mu.Unlock()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logr.Discard()))
