@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -427,6 +428,11 @@ func (mon *monitor) run(ctx context.Context) {
 		switch {
 		case ctx.Err() != nil:
 			return
+		case errors.Is(err, errWatchNotServed):
+			logger.V(2).Info("Resource not served (its watch answers 404); listing again")
+			if !sleep(ctx, mon.clock, notServed.Step()) {
+				return
+			}
 		case err != nil:
 			if !retry(err, "watch") {
 				return
@@ -553,8 +559,11 @@ func (mon *monitor) watch(ctx context.Context, rv string) (next string, events i
 	timeout := int64(monitorWatchTimeout.Seconds() * (1 + rand.Float64()))
 	w, err := mon.res.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
 	if err != nil {
-		if mustRelist(err) {
+		switch {
+		case mustRelist(err):
 			return "", 0, nil
+		case apierrors.IsNotFound(err):
+			return "", 0, errWatchNotServed
 		}
 		return rv, 0, err
 	}
@@ -573,8 +582,11 @@ func (mon *monitor) watch(ctx context.Context, rv string) (next string, events i
 		}
 		if ev.Type == watch.Error {
 			err := apierrors.FromObject(ev.Object)
-			if mustRelist(err) {
+			switch {
+			case mustRelist(err):
 				return "", events, nil
+			case apierrors.IsNotFound(err):
+				return "", events, errWatchNotServed
 			}
 			return rv, events, err
 		}
@@ -603,6 +615,15 @@ func mustRelist(err error) bool {
 	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err) ||
 		apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)
 }
+
+// errWatchNotServed is what watch returns when the server answers the
+// watch with 404: the resource is no longer served (a CRD deleted while
+// the watch was down). run lists it again, paced like a LIST answering
+// 404, and that list decides: a LIST answering 404 empties the resource in
+// the graph. Retrying the watch instead kept the deleted CRD's instances
+// in the graph until discovery dropped the resource, and for good when
+// that was not proven gone (found by the simulator: seed 13784).
+var errWatchNotServed = errors.New("watch answered 404: resource not served")
 
 // stopLocked stops the monitor and waits until its goroutine has ended, so
 // that a resource that comes and goes (a CRD deleted and recreated) leaves

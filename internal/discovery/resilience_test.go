@@ -47,7 +47,7 @@ func TestMonitorsListPagesAndWatchFromList(t *testing.T) {
 		default:
 			fmt.Fprintf(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"42"},"items":[%s]}`, metaItem("p2"))
 		}
-	})
+	}, false)
 	waitUntil(t, "watch", func() bool { mu.Lock(); defer mu.Unlock(); return len(watches) > 0 })
 	mu.Lock()
 	defer mu.Unlock()
@@ -155,7 +155,7 @@ func TestMonitorFirstListFailedPartWaySweeps(t *testing.T) {
 		default: // the retry: gone was deleted meanwhile
 			fmt.Fprintf(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"42"},"items":[%s]}`, metaItem("kept"))
 		}
-	})
+	}, false)
 	evs := rec.get()
 	if len(evs) != 4 || evs[3].Type != graph.Relisted || evs[3].Gen != evs[2].Gen || evs[2].Object.Identity.Name != "kept" || evs[3].Object.ResourceVersion != "42" {
 		t.Fatalf("events = %+v, want gone and kept upserted, kept upserted again, and a Relisted sweep of the complete list's generation at its version", evs)
@@ -169,10 +169,11 @@ func metaItem(name string) string {
 
 // monitorOverHTTP runs a monitor of configMaps, for the rest of the test,
 // against an HTTP server whose LISTs list answers and whose watches stay
-// open without an event, and waits until it has synced. onRequest, when
-// set, sees every request's query first. (The metadata fake client drops
-// list options and cannot fail one page of a list.)
-func monitorOverHTTP(t *testing.T, onRequest func(q url.Values), list func(w http.ResponseWriter, q url.Values)) *recorder {
+// open without an event (list answers them too with answerWatches), and
+// waits until it has synced. onRequest, when set, sees every request's
+// query first. (The metadata fake client drops list options and cannot
+// fail one page of a list.)
+func monitorOverHTTP(t *testing.T, onRequest func(q url.Values), list func(w http.ResponseWriter, q url.Values), answerWatches bool) *recorder {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -181,7 +182,7 @@ func monitorOverHTTP(t *testing.T, onRequest func(q url.Values), list func(w htt
 			onRequest(q)
 		}
 		w.Header().Set("Content-Type", "application/json")
-		if q.Get("watch") == "true" {
+		if q.Get("watch") == "true" && !answerWatches {
 			w.WriteHeader(http.StatusOK)
 			w.(http.Flusher).Flush()
 			<-r.Context().Done()
@@ -200,4 +201,25 @@ func monitorOverHTTP(t *testing.T, onRequest func(q url.Values), list func(w htt
 	m.Sync(ctx, want(configMaps), nil)
 	waitUntil(t, "sync", m.HasSynced)
 	return rec
+}
+
+// A watch answered with 404 (a CRD deleted while the watch was down) is
+// not retried as a watch: the resource is listed again, and a LIST
+// answering 404 empties it in the graph (found by the simulator: the
+// deleted CRD's instances stayed in the graph, and a Foreground owner of
+// one waited forever).
+func TestMonitorWatchNotFoundRelists(t *testing.T) {
+	var lists atomic.Int32
+	rec := monitorOverHTTP(t, nil, func(w http.ResponseWriter, q url.Values) {
+		if q.Get("watch") != "true" && lists.Add(1) == 1 {
+			fmt.Fprintf(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"42"},"items":[%s]}`, metaItem("gone"))
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
+	}, true)
+	waitUntil(t, "the resource swept as not served", func() bool {
+		evs := rec.get()
+		return len(evs) == 2 && evs[0].Object.Identity.Name == "gone" && evs[1].Type == graph.Relisted && evs[1].Gen != evs[0].Gen
+	})
 }

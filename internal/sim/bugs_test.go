@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -291,4 +292,36 @@ func TestUnblockThenDeleteOverridesClientsOrphan(t *testing.T) {
 	s.must(s.Deliver(ClusterRoles))
 	s.must(s.Deliver(ClusterRoles))
 	s.finish()
+}
+
+// Found by the strict random schedules (seed 13784): a CRD-like resource
+// is deleted (its instances go; its LIST and WATCH answer 404 while
+// discovery still shows it) while its monitor's watch is down. The monitor
+// retried the watch, never listed again, and kept the deleted instance in
+// the graph: its Foreground owner waited for it forever (L1) once the
+// resource left discovery (here an aggregated-API-like vanish, whose
+// objects are not swept). A watch answering 404 now makes the monitor list
+// again, and the LIST's 404 empties the resource.
+func TestWatchNotFoundAfterCRDDeletion(t *testing.T) {
+	// The shrunk schedule: the injected faults (hashed from the seed and
+	// each call) fail the gadgets watch at the start.
+	seed, actions, err := ParseSchedule(`seed 13784
+faults 0.1
+create clusterroles.rbac.authorization.k8s.io o3
+create clusterroles.rbac.authorization.k8s.io o5 refs=clusterroles.rbac.authorization.k8s.io:o3!
+create gadgets.gadgets.example.org o8 refs=clusterroles.rbac.authorization.k8s.io:o5!
+start
+unserve gadgets.gadgets.example.org
+delete clusterroles.rbac.authorization.k8s.io o3 policy=Foreground
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, out := Replay(seed, actions, World{})
+	if !strings.Contains(s.Trace(), "fault: kgc's watch gadgets") {
+		t.Fatalf("the schedule no longer fails the gadgets watch at the start (the calls changed): rewrite it\n%s", s.Trace())
+	}
+	if out.Failed() {
+		t.Fatalf("%s\n%s", out, s.Trace())
+	}
 }

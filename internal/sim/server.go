@@ -732,6 +732,9 @@ func (s *Server) watch(actor Actor, gvr schema.GroupVersionResource, ns string, 
 	defer s.mu.Unlock()
 	r, err := s.kind(gvr)
 	if err != nil {
+		if r := s.kinds[gvr.GroupResource()]; r != nil {
+			r.listFailed = true // the monitor backs off, then lists
+		}
 		return nil, err
 	}
 	if r.down {
