@@ -176,7 +176,7 @@ type Server struct {
 	// record of an owner whose finalizer it removed although resources
 	// were unlisted (Collector.Held): the finalizer, the resources unlisted
 	// then, and how long it had held the finalizer. UnlistedHold is the
-	// collector's bound.
+	// bound the release must have waited (the Sim's UnlistedHold).
 	ReleasedUnlisted func(owner types.UID) (finalizer string, unlisted []string, heldFor time.Duration, ok bool)
 	UnlistedHold     time.Duration
 	// OnViolation receives every broken safety property.

@@ -209,7 +209,10 @@ func (s *Sim) Start() error {
 	}
 	s.Srv.ResetSeen()
 	s.Srv.mu.Lock()
-	s.Srv.UnlistedHold = cfg.UnlistedHold
+	// The hold the limit is checked against is the Sim's, not one a
+	// test's Configure set (a test switching the hold off wants the
+	// releases flagged).
+	s.Srv.UnlistedHold = s.UnlistedHold
 	s.Srv.ReleasedUnlisted = func(owner types.UID) (string, []string, time.Duration, bool) {
 		_, released := c.Held()
 		for i := len(released) - 1; i >= 0; i-- {
