@@ -173,9 +173,12 @@
 // -race on a busy 2-core machine), many more under make soak-sim.
 //
 // The scripted schedules in bugs_test.go reproduce issue 14 items 1, 2, 3,
-// 4, 5 and 7, F1, and a first list failing part way that left a ghost owner
-// (found by the strict random schedules); each failed before its fix and
-// passes now. limits_test.go scripts a held first list (dependents parked,
+// 4, 5 and 7, F1, and three bugs the strict random schedules found: a
+// first list failing part way that left a ghost owner, a watch answering
+// 404 that was retried instead of listed (a deleted CRD's instances stayed
+// in the graph), and a cycle-breaking DELETE sent at the version its patch
+// produced, which replaced a client's Orphan with Foreground; each failed
+// before its fix and passes now. limits_test.go scripts a held first list (dependents parked,
 // no GET; the stall read), the unlisted hold expiring for Orphan and
 // Foreground owners and across a restart, and the watch-lag limit by name
 // (TestWatchLagOrderingLimit), each asserting exactly the limits it hits. While bugs were open (knownBugsOpen),
