@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -77,8 +78,8 @@ type monitor struct {
 	apiVersion string
 	res        metadata.ResourceInterface
 	observe    func(graph.Event)
-	// sweep: relists (and, for a restarted resource, the first list) end
-	// with a Relisted event.
+	// sweep: relists (and, for a restarted resource or after a first list
+	// that failed part way, the first list) end with a Relisted event.
 	sweep bool
 	gen   uint32 // the list generation of the last list
 	// listGen: the generation of the last complete list, whose Listed
@@ -427,6 +428,11 @@ func (mon *monitor) run(ctx context.Context) {
 		switch {
 		case ctx.Err() != nil:
 			return
+		case errors.Is(err, errWatchNotServed):
+			logger.V(2).Info("Resource not served (its watch answers 404); listing again")
+			if !sleep(ctx, mon.clock, notServed.Step()) {
+				return
+			}
 		case err != nil:
 			if !retry(err, "watch") {
 				return
@@ -471,6 +477,7 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 	if initial {
 		mon.initialObjects.Store(0)
 	}
+	delivered := false // a page of this list reached the graph
 	for {
 		l, err := mon.res.List(ctx, opts)
 		if apierrors.IsNotFound(err) {
@@ -490,8 +497,16 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 			return "", false, nil
 		}
 		if err != nil {
+			if delivered {
+				// This list failed part way: the pages it delivered may hold
+				// objects that are gone by the time a list completes, and
+				// no watch will ever tell (it starts after that list).
+				// The next complete list sweeps them, even a first one.
+				mon.sweep = true
+			}
 			return "", false, err
 		}
+		delivered = delivered || len(l.Items) > 0
 		for i := range l.Items {
 			mon.observe(graph.Event{Type: graph.Upsert, Object: leanObject(&l.Items[i], mon.apiVersion, mon.resource.Kind), Gen: gen})
 			l.Items[i] = metav1.PartialObjectMetadata{} // let the page go as it is converted
@@ -544,8 +559,11 @@ func (mon *monitor) watch(ctx context.Context, rv string) (next string, events i
 	timeout := int64(monitorWatchTimeout.Seconds() * (1 + rand.Float64()))
 	w, err := mon.res.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
 	if err != nil {
-		if mustRelist(err) {
+		switch {
+		case mustRelist(err):
 			return "", 0, nil
+		case apierrors.IsNotFound(err):
+			return "", 0, errWatchNotServed
 		}
 		return rv, 0, err
 	}
@@ -564,8 +582,11 @@ func (mon *monitor) watch(ctx context.Context, rv string) (next string, events i
 		}
 		if ev.Type == watch.Error {
 			err := apierrors.FromObject(ev.Object)
-			if mustRelist(err) {
+			switch {
+			case mustRelist(err):
 				return "", events, nil
+			case apierrors.IsNotFound(err):
+				return "", events, errWatchNotServed
 			}
 			return rv, events, err
 		}
@@ -594,6 +615,15 @@ func mustRelist(err error) bool {
 	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err) ||
 		apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)
 }
+
+// errWatchNotServed is what watch returns when the server answers the
+// watch with 404: the resource is no longer served (a CRD deleted while
+// the watch was down). run lists it again, paced like a LIST answering
+// 404, and that list decides: a LIST answering 404 empties the resource in
+// the graph. Retrying the watch instead kept the deleted CRD's instances
+// in the graph until discovery dropped the resource, and for good when
+// that was not proven gone (found by the simulator: seed 13784).
+var errWatchNotServed = errors.New("watch answered 404: resource not served")
 
 // stopLocked stops the monitor and waits until its goroutine has ended, so
 // that a resource that comes and goes (a CRD deleted and recreated) leaves

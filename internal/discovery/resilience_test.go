@@ -30,45 +30,24 @@ import (
 // bookmarks, from the complete list's version. (The metadata fake client
 // drops list options, so this talks to an HTTP server.)
 func TestMonitorsListPagesAndWatchFromList(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
 	var mu sync.Mutex
 	var lists, watches []url.Values
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
+	rec := monitorOverHTTP(t, func(q url.Values) {
 		mu.Lock()
+		defer mu.Unlock()
 		if q.Get("watch") == "true" {
 			watches = append(watches, q)
 		} else {
 			lists = append(lists, q)
 		}
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		if q.Get("watch") == "true" {
-			w.WriteHeader(http.StatusOK)
-			w.(http.Flusher).Flush()
-			<-r.Context().Done()
-			return
-		}
-		item := func(name string) string {
-			return fmt.Sprintf(`{"metadata":{"namespace":"a","name":%q,"uid":%q,"resourceVersion":"7"}}`, name, name)
-		}
+	}, func(w http.ResponseWriter, q url.Values) {
 		switch q.Get("continue") {
 		case "":
-			fmt.Fprintf(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"continue":"next"},"items":[%s]}`, item("p1"))
+			fmt.Fprintf(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"continue":"next"},"items":[%s]}`, metaItem("p1"))
 		default:
-			fmt.Fprintf(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"42"},"items":[%s]}`, item("p2"))
+			fmt.Fprintf(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"42"},"items":[%s]}`, metaItem("p2"))
 		}
-	}))
-	defer srv.Close()
-	client, err := metadata.NewForConfig(&rest.Config{Host: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{}
-	m := NewMonitors(client, rec.observe)
-	defer m.Stop()
-	m.Sync(ctx, want(configMaps), nil)
-	waitUntil(t, "sync", m.HasSynced)
+	}, false)
 	waitUntil(t, "watch", func() bool { mu.Lock(); defer mu.Unlock(); return len(watches) > 0 })
 	mu.Lock()
 	defer mu.Unlock()
@@ -156,4 +135,91 @@ func TestStatusFailingAfterSync(t *testing.T) {
 	if s := (Status{}); s.State() != StateSyncing {
 		t.Errorf("State = %s", s.State())
 	}
+}
+
+// A first list that fails part way has handed its first pages on; an
+// object of those pages may be deleted before the list is retried, and no
+// watch will report it (the watch starts after the list that completes).
+// The retried list, the monitor's first complete one, therefore ends with
+// a Relisted sweep, which removes it (found by the simulator: a ghost owner
+// whose dependents were never collected).
+func TestMonitorFirstListFailedPartWaySweeps(t *testing.T) {
+	var lists atomic.Int32
+	rec := monitorOverHTTP(t, nil, func(w http.ResponseWriter, _ url.Values) {
+		switch lists.Add(1) {
+		case 1: // first page of the first attempt: gone and kept
+			fmt.Fprintf(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"continue":"next"},"items":[%s,%s]}`, metaItem("gone"), metaItem("kept"))
+		case 2: // its second page fails
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"InternalError","code":500}`)
+		default: // the retry: gone was deleted meanwhile
+			fmt.Fprintf(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"42"},"items":[%s]}`, metaItem("kept"))
+		}
+	}, false)
+	evs := rec.get()
+	if len(evs) != 4 || evs[3].Type != graph.Relisted || evs[3].Gen != evs[2].Gen || evs[2].Object.Identity.Name != "kept" || evs[3].Object.ResourceVersion != "42" {
+		t.Fatalf("events = %+v, want gone and kept upserted, kept upserted again, and a Relisted sweep of the complete list's generation at its version", evs)
+	}
+}
+
+// metaItem is a PartialObjectMetadata list item named name (its UID too).
+func metaItem(name string) string {
+	return fmt.Sprintf(`{"metadata":{"namespace":"a","name":%q,"uid":%q,"resourceVersion":"7"}}`, name, name)
+}
+
+// monitorOverHTTP runs a monitor of configMaps, for the rest of the test,
+// against an HTTP server whose LISTs list answers and whose watches stay
+// open without an event (list answers them too with answerWatches), and
+// waits until it has synced. onRequest, when set, sees every request's
+// query first. (The metadata fake client drops list options and cannot
+// fail one page of a list.)
+func monitorOverHTTP(t *testing.T, onRequest func(q url.Values), list func(w http.ResponseWriter, q url.Values), answerWatches bool) *recorder {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if onRequest != nil {
+			onRequest(q)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if q.Get("watch") == "true" && !answerWatches {
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		list(w, q)
+	}))
+	t.Cleanup(srv.Close)
+	client, err := metadata.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	m := NewMonitors(client, rec.observe)
+	t.Cleanup(m.Stop)
+	m.Sync(ctx, want(configMaps), nil)
+	waitUntil(t, "sync", m.HasSynced)
+	return rec
+}
+
+// A watch answered with 404 (a CRD deleted while the watch was down) is
+// not retried as a watch: the resource is listed again, and a LIST
+// answering 404 empties it in the graph (found by the simulator: the
+// deleted CRD's instances stayed in the graph, and a Foreground owner of
+// one waited forever).
+func TestMonitorWatchNotFoundRelists(t *testing.T) {
+	var lists atomic.Int32
+	rec := monitorOverHTTP(t, nil, func(w http.ResponseWriter, q url.Values) {
+		if q.Get("watch") != "true" && lists.Add(1) == 1 {
+			fmt.Fprintf(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"42"},"items":[%s]}`, metaItem("gone"))
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
+	}, true)
+	waitUntil(t, "the resource swept as not served", func() bool {
+		evs := rec.get()
+		return len(evs) == 2 && evs[0].Object.Identity.Name == "gone" && evs[1].Type == graph.Relisted && evs[1].Gen != evs[0].Gen
+	})
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -239,4 +240,88 @@ func TestF1DependentDeletedAfterOwnerLeftForeground(t *testing.T) {
 	s.must(s.Delete(o, metav1.DeletePropagationForeground))
 	s.must(s.Deliver(ConfigMaps))
 	s.finish()
+}
+
+// Found by the strict random schedules (seeds 102 and 131 of the hold-list
+// world, whose LIST pages hold 3 objects): a resource's first list fails
+// part way, after its first page reached the graph; an object of that page
+// is deleted before the list is retried. The retried list is the monitor's
+// first complete one, which did not sweep, and no watch ever reports the
+// deletion (it starts after that list): the graph kept a ghost owner, and
+// its dependent was never collected (L1). The monitor now sweeps after any
+// list that delivered a page and failed.
+func TestPartialFirstListLeavesNoGhost(t *testing.T) {
+	s := newScripted(t)
+	var gone Obj
+	for _, name := range []string{"a", "b", "c", "d"} {
+		o := s.create(Obj{GR: ClusterRoles, Name: name})
+		if name == "b" {
+			gone = o
+		}
+	}
+	d := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "d"}, s.OwnerRef(gone, false))
+	s.FailListPages(ClusterRoles, 1)
+	s.start() // page 1 (a, b, c) reaches the graph, page 2 fails
+	s.must(s.Delete(gone, metav1.DeletePropagationBackground))
+	s.finish()
+	if s.Get(d) != nil {
+		t.Fatalf("the dependent of an owner deleted while its resource's first list was retried survives\n%s", s.Trace())
+	}
+}
+
+// Found by the strict random schedules (seed 2825 of 1000..3999): o7 and o8
+// reference each other with blocking references; o7 is deleted
+// Foreground, then o8 with Orphan. kgc, from a graph that has seen o7's
+// deletion but not o8's, breaks the cycle on o8 (a JSON patch testing o8's
+// references, which still match) and sends the Foreground DELETE at the
+// version the patch produced: that version already carried the client's
+// Orphan deletion, so the DELETE passed its precondition and made the
+// apiserver swap o8's orphan finalizer for foregroundDeletion (S2: the
+// orphan finalizer gone while o7 still references o8). The DELETE after an
+// unblock now rests on the patched object as it is: one that started its
+// own deletion or changed its finalizers is decided again.
+func TestUnblockThenDeleteOverridesClientsOrphan(t *testing.T) {
+	s := newScripted(t)
+	o7 := s.create(Obj{GR: ClusterRoles, Name: "o7"})
+	o8 := s.create(Obj{GR: Gadgets, Name: "o8"}, s.OwnerRef(o7, true))
+	s.start()
+	s.must(s.Patch(o7, "set ownerReferences", map[string]any{"ownerReferences": []metav1.OwnerReference{s.OwnerRef(o8, true)}}))
+	s.must(s.Delete(o7, metav1.DeletePropagationForeground))
+	s.must(s.Delete(o8, metav1.DeletePropagationOrphan))
+	// o7's events first: its references, then its Foreground deletion.
+	s.must(s.Deliver(ClusterRoles))
+	s.must(s.Deliver(ClusterRoles))
+	s.finish()
+}
+
+// Found by the strict random schedules (seed 13784): a CRD-like resource
+// is deleted (its instances go; its LIST and WATCH answer 404 while
+// discovery still shows it) while its monitor's watch is down. The monitor
+// retried the watch, never listed again, and kept the deleted instance in
+// the graph: its Foreground owner waited for it forever (L1) once the
+// resource left discovery (here an aggregated-API-like vanish, whose
+// objects are not swept). A watch answering 404 now makes the monitor list
+// again, and the LIST's 404 empties the resource.
+func TestWatchNotFoundAfterCRDDeletion(t *testing.T) {
+	// The shrunk schedule: the injected faults (hashed from the seed and
+	// each call) fail the gadgets watch at the start.
+	seed, actions, err := ParseSchedule(`seed 13784
+faults 0.1
+create clusterroles.rbac.authorization.k8s.io o3
+create clusterroles.rbac.authorization.k8s.io o5 refs=clusterroles.rbac.authorization.k8s.io:o3!
+create gadgets.gadgets.example.org o8 refs=clusterroles.rbac.authorization.k8s.io:o5!
+start
+unserve gadgets.gadgets.example.org
+delete clusterroles.rbac.authorization.k8s.io o3 policy=Foreground
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, out := Replay(seed, actions, World{})
+	if !strings.Contains(s.Trace(), "fault: kgc's watch gadgets") {
+		t.Fatalf("the schedule no longer fails the gadgets watch at the start (the calls changed): rewrite it\n%s", s.Trace())
+	}
+	if out.Failed() {
+		t.Fatalf("%s\n%s", out, s.Trace())
+	}
 }

@@ -27,6 +27,7 @@ type World struct {
 	Discovery   bool // version switches, CRD-like resources deleted and recreated
 	Expiry      bool // watches dropped with 410
 	Down        bool // resources whose LIST fails for a long time
+	HoldLists   bool // resources whose LIST pages are held (a first list not finished)
 	// Configure, when set, adjusts every collector's config (Sim.Configure):
 	// a test that switches a fix off through a config knob.
 	Configure func(*collector.Config)
@@ -35,16 +36,19 @@ type World struct {
 // AllFeatures is a World with every feature on.
 func AllFeatures(objects, steps int) World {
 	return World{Objects: objects, Steps: steps, Faults: true, LateStart: true, MultiOrphan: true,
-		Annotator: true, Cycles: true, Restarts: true, Discovery: true, Expiry: true, Down: true}
+		Annotator: true, Cycles: true, Restarts: true, Discovery: true, Expiry: true, Down: true, HoldLists: true}
 }
 
 // Outcome is one random schedule's result.
 type Outcome struct {
 	Seed       uint64
 	Violations []Violation
-	Owed       []string // L1: work left at quiescence
-	Err        error    // the harness failed (a collector that never quiesced)
-	Steps      int
+	// Limits are the instances of documented limits the schedule hit
+	// (Violation.Limit): not failures.
+	Limits []Violation
+	Owed   []string // L1: work left at quiescence
+	Err    error    // the harness failed (a collector that never quiesced)
+	Steps  int
 	// DiscoveryChanged: the schedule switched a preferred version or
 	// deleted a CRD-like resource.
 	DiscoveryChanged bool
@@ -110,6 +114,7 @@ func (s *Sim) finish(out *Outcome) {
 		out.Err = err
 	}
 	out.Violations = s.Violations()
+	out.Limits = s.Limits()
 	if out.Err == nil && len(out.Violations) == 0 {
 		out.Owed = s.Check()
 	}
@@ -314,6 +319,14 @@ func (s *rs) run() error {
 			}
 		}
 	}
+	if s.w.HoldLists && s.chance(0.2) {
+		// A first list that does not finish: the collector starts with a
+		// resource listing (its dependents park, negative facts wait).
+		gr := objectGRs[s.rng.IntN(len(objectGRs))]
+		if err := s.Apply(Action{Op: OpHoldList, GR: gr, Hold: true}); err != nil {
+			return err
+		}
+	}
 	if err := s.Apply(Action{Op: OpStart}); err != nil {
 		return err
 	}
@@ -403,6 +416,20 @@ func (s *rs) step() error {
 		choices = append(choices, choice{2, func() error {
 			gr := objectGRs[s.rng.IntN(len(objectGRs))]
 			return s.Apply(Action{Op: OpDown, GR: gr, Down: s.chance(0.6)})
+		}})
+	}
+	if s.w.HoldLists {
+		// Holding has an effect on a resource's next LIST: after a
+		// restart, an expired watch, a CRD served again.
+		choices = append(choices, choice{2, func() error {
+			gr := objectGRs[s.rng.IntN(len(objectGRs))]
+			return s.Apply(Action{Op: OpHoldList, GR: gr, Hold: s.chance(0.5)})
+		}})
+		// Time passing in one step, so that --unlisted-hold (1m) expires
+		// within a schedule: a held finalizer released, a stalled list's
+		// parked dependents read.
+		choices = append(choices, choice{2, func() error {
+			return s.Apply(Action{Op: OpJump, D: []time.Duration{40 * time.Second, 90 * time.Second}[s.rng.IntN(2)]})
 		}})
 	}
 	if s.w.Discovery {

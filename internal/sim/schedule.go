@@ -31,9 +31,11 @@ const (
 	OpAnnotate  = "annotate"   // GR Namespace/Name: a client bumps the resourceVersion
 	OpDeliver   = "deliver"    // GR: the next watch event of GR
 	OpAdvance   = "advance"    // D: the fake clock, to the next timer or by D
+	OpJump      = "jump"       // D: the fake clock by D at once, every timer due by then firing late
 	OpExpire    = "expire"     // GR: its watches end with 410
 	OpDown      = "down"       // GR Down: LIST and WATCH fail, or heal
 	OpFailLists = "fail-lists" // GR N: the collector's next N LISTs fail
+	OpHoldList  = "hold-list"  // GR Hold: the collector's LISTs wait before their next page, or go on
 	OpVersion   = "version"    // GR Version: the preferred version
 	OpUnserve   = "unserve"    // GR: a CRD-like resource deleted (still in discovery)
 	OpServe     = "serve"      // GR: served again
@@ -75,6 +77,7 @@ type Action struct {
 	Rate       float64
 	Version    string
 	Down       bool
+	Hold       bool
 }
 
 func (a Action) obj() string {
@@ -121,12 +124,14 @@ func (a Action) String() string {
 		return a.Op + " " + a.obj()
 	case OpDeliver, OpExpire, OpUnserve, OpServe:
 		return a.Op + " " + a.GR.String()
-	case OpAdvance:
+	case OpAdvance, OpJump:
 		return a.Op + " " + a.D.String()
 	case OpDown:
 		return fmt.Sprintf("%s %s %v", a.Op, a.GR, a.Down)
 	case OpFailLists:
 		return fmt.Sprintf("%s %s %d", a.Op, a.GR, a.N)
+	case OpHoldList:
+		return fmt.Sprintf("%s %s %v", a.Op, a.GR, a.Hold)
 	case OpVersion:
 		return a.Op + " " + a.GR.String() + " " + a.Version
 	}
@@ -254,7 +259,7 @@ func ParseAction(line string) (Action, error) {
 		if err = need(1); err == nil {
 			a.GR = schema.ParseGroupResource(args[0])
 		}
-	case OpAdvance:
+	case OpAdvance, OpJump:
 		if err = need(1); err == nil {
 			a.D, err = time.ParseDuration(args[0])
 		}
@@ -267,6 +272,11 @@ func ParseAction(line string) (Action, error) {
 		if err = need(2); err == nil {
 			a.GR = schema.ParseGroupResource(args[0])
 			a.N, err = strconv.Atoi(args[1])
+		}
+	case OpHoldList:
+		if err = need(2); err == nil {
+			a.GR = schema.ParseGroupResource(args[0])
+			a.Hold, err = strconv.ParseBool(args[1])
 		}
 	case OpVersion:
 		if err = need(2); err == nil {
@@ -458,6 +468,10 @@ func (s *Sim) Apply(a Action) error {
 		if err := s.Advance(a.D); err != nil {
 			return err
 		}
+	case OpJump:
+		if err := s.Jump(a.D); err != nil {
+			return err
+		}
 	case OpExpire:
 		if err := s.Expire(a.GR); err != nil {
 			return err
@@ -466,6 +480,8 @@ func (s *Sim) Apply(a Action) error {
 		s.SetDown(a.GR, a.Down)
 	case OpFailLists:
 		s.FailLists(a.GR, a.N)
+	case OpHoldList:
+		s.HoldLists(a.GR, a.Hold)
 	case OpVersion:
 		s.SwitchVersion(a.GR, a.Version)
 	case OpUnserve:

@@ -48,13 +48,21 @@ type resource struct {
 	list404 bool
 	// down: LIST and WATCH answer 503 (a conversion webhook that is down).
 	down bool
-	// failLists: the next n collector LISTs answer 429.
-	failLists int
-	log       []logEntry // events, for watches resuming from a version
-	compacted int64      // a watch from below this answers 410
-	watchers  []*watcher
+	// failLists: the next n collector LISTs answer 429; failPages: the next
+	// n collector LISTs continuing a list (its second page on) answer 500.
+	failLists, failPages int
+	log                  []logEntry // events, for watches resuming from a version
+	compacted            int64      // a watch from below this answers 410
+	watchers             []*watcher
 	// listFailed and watching feed the scheduler's quiescence test.
 	listFailed bool
+	// holdList: the collector's LIST calls of this resource wait, before
+	// serving their page, until the scheduler releases them (HoldLists): a
+	// list that makes no progress. heldLists counts the calls waiting now;
+	// release is closed when they may go on.
+	holdList  bool
+	heldLists int
+	release   chan struct{}
 }
 
 type logEntry struct {
@@ -91,7 +99,41 @@ type Call struct {
 type Violation struct {
 	Rule   string // S1, S2, S3
 	Detail string
+	// Limit names the documented limit of the contract this is an instance
+	// of (docs/correctness.md, "Known limits"), checked against the facts
+	// the limit describes; "" for a violation no documented limit covers,
+	// which is a bug.
+	Limit string
 }
+
+// The documented limits a Violation can be an instance of. Each is
+// classified only when the facts that define it hold at the moment of the
+// write; anything else is a plain violation.
+const (
+	// LimitWatchLag: an owner's orphan or foregroundDeletion finalizer
+	// went while a dependent's reference to it was still on the watch
+	// stream of a resource the collector had listed (watches of different
+	// resources are not ordered).
+	LimitWatchLag = "watch-lag"
+	// LimitUnlistedHold: an owner's orphan or foregroundDeletion finalizer
+	// went while a dependent sat in a resource the collector had never
+	// listed, and the collector's own record (Collector.Held) says it
+	// released that finalizer after holding it for at least UnlistedHold
+	// with that resource unlisted.
+	LimitUnlistedHold = "unlisted-hold"
+	// LimitRestartMemory: a dependent deleted on account of an owner
+	// deleted with Orphan whose finalizer went under one of the limits
+	// above, by a collector started after that release: the memory of
+	// orphaned owners does not survive a restart.
+	LimitRestartMemory = "restart-memory"
+	// LimitStaleCycle: blockOwnerDeletion cleared on a reference to an
+	// owner in Foreground deletion to break a cycle of blocking references
+	// that no longer exists, but did in the versions of its objects the
+	// collector was shown (the graph's cycle check is not confirmed by a
+	// read). The object is garbage either way (kgc deletes it Foreground
+	// right after); only the order S3 asks for its owner is lost.
+	LimitStaleCycle = "stale-cycle"
+)
 
 // Server is an in-memory API server model: UIDs, one global resourceVersion,
 // finalizers, deletionTimestamp, the apiserver's half of garbage collection
@@ -117,14 +159,26 @@ type Server struct {
 	// event is still on the stream of a resource it did list) excuses a
 	// finalizer removal: upstream's collector has the same lag. A resource
 	// never listed does not: negative facts need every resource listed (S4).
-	seen    map[types.UID]*metav1.ObjectMeta
-	listed  map[schema.GroupResource]bool
-	excused map[[2]types.UID]bool // (dependent, orphaned owner)
+	seen   map[types.UID]*metav1.ObjectMeta
+	listed map[schema.GroupResource]bool
+	// excused: (dependent, orphaned owner) pairs whose orphan finalizer
+	// went under a documented limit, and the collector start (starts) that
+	// released it: deleting the dependent later is a violation unless a
+	// restart came in between (LimitRestartMemory).
+	excused map[[2]types.UID]int
+	starts  int
 	// kgcWrote: the resourceVersion of kgc's last write to each object.
 	kgcWrote map[types.UID]int64
 
 	// Fault, when set, may fail a call before it is served.
 	Fault func(Call) error
+	// ReleasedUnlisted, when set, reports the running collector's last
+	// record of an owner whose finalizer it removed although resources
+	// were unlisted (Collector.Held): the finalizer, the resources unlisted
+	// then, and how long it had held the finalizer. UnlistedHold is the
+	// bound the release must have waited (the Sim's UnlistedHold).
+	ReleasedUnlisted func(owner types.UID) (finalizer string, unlisted []string, heldFor time.Duration, ok bool)
+	UnlistedHold     time.Duration
 	// OnViolation receives every broken safety property.
 	OnViolation func(Violation)
 	// Trace receives one line per state change.
@@ -136,7 +190,7 @@ func NewServer(clk *Clock, kinds ...*Kind) *Server {
 	s := &Server{
 		rv: 100, kinds: make(map[schema.GroupResource]*resource),
 		objects: make(map[objKey]*metav1.ObjectMeta), snapshots: make(map[int][]metav1.ObjectMeta),
-		clock: clk, orphaned: make(map[types.UID]bool), excused: make(map[[2]types.UID]bool),
+		clock: clk, orphaned: make(map[types.UID]bool), excused: make(map[[2]types.UID]int),
 		seen: make(map[types.UID]*metav1.ObjectMeta), listed: make(map[schema.GroupResource]bool),
 		kgcWrote: make(map[types.UID]int64),
 	}
@@ -153,9 +207,35 @@ func (s *Server) trace(format string, args ...any) {
 }
 
 func (s *Server) violate(rule, format string, args ...any) {
+	s.violateLimit(rule, "", format, args...)
+}
+
+// violateLimit reports a violation that is an instance of the documented
+// limit (Violation.Limit; "" for none).
+func (s *Server) violateLimit(rule, limit, format string, args ...any) {
 	if s.OnViolation != nil {
-		s.OnViolation(Violation{Rule: rule, Detail: fmt.Sprintf(format, args...)})
+		s.OnViolation(Violation{Rule: rule, Detail: fmt.Sprintf(format, args...), Limit: limit})
 	}
+}
+
+// releasedPastHold reports whether the running collector's record says it
+// removed owner's finalizer after holding it for at least UnlistedHold
+// while gr was among the unlisted resources (LimitUnlistedHold).
+func (s *Server) releasedPastHold(owner types.UID, finalizer string, gr schema.GroupResource) bool {
+	if s.ReleasedUnlisted == nil {
+		return false
+	}
+	f, unlisted, heldFor, ok := s.ReleasedUnlisted(owner)
+	if !ok || f != finalizer || heldFor < s.UnlistedHold {
+		return false
+	}
+	for _, u := range unlisted {
+		// GroupVersionResource.String: "group/version, Resource=resource".
+		if strings.HasPrefix(u, gr.Group+"/") && strings.HasSuffix(u, ", Resource="+gr.Resource) {
+			return true
+		}
+	}
+	return false
 }
 
 // ---- server-side state changes (callers hold mu) ----
@@ -262,32 +342,42 @@ func (s *Server) checkFinalizers(actor Actor, old, now *metav1.ObjectMeta) {
 	if !orphanGone && !fgGone {
 		return
 	}
+	gcFinalizer := metav1.FinalizerDeleteDependents
+	if orphanGone {
+		gcFinalizer = metav1.FinalizerOrphanDependents
+	}
 	for k, d := range s.objects {
 		for _, ref := range d.OwnerReferences {
 			if ref.UID != old.UID || (!orphanGone && !blocks(ref)) {
 				continue
 			}
-			if !s.couldSee(k, d.UID, ref, fgGone && !orphanGone) {
-				s.trace("lag: %s references %s[%s], which kgc could not have seen yet", describe(k, d), old.Name, old.UID)
-				if orphanGone {
-					s.excused[[2]types.UID{d.UID, old.UID}] = true
-				}
-				continue
-			}
-			note := ""
-			if w := s.kgcWrote[d.UID]; w != 0 && (s.seen[d.UID] == nil || rvOf(s.seen[d.UID]) < w) {
-				note = " (kgc had written to it and not yet seen its write)"
-			}
-			if !s.listed[k.gr] {
+			note, limit := "", ""
+			switch {
+			case s.releasedPastHold(old.UID, gcFinalizer, k.gr):
+				// kgc's own record of the decision: the resource was not
+				// listed in its graph (its list may have been served, and
+				// not applied yet), and the hold had passed.
+				note, limit = " (kgc had not listed its resource, and released the finalizer past --unlisted-hold)", LimitUnlistedHold
+			case !s.couldSee(k, d.UID, ref, fgGone && !orphanGone):
+				// Upstream's informers have the same lag.
+				note, limit = " (kgc could not have seen that reference yet: its event is still on the watch)", LimitWatchLag
+			case !s.listed[k.gr]:
 				note = " (kgc never listed its resource)"
+			default:
+				if w := s.kgcWrote[d.UID]; w != 0 && (s.seen[d.UID] == nil || rvOf(s.seen[d.UID]) < w) {
+					note = " (kgc had written to it and not yet seen its write)"
+				}
 			}
 			if orphanGone && now.DeletionTimestamp != nil {
-				s.violate("S2", "%s removed the orphan finalizer of %s/%s[%s] while %s still references it%s", actor, old.Namespace, old.Name, old.UID, describe(k, d), note)
+				s.violateLimit("S2", limit, "%s removed the orphan finalizer of %s/%s[%s] while %s still references it%s", actor, old.Namespace, old.Name, old.UID, describe(k, d), note)
+				if limit != "" {
+					s.excused[[2]types.UID{d.UID, old.UID}] = s.starts
+				}
 			}
 			// An object's reference to itself never blocks (kgc's semantics,
 			// docs/correctness.md: upstream waits forever there).
 			if fgGone && ref.BlockOwnerDeletion != nil && *ref.BlockOwnerDeletion && d.UID != old.UID {
-				s.violate("S3", "%s removed the foregroundDeletion finalizer of %s/%s[%s] while %s still blocks it%s", actor, old.Namespace, old.Name, old.UID, describe(k, d), note)
+				s.violateLimit("S3", limit, "%s removed the foregroundDeletion finalizer of %s/%s[%s] while %s still blocks it%s", actor, old.Namespace, old.Name, old.UID, describe(k, d), note)
 			}
 		}
 	}
@@ -318,6 +408,7 @@ func (s *Server) ResetSeen() {
 	defer s.mu.Unlock()
 	clear(s.seen)
 	clear(s.listed)
+	s.starts++
 }
 
 func rvOf(m *metav1.ObjectMeta) int64 {
@@ -353,17 +444,22 @@ func (s *Server) checkRefs(k objKey, old, now *metav1.ObjectMeta) {
 		switch {
 		case i < 0 && !solidLeft:
 			s.violate("S3", "kgc removed the blocking reference of %s to %s/%s[%s] (Foreground) while no solid owner remains: the dependent must go first", describe(k, old), o.Namespace, o.Name, o.UID)
-		case i >= 0 && !blocks(now.OwnerReferences[i]) && !s.inBlockingCycle(old.UID):
+		case i >= 0 && !blocks(now.OwnerReferences[i]) && !inBlockingCycle(old.UID, s.objects):
+			if inBlockingCycle(old.UID, s.seen) {
+				s.violateLimit("S3", LimitStaleCycle, "kgc cleared blockOwnerDeletion of %s on %s/%s[%s] (Foreground) but no cycle of blocking references runs through it any more (one did in what kgc was shown)", describe(k, old), o.Namespace, o.Name, o.UID)
+				continue
+			}
 			s.violate("S3", "kgc cleared blockOwnerDeletion of %s on %s/%s[%s] (Foreground) but no cycle of blocking references runs through it", describe(k, old), o.Namespace, o.Name, o.UID)
 		}
 	}
 }
 
 // inBlockingCycle reports whether uid is, through blocking references, a
-// transitive dependent of itself.
-func (s *Server) inBlockingCycle(uid types.UID) bool {
+// transitive dependent of itself among objs (the store, or the versions
+// the collector was shown).
+func inBlockingCycle[K comparable](uid types.UID, objs map[K]*metav1.ObjectMeta) bool {
 	deps := map[types.UID][]types.UID{} // owner -> blocking dependents
-	for _, m := range s.objects {
+	for _, m := range objs {
 		for _, r := range m.OwnerReferences {
 			if blocks(r) {
 				deps[r.UID] = append(deps[r.UID], m.UID)
@@ -392,12 +488,32 @@ func (s *Server) checkDelete(k objKey, m *metav1.ObjectMeta) {
 	if len(m.OwnerReferences) == 0 {
 		s.violate("S1", "kgc deleted %s, which has no ownerReferences", describe(k, m))
 	}
+	// A deletion is on account of owners deleted with Orphan when they are
+	// all it references: with a reference to another owner (gone, or in
+	// Foreground deletion: S1 checks that), removing the orphaned owners'
+	// references would leave the object garbage all the same, as upstream
+	// decides it too.
+	onlyOrphaned := true
 	for _, ref := range m.OwnerReferences {
-		if s.orphaned[ref.UID] && !s.excused[[2]types.UID{m.UID, ref.UID}] {
-			s.violate("S2", "kgc deleted %s, a dependent of %s, which was deleted with Orphan", describe(k, m), ref.UID)
+		onlyOrphaned = onlyOrphaned && s.orphaned[ref.UID]
+	}
+	for _, ref := range m.OwnerReferences {
+		if onlyOrphaned {
+			// Within one collector's run, an owner released under a
+			// documented limit is remembered as orphaned, and its
+			// dependents found later are orphaned, not deleted.
+			if at, ok := s.excused[[2]types.UID{m.UID, ref.UID}]; ok && at < s.starts {
+				s.violateLimit("S2", LimitRestartMemory, "kgc deleted %s, a dependent of %s, which was deleted with Orphan (its finalizer went under a documented limit before a collector restart)", describe(k, m), ref.UID)
+			} else {
+				s.violate("S2", "kgc deleted %s, a dependent of %s, which was deleted with Orphan", describe(k, m), ref.UID)
+			}
 		}
-		if o, _ := s.findOwner(ref, k.namespace); o != nil && !foreground(o) {
-			s.violate("S1", "kgc deleted %s while its owner %s/%s[%s] exists (deleting=%v finalizers=%v)", describe(k, m), o.Namespace, o.Name, o.UID, o.DeletionTimestamp != nil, o.Finalizers)
+		if o, r := s.findOwner(ref, k.namespace); o != nil && !foreground(o) {
+			note := ""
+			if !s.listed[r.GR()] {
+				note = " (kgc never listed the owner's resource)"
+			}
+			s.violate("S1", "kgc deleted %s while its owner %s/%s[%s] exists (deleting=%v finalizers=%v)%s", describe(k, m), o.Namespace, o.Name, o.UID, o.DeletionTimestamp != nil, o.Finalizers, note)
 		}
 	}
 }
@@ -469,13 +585,40 @@ func (s *Server) get(actor Actor, gvr schema.GroupVersionResource, ns, name stri
 	return s.typed(gvr, r, m), nil
 }
 
-func (s *Server) list(actor Actor, gvr schema.GroupVersionResource, ns string, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+// listPageCap bounds the pages the collector's LISTs get, so that a list
+// held part way (HoldLists) has delivered some of its objects and not
+// others.
+const listPageCap = 3
+
+func (s *Server) list(ctx context.Context, actor Actor, gvr schema.GroupVersionResource, ns string, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
 	if err := s.fault(actor, "list", gvr, ""); err != nil {
 		s.markListFailed(gvr)
 		return nil, err
 	}
 	s.mu.Lock()
+	if r := s.kinds[gvr.GroupResource()]; r != nil && r.holdList && actor == ActorKGC {
+		// The page waits until the scheduler releases the resource's
+		// lists: the monitor is at rest inside its LIST (settled).
+		ch := r.release
+		r.heldLists++
+		r.listFailed = false
+		s.mu.Unlock()
+		s.trace("kgc's list of %s: page held", gvr.GroupResource())
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		r.heldLists--
+		if err := ctx.Err(); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+	}
 	defer s.mu.Unlock()
+	if actor == ActorKGC && opts.Limit > listPageCap {
+		opts.Limit = listPageCap
+	}
 	r, err := s.kind(gvr)
 	if err != nil {
 		if r := s.kinds[gvr.GroupResource()]; r != nil {
@@ -491,6 +634,10 @@ func (s *Server) list(actor Actor, gvr schema.GroupVersionResource, ns string, o
 		r.failLists--
 		r.listFailed = true
 		return nil, apierrors.NewTooManyRequests("injected", 1)
+	case r.failPages > 0 && actor == ActorKGC && opts.Continue != "":
+		r.failPages--
+		r.listFailed = true
+		return nil, apierrors.NewInternalError(fmt.Errorf("injected: page failed"))
 	}
 	var items []metav1.ObjectMeta
 	offset := 0
@@ -585,6 +732,9 @@ func (s *Server) watch(actor Actor, gvr schema.GroupVersionResource, ns string, 
 	defer s.mu.Unlock()
 	r, err := s.kind(gvr)
 	if err != nil {
+		if r := s.kinds[gvr.GroupResource()]; r != nil {
+			r.listFailed = true // the monitor backs off, then lists
+		}
 		return nil, err
 	}
 	if r.down {
@@ -846,8 +996,8 @@ func (rc *resourceClient) Get(_ context.Context, name string, _ metav1.GetOption
 	return rc.s.get(rc.actor, rc.gvr, rc.ns, name)
 }
 
-func (rc *resourceClient) List(_ context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
-	return rc.s.list(rc.actor, rc.gvr, rc.ns, opts)
+func (rc *resourceClient) List(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+	return rc.s.list(ctx, rc.actor, rc.gvr, rc.ns, opts)
 }
 
 func (rc *resourceClient) Watch(_ context.Context, opts metav1.ListOptions) (watch.Interface, error) {
@@ -1003,7 +1153,7 @@ func (s *Server) settled(gvr schema.GroupVersionResource) bool {
 	if r == nil {
 		return true
 	}
-	if r.listFailed {
+	if r.listFailed || (r.holdList && r.heldLists > 0) {
 		return true
 	}
 	for _, w := range r.liveWatchers() {
@@ -1185,4 +1335,32 @@ func (m *Mapper) ResourcesFor(gvr schema.GroupVersionResource) ([]schema.GroupVe
 // ResourceSingularizer is not needed by kgc.
 func (m *Mapper) ResourceSingularizer(resource string) (string, error) {
 	return strings.TrimSuffix(resource, "s"), nil
+}
+
+// HoldLists makes the collector's LISTs of gr wait before each page until
+// released (hold false): a first list that makes no progress, or one held
+// part way. A held LIST ends when its caller's context does.
+func (s *Server) HoldLists(gr schema.GroupResource, hold bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.kinds[gr]
+	switch {
+	case hold && !r.holdList:
+		r.holdList, r.release = true, make(chan struct{})
+	case !hold && r.holdList:
+		r.holdList = false
+		close(r.release)
+	}
+}
+
+// listsHeld reports whether some resource's LISTs are held.
+func (s *Server) listsHeld() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.kinds {
+		if r.holdList {
+			return true
+		}
+	}
+	return false
 }

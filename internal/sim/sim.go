@@ -65,6 +65,8 @@ type Sim struct {
 	Workers int
 	// ResyncPeriod of the collector (fake time).
 	ResyncPeriod time.Duration
+	// UnlistedHold of the collector (fake time; default 1m, kgc's).
+	UnlistedHold time.Duration
 
 	coll   *collector.Collector
 	cancel context.CancelFunc
@@ -75,6 +77,9 @@ type Sim struct {
 	steps      []string // the schedule so far
 	log        []string // steps and the state changes they caused
 	violations []Violation
+	// limits are the violations that are instances of a documented limit
+	// (Violation.Limit): counted and classified, not failures.
+	limits []Violation
 	// FaultRate is the probability of a 429/500 on a collector call.
 	FaultRate float64
 	calls     map[string]int
@@ -95,7 +100,7 @@ func New(seed uint64) *Sim {
 	s := &Sim{
 		Seed: seed, Clock: clk, Srv: NewServer(clk, Kinds()...),
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		Workers: 1, ResyncPeriod: 30 * time.Second,
+		Workers: 1, ResyncPeriod: 30 * time.Second, UnlistedHold: time.Minute,
 		calls: map[string]int{}, names: map[objKey]Obj{},
 	}
 	s.mapper = s.Srv.Mapper()
@@ -106,8 +111,13 @@ func New(seed uint64) *Sim {
 	}
 	s.Srv.OnViolation = func(v Violation) {
 		s.mu.Lock()
-		s.violations = append(s.violations, v)
-		s.log = append(s.log, "    VIOLATION "+v.Rule+": "+v.Detail)
+		if v.Limit != "" {
+			s.limits = append(s.limits, v)
+			s.log = append(s.log, "    LIMIT "+v.Limit+" ("+v.Rule+"): "+v.Detail)
+		} else {
+			s.violations = append(s.violations, v)
+			s.log = append(s.log, "    VIOLATION "+v.Rule+": "+v.Detail)
+		}
 		s.mu.Unlock()
 	}
 	s.Srv.Fault = s.fault
@@ -152,11 +162,20 @@ func (s *Sim) Step(format string, args ...any) {
 	s.mu.Unlock()
 }
 
-// Violations returns the safety violations seen so far.
+// Violations returns the safety violations seen so far that no documented
+// limit covers.
 func (s *Sim) Violations() []Violation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.violations)
+}
+
+// Limits returns the instances of documented limits seen so far
+// (Violation.Limit).
+func (s *Sim) Limits() []Violation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.limits)
 }
 
 // Start starts a collector on the server.
@@ -171,7 +190,15 @@ func (s *Sim) Start() error {
 		Workers:      s.Workers,
 		Ignored:      []schema.GroupResource{{Resource: "events"}},
 		ResyncPeriod: s.ResyncPeriod,
+		UnlistedHold: s.UnlistedHold,
 		Clock:        s.Clock,
+	}
+	if s.Srv.listsHeld() {
+		// A held first list neither syncs nor fails: the workers start
+		// after SyncTimeout, which runs on the real clock. The list stays
+		// held until the scheduler acts, and the scheduler waits for the
+		// workers (Settle), so they always start with it still held.
+		cfg.SyncTimeout = 200 * time.Millisecond
 	}
 	if s.Configure != nil {
 		s.Configure(&cfg)
@@ -181,6 +208,21 @@ func (s *Sim) Start() error {
 		return err
 	}
 	s.Srv.ResetSeen()
+	s.Srv.mu.Lock()
+	// The hold the limit is checked against is the Sim's, not one a
+	// test's Configure set (a test switching the hold off wants the
+	// releases flagged).
+	s.Srv.UnlistedHold = s.UnlistedHold
+	s.Srv.ReleasedUnlisted = func(owner types.UID) (string, []string, time.Duration, bool) {
+		_, released := c.Held()
+		for i := len(released) - 1; i >= 0; i-- {
+			if h := released[i]; h.Owner.UID == owner {
+				return h.Finalizer, h.Unlisted, h.Released.Sub(h.Since), true
+			}
+		}
+		return "", nil, 0, false
+	}
+	s.Srv.mu.Unlock()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logr.Discard()))
 	s.coll, s.cancel, s.done = c, cancel, make(chan error, 1)
 	go func() { s.done <- c.Run(ctx) }()
@@ -318,6 +360,15 @@ func (s *Sim) Advance(d time.Duration) error {
 		}
 	}
 	s.Step("advance %s", d)
+	s.Clock.Step(d)
+	return s.Settle()
+}
+
+// Jump moves the fake clock by d at once, firing every timer due by then
+// (late, together), and settles: a stretch of time in which the collector
+// was slow, long enough for --unlisted-hold to pass in one step.
+func (s *Sim) Jump(d time.Duration) error {
+	s.Step("jump %s", d)
 	s.Clock.Step(d)
 	return s.Settle()
 }
@@ -494,11 +545,27 @@ func (s *Sim) SetDown(gr schema.GroupResource, down bool) {
 	s.Srv.mu.Unlock()
 }
 
+// HoldLists holds the collector's LISTs of gr before their next page, or
+// releases them (HoldLists of the server).
+func (s *Sim) HoldLists(gr schema.GroupResource, hold bool) {
+	s.Step("resource %s: collector LISTs held=%v", gr.String(), hold)
+	s.Srv.HoldLists(gr, hold)
+}
+
 // FailLists makes the collector's next n LISTs of gr answer 429.
 func (s *Sim) FailLists(gr schema.GroupResource, n int) {
 	s.Step("resource %s: next %d collector LISTs fail", gr.String(), n)
 	s.Srv.mu.Lock()
 	s.Srv.kinds[gr].failLists = n
+	s.Srv.mu.Unlock()
+}
+
+// FailListPages makes the collector's next n LISTs of gr that continue a
+// list (a second page on) answer 500: a list that fails part way.
+func (s *Sim) FailListPages(gr schema.GroupResource, n int) {
+	s.Step("resource %s: next %d collector LIST pages after the first fail", gr.String(), n)
+	s.Srv.mu.Lock()
+	s.Srv.kinds[gr].failPages = n
 	s.Srv.mu.Unlock()
 }
 
@@ -565,11 +632,18 @@ func (s *Sim) Heal() {
 	s.FaultRate = 0
 	s.mu.Unlock()
 	s.Srv.mu.Lock()
-	for _, r := range s.Srv.kinds {
-		r.down, r.failLists = false, 0
+	var held []schema.GroupResource
+	for gr, r := range s.Srv.kinds {
+		r.down, r.failLists, r.failPages = false, 0, 0
 		if r.list404 {
 			r.list404, r.served = false, false
 		}
+		if r.holdList {
+			held = append(held, gr)
+		}
 	}
 	s.Srv.mu.Unlock()
+	for _, gr := range held {
+		s.Srv.HoldLists(gr, false)
+	}
 }

@@ -128,6 +128,17 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 		if err != nil {
 			return err
 		}
+		// The DELETE carries the version the patch produced, so it must
+		// rest on the object as that version has it. The patch tested the
+		// references only: if the object meanwhile started its own
+		// deletion or changed its finalizers (a client deleted it with
+		// Orphan), the policy decided from the graph's copy would replace
+		// the client's (the apiserver swaps the GC finalizers on a second
+		// DELETE): decide again from the graph once it has caught up
+		// (found by the simulator: seed 2825 of the hold-list world).
+		if obj.DeletionTimestamp != nil && !it.Deleting || !slices.Equal(obj.Finalizers, it.Finalizers) {
+			return errRetry
+		}
 		t.ResourceVersion, refs = obj.ResourceVersion, a.Refs
 	}
 	// Guarded: the arguments (a formatted identity) would otherwise be

@@ -49,7 +49,9 @@ func (w *Workers) negativeFactsReady(ctx context.Context, owner rules.Identity, 
 		w.holds.Delete(owner.UID)
 		return nil, nil
 	}
-	now := time.Now()
+	// The hold runs on Config.Clock (the simulator's fake clock), like the
+	// queues' backoff that brings the owner back here.
+	now := w.now()
 	v, _ := w.holds.LoadOrStore(owner.UID, HeldFinalizer{Owner: owner, Finalizer: finalizer, Since: now})
 	h := v.(HeldFinalizer)
 	h.Unlisted = unlisted

@@ -68,11 +68,19 @@ func stopControlPlane() {
 	}
 }
 
-// startKGC runs kgc with opts for the rest of the benchmark.
+// startKGC runs kgc with opts on the shared control plane for the rest of
+// the benchmark.
 func startKGC(b *testing.B, opts kgc.Options) {
 	b.Helper()
 	controlPlane(b)
-	c, err := kgc.New(cfg, opts)
+	startCollector(b, cfg, opts)
+}
+
+// startCollector runs kgc with opts against config until b ends, and waits (a
+// minute at most) until its monitors have synced.
+func startCollector(b *testing.B, config *rest.Config, opts kgc.Options) {
+	b.Helper()
+	c, err := kgc.New(rest.CopyConfig(config), opts)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -138,19 +138,7 @@ func startNamespaceCluster(b *testing.B, kgcLifecycle bool) namespaceCluster {
 		}
 	})
 	reg := prometheus.NewRegistry()
-	gc, err := kgc.New(rest.CopyConfig(cp.Config), kgc.Options{QPS: 1000, Burst: 2000, NamespaceLifecycle: kgcLifecycle, Registerer: reg})
-	if err != nil {
-		b.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = gc.Run(runCtx) }()
-	b.Cleanup(func() { stop(); <-done })
-	syncCtx, syncCancel := context.WithTimeout(runCtx, time.Minute)
-	defer syncCancel()
-	if err := gc.WaitForSync(syncCtx); err != nil {
-		b.Fatal(err)
-	}
+	startCollector(b, cp.Config, kgc.Options{QPS: 1000, Burst: 2000, NamespaceLifecycle: kgcLifecycle, Registerer: reg})
 	admin := rest.CopyConfig(cp.Config)
 	admin.QPS, admin.Burst = -1, 0 // the benchmark's own traffic is unthrottled
 	return namespaceCluster{client: kubernetes.NewForConfigOrDie(admin), reg: reg}

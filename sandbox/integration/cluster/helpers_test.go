@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -244,53 +243,37 @@ func (tc *testCase) assertDeletedBefore(owner obj, dependents []obj) {
 // kept is an object that must have survived, with a check of its metadata.
 type kept struct {
 	o     obj
-	check func(m *metav1.PartialObjectMetadata) error
+	check safety.Check
 }
 
 // aliveOwnedBy: o exists, is not being deleted, and is owned by exactly
 // owners.
 func aliveOwnedBy(o obj, owners ...types.UID) kept {
-	return kept{o: o, check: func(m *metav1.PartialObjectMetadata) error {
-		if m.DeletionTimestamp != nil {
-			return fmt.Errorf("is being deleted")
-		}
-		var got []types.UID
-		for _, r := range m.OwnerReferences {
-			got = append(got, r.UID)
-		}
-		slices.Sort(got)
-		want := slices.Sorted(slices.Values(owners))
-		if !slices.Equal(got, want) {
-			return fmt.Errorf("owners are %v, want %v", got, want)
-		}
-		return nil
-	}}
+	return kept{o: o, check: safety.OwnedBy(owners...)}
 }
 
 // assertKeptAfterGC proves a negative: that kgc, having had its chance, did
 // not delete objs. It creates a ConfigMap owned by another, deletes the
 // owner, waits until kgc has collected the dependent, and only then checks
-// each object.
+// each object (safety.AssertKeptAfter).
 func (tc *testCase) assertKeptAfterGC(objs ...kept) {
 	tc.t.Helper()
-	suffix := utilrand.String(5)
-	owner := tc.configMap("sentinel-owner-"+suffix, nil)
-	dep := tc.configMap("sentinel-"+suffix, []metav1.OwnerReference{ownerRef(owner, "v1", "ConfigMap", false)})
-	tc.del(owner, metav1.DeletePropagationBackground)
-	tc.waitGone(dep)
+	safety.AssertKeptAfter(tc.ctx, tc.t, func() {
+		suffix := utilrand.String(5)
+		owner := tc.configMap("sentinel-owner-"+suffix, nil)
+		dep := tc.configMap("sentinel-"+suffix, []metav1.OwnerReference{ownerRef(owner, "v1", "ConfigMap", false)})
+		tc.del(owner, metav1.DeletePropagationBackground)
+		tc.waitGone(dep)
+	}, tc.keptObjects(objs)...)
+}
+
+// keptObjects turns kept objects into safety.Kept, read through tc.get.
+func (tc *testCase) keptObjects(objs []kept) []safety.Kept {
+	out := make([]safety.Kept, 0, len(objs))
 	for _, k := range objs {
-		m, err := tc.get(tc.ctx, k.o)
-		switch {
-		case err != nil:
-			tc.t.Errorf("get %s: %v", k.o, err)
-		case m == nil:
-			tc.t.Errorf("%s was deleted; it must have been kept", k.o)
-		case k.check != nil:
-			if err := k.check(m); err != nil {
-				tc.t.Errorf("%s %v; metadata: %s", k.o, err, safety.Describe(m))
-			}
-		}
+		out = append(out, safety.KeptOf(k.o, tc.get, k.check))
 	}
+	return out
 }
 
 // configMap creates a ConfigMap with the given owners.

@@ -3,7 +3,6 @@ package gc
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -424,55 +423,34 @@ func (tc *testCase) addOwnerRefs(o obj, refs ...metav1.OwnerReference) {
 // kept is an object that must have survived, with an optional extra check.
 type kept struct {
 	o     obj
-	check func(m *metav1.PartialObjectMetadata) error
+	check safety.Check
 }
 
 // alive: o exists (same UID) and is not being deleted.
-func alive(o obj) kept {
-	return kept{o: o, check: func(m *metav1.PartialObjectMetadata) error {
-		if m.DeletionTimestamp != nil {
-			return errors.New("is being deleted")
-		}
-		return nil
-	}}
-}
+func alive(o obj) kept { return kept{o: o, check: safety.NotDeleting} }
 
 // aliveWithOwners: alive, and owned by exactly owners.
 func aliveWithOwners(o obj, owners ...types.UID) kept {
-	return kept{o: o, check: func(m *metav1.PartialObjectMetadata) error {
-		if m.DeletionTimestamp != nil {
-			return errors.New("is being deleted")
-		}
-		if !sameUIDs(ownerUIDs(m), owners) {
-			return fmt.Errorf("owners are %v, want %v", ownerUIDs(m), owners)
-		}
-		return nil
-	}}
+	return kept{o: o, check: safety.OwnedBy(owners...)}
 }
 
 // assertKeptAfterGC proves a negative: that kgc, having had its chance, did
 // not delete the given objects. It creates a sentinel of kind sentinelKind
 // owned by a fresh owner, deletes the owner, waits until kgc has collected the
-// sentinel, and only then checks each object. Objects whose events came
-// before the sentinel's have been seen by kgc by the time the sentinel goes.
+// sentinel, and only then checks each object (safety.AssertKeptAfter).
+// Objects whose events came before the sentinel's have been seen by kgc by
+// the time the sentinel goes.
 func (tc *testCase) assertKeptAfterGC(sentinelKind kindInfo, objs ...kept) {
 	tc.t.Helper()
-	s := tc.sentinel(sentinelKind)
-	tc.del(s.owner, background())
-	tc.waitFor(s.dependent, "collected by kgc (sentinel)", func(m *metav1.PartialObjectMetadata) bool { return m == nil })
+	keep := make([]safety.Kept, 0, len(objs))
 	for _, k := range objs {
-		m, err := tc.get(tc.ctx, k.o)
-		switch {
-		case err != nil:
-			tc.t.Errorf("get %s: %v", k.o, err)
-		case m == nil:
-			tc.t.Errorf("%s was deleted; it must have been kept", k.o)
-		case k.check != nil:
-			if err := k.check(m); err != nil {
-				tc.t.Errorf("%s %v; metadata: %s", k.o, err, safety.Describe(m))
-			}
-		}
+		keep = append(keep, safety.KeptOf(k.o, tc.get, k.check))
 	}
+	safety.AssertKeptAfter(tc.ctx, tc.t, func() {
+		s := tc.sentinel(sentinelKind)
+		tc.del(s.owner, background())
+		tc.waitFor(s.dependent, "collected by kgc (sentinel)", func(m *metav1.PartialObjectMetadata) bool { return m == nil })
+	}, keep...)
 }
 
 type sentinel struct{ owner, dependent obj }
