@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -97,15 +96,7 @@ func unobserved(e rules.Evidence) bool {
 }
 
 // RestoreHold is one object held for the restore signature.
-type RestoreHold struct {
-	Object rules.Identity `json:"object"`
-	// Owner is the reference whose UID is gone; FoundUID the UID of the
-	// object at its coordinates now.
-	Owner    metav1.OwnerReference `json:"owner"`
-	FoundUID types.UID             `json:"foundUID"`
-	Evidence string                `json:"evidence"`
-	Since    time.Time             `json:"since"`
-}
+type RestoreHold = breaker.Restored
 
 // restoreHolds remembers the objects held for the restore signature
 // (bounded: past max they are held all the same, only not listed).
@@ -121,12 +112,12 @@ func (r *restoreHolds) put(h RestoreHold) {
 	if r.m == nil {
 		r.m = map[types.UID]RestoreHold{}
 	}
-	if old, ok := r.m[h.Object.UID]; ok {
+	if old, ok := r.m[h.UID]; ok {
 		h.Since = old.Since
 	} else if len(r.m) >= r.max {
 		return
 	}
-	r.m[h.Object.UID] = h
+	r.m[h.UID] = h
 }
 
 func (r *restoreHolds) get(uid types.UID) (RestoreHold, bool) {
@@ -157,7 +148,8 @@ func (w *Workers) hold(ctx context.Context, it *rules.Item, facts []rules.Fact) 
 		ref := it.OwnerReferences[b.restored]
 		e := facts[b.restored].Evidence
 		_, known := w.restored.get(it.Identity.UID)
-		w.restored.put(RestoreHold{Object: it.Identity, Owner: ref, FoundUID: e.FoundUID, Evidence: e.String(), Since: w.now()})
+		w.restored.put(RestoreHold{APIVersion: it.Identity.APIVersion, Kind: it.Identity.Kind, Namespace: it.Identity.Namespace,
+			Name: it.Identity.Name, UID: it.Identity.UID, Owner: ref, FoundUID: e.FoundUID, Evidence: e.String(), Since: w.now()})
 		if !known {
 			logger.Info("Holding a dependent whose owner looks restored: its owner reference names a UID kgc never observed, and another object has that kind and name; relink it with kgc relink, or delete it",
 				"object", it.Identity.String(), "ownerKind", ref.Kind, "ownerName", ref.Name, "ownerUID", ref.UID, "foundUID", e.FoundUID)
@@ -218,14 +210,14 @@ func (w *Workers) RestoreHolds() []RestoreHold {
 		if w.stillHeld(h) {
 			out = append(out, h)
 		} else {
-			w.restored.forget(h.Object.UID)
+			w.restored.forget(h.UID)
 		}
 	}
 	slices.SortFunc(out, func(a, b RestoreHold) int {
 		if c := a.Since.Compare(b.Since); c != 0 {
 			return c
 		}
-		return compareUIDs(a.Object.UID, b.Object.UID)
+		return compareUIDs(a.UID, b.UID)
 	})
 	return out
 }
@@ -240,7 +232,7 @@ func (w *Workers) RestoreHeld(uid types.UID) (RestoreHold, bool) {
 }
 
 func (w *Workers) stillHeld(h RestoreHold) bool {
-	obj, ok := w.graph.Object(h.Object.UID)
+	obj, ok := w.graph.Object(h.UID)
 	return ok && !obj.Deleting && len(obj.References(h.Owner.UID)) > 0
 }
 
