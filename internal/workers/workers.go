@@ -164,8 +164,8 @@ func New(cfg Config, g *graph.Graph) *Workers {
 		// inner owners (ReplicaSets), not its leaves.
 		deletedByKGC: newRecentSet[types.UID](65536),
 		restored:     restoreHolds{max: breaker.DefaultMaxHeld},
-		slots:      make(chan struct{}, cfg.MaxWritesInFlight),
-		unlisted:   cfg.Unlisted,
+		slots:        make(chan struct{}, cfg.MaxWritesInFlight),
+		unlisted:     cfg.Unlisted,
 	}
 	if w.unlisted == nil {
 		w.unlisted = func() []discovery.Resource { return nil }

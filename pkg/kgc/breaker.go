@@ -2,6 +2,7 @@ package kgc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -53,6 +54,9 @@ func DefaultBreakerOptions() BreakerOptions {
 	return BreakerOptions{Window: breaker.DefaultWindow, UnobservedOwnerDeletions: breaker.DefaultUnobservedLimit,
 		DanglingFraction: breaker.DefaultDanglingFraction, DanglingMinimum: breaker.DefaultDanglingMinimum}
 }
+
+// Validate reports what is wrong with o.
+func (o BreakerOptions) Validate() error { return errors.Join(o.config().Validate()...) }
 
 func (o *BreakerOptions) config() breaker.Config {
 	return breaker.Config{Window: o.Window, UnobservedLimit: o.UnobservedOwnerDeletions,
