@@ -196,7 +196,9 @@ func (c *Collector) Breaker() *breaker.Breaker { return c.cfg.Breaker }
 func (c *Collector) RestoreHolds() []workers.RestoreHold { return c.workers.RestoreHolds() }
 
 // RestoreHeld returns the restore hold on uid, if it is held.
-func (c *Collector) RestoreHeld(uid types.UID) (workers.RestoreHold, bool) { return c.workers.RestoreHeld(uid) }
+func (c *Collector) RestoreHeld(uid types.UID) (workers.RestoreHold, bool) {
+	return c.workers.RestoreHeld(uid)
+}
 
 // ResumeHeld queues the objects a resumed breaker released (or, when it
 // held more than it remembered, every unfinished item).
