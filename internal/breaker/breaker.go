@@ -42,7 +42,8 @@ type Config struct {
 	// 0 turns the signal off.
 	UnobservedLimit int
 	// DanglingFraction and DanglingMinimum: Dangling trips when the
-	// deletions counted in one window would exceed both
+	// owners found dangling in one window (distinct owners that kgc did not
+	// delete itself, each with a dependent to delete) would exceed both
 	// DanglingFraction × the graph's size and DanglingMinimum (so that a
 	// small cluster does not trip on one Deployment). DanglingFraction 0
 	// turns the signal off.
@@ -107,7 +108,7 @@ func (t Trip) Because() string {
 		return fmt.Sprintf("%d deletions within %s rested on owners kgc never observed alive (a quorum read found nothing, or another object, at a UID the graph never held), more than the limit of %d: the restore / rollback signature",
 			t.Count, time.Duration(t.Window), t.Limit)
 	case Dangling:
-		return fmt.Sprintf("%d deletions within %s rested on owners kgc did not delete itself, more than %d (the larger of the dangling fraction of the graph's %d objects and the minimum)",
+		return fmt.Sprintf("%d owners that kgc did not delete itself were found gone within %s, each with dependents to delete, more than %d (the larger of the dangling fraction of the graph's %d objects and the minimum)",
 			t.Count, time.Duration(t.Window), t.Limit, t.GraphSize)
 	}
 	return string(t.Signal)
@@ -121,9 +122,9 @@ type Deletion struct {
 	Object string
 	// Unobserved: an owner it rests on was never observed alive.
 	Unobserved bool
-	// Counted: an owner it rests on was not deleted by kgc itself (it
-	// counts toward the dangling fraction).
-	Counted bool
+	// Owners: the dangling owners it rests on that kgc did not delete
+	// itself; each counts once per window toward the dangling fraction.
+	Owners []types.UID
 	// GraphSize is the graph's size now.
 	GraphSize int
 }
@@ -151,10 +152,12 @@ type Breaker struct {
 	clk clock.PassiveClock
 
 	mu sync.Mutex
-	// window: the deletions counted, oldest first; inWindow their UIDs
-	// (one object counts once per window, however often it is decided).
+	// window: what was counted, oldest first: objects toward Unobserved,
+	// owners toward Dangling; inWindow says what each signal holds now
+	// (one object, or owner, counts once per window however often it is
+	// decided).
 	window   []entry
-	inWindow map[types.UID]struct{}
+	inWindow map[Signal]map[types.UID]struct{}
 	counts   map[Signal]int
 	trips    map[Signal]Trip
 	// lastResume is the latest resume applied.
@@ -167,9 +170,9 @@ type Breaker struct {
 }
 
 type entry struct {
-	at                  time.Time
-	uid                 types.UID
-	unobserved, counted bool
+	at     time.Time
+	signal Signal
+	uid    types.UID
 }
 
 // New returns a breaker with cfg (zero Window and MaxHeld take their
@@ -185,7 +188,7 @@ func New(cfg Config) *Breaker {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Breaker{cfg: cfg, clk: clk, inWindow: map[types.UID]struct{}{}, counts: map[Signal]int{},
+	return &Breaker{cfg: cfg, clk: clk, inWindow: newInWindow(), counts: map[Signal]int{},
 		trips: map[Signal]Trip{}, held: map[types.UID]Hold{}, released: map[types.UID]struct{}{}}
 }
 
@@ -207,26 +210,43 @@ func (b *Breaker) Admit(d Deletion) Verdict {
 		return Verdict{Held: true, Trip: t}
 	}
 	b.expire(now)
-	if _, ok := b.inWindow[d.UID]; ok {
-		return Verdict{} // counted already in this window
-	}
-	if d.Unobserved && b.cfg.UnobservedLimit > 0 && b.counts[Unobserved]+1 > b.cfg.UnobservedLimit {
+	unobserved := d.Unobserved && b.cfg.UnobservedLimit > 0 && !b.has(Unobserved, d.UID)
+	if unobserved && b.counts[Unobserved]+1 > b.cfg.UnobservedLimit {
 		return b.trip(d, Unobserved, b.counts[Unobserved]+1, b.cfg.UnobservedLimit, now)
 	}
-	if d.Counted && b.cfg.DanglingFraction > 0 {
-		if limit := b.danglingLimit(d.GraphSize); b.counts[Dangling]+1 > limit {
-			return b.trip(d, Dangling, b.counts[Dangling]+1, limit, now)
+	var owners []types.UID
+	if b.cfg.DanglingFraction > 0 {
+		for _, o := range d.Owners {
+			if !b.has(Dangling, o) && !slices.Contains(owners, o) {
+				owners = append(owners, o)
+			}
+		}
+		if limit := b.danglingLimit(d.GraphSize); len(owners) > 0 && b.counts[Dangling]+len(owners) > limit {
+			return b.trip(d, Dangling, b.counts[Dangling]+len(owners), limit, now)
 		}
 	}
-	b.window = append(b.window, entry{at: now, uid: d.UID, unobserved: d.Unobserved, counted: d.Counted})
-	b.inWindow[d.UID] = struct{}{}
-	if d.Unobserved {
-		b.counts[Unobserved]++
+	if unobserved {
+		b.count(Unobserved, d.UID, now)
 	}
-	if d.Counted {
-		b.counts[Dangling]++
+	for _, o := range owners {
+		b.count(Dangling, o, now)
 	}
 	return Verdict{}
+}
+
+func newInWindow() map[Signal]map[types.UID]struct{} {
+	return map[Signal]map[types.UID]struct{}{Unobserved: {}, Dangling: {}}
+}
+
+func (b *Breaker) has(s Signal, uid types.UID) bool {
+	_, ok := b.inWindow[s][uid]
+	return ok
+}
+
+func (b *Breaker) count(s Signal, uid types.UID, now time.Time) {
+	b.window = append(b.window, entry{at: now, signal: s, uid: uid})
+	b.inWindow[s][uid] = struct{}{}
+	b.counts[s]++
 }
 
 // danglingLimit is the most deletions Dangling allows in a window for a
@@ -273,13 +293,8 @@ func (b *Breaker) expire(now time.Time) {
 	i := 0
 	for ; i < len(b.window) && !b.window[i].at.After(cut); i++ {
 		e := b.window[i]
-		delete(b.inWindow, e.uid)
-		if e.unobserved {
-			b.counts[Unobserved]--
-		}
-		if e.counted {
-			b.counts[Dangling]--
-		}
+		delete(b.inWindow[e.signal], e.uid)
+		b.counts[e.signal]--
 	}
 	if i > 0 {
 		b.window = slices.Delete(b.window, 0, i)
@@ -342,7 +357,7 @@ func (b *Breaker) Resume(at time.Time) (release []types.UID, resumed []Trip, ove
 	overflowed, b.overflowed = b.overflowed, false
 	// Start counting afresh: what was counted led to the trips just
 	// resumed.
-	b.window, b.inWindow = nil, map[types.UID]struct{}{}
+	b.window, b.inWindow = nil, newInWindow()
 	b.counts = map[Signal]int{}
 	slices.SortFunc(resumed, func(x, y Trip) int { return x.At.Compare(y.At) })
 	return release, resumed, overflowed
@@ -369,7 +384,8 @@ func (b *Breaker) Held(uid types.UID) (Hold, bool) {
 type Status struct {
 	// Trips: the signals tripped now, by the time they tripped.
 	Trips []Trip `json:"trips"`
-	// Counts: deletions counted per signal in the current window, and the
+	// Counts: what each signal counted in the current window (deletions
+	// for Unobserved, distinct owners for Dangling), and the
 	// limit of each (0: off; Dangling's for GraphSize).
 	Counts map[Signal]int `json:"counts"`
 	Limits map[Signal]int `json:"limits"`

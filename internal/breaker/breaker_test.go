@@ -11,8 +11,14 @@ import (
 
 var t0 = time.Date(2026, 11, 26, 4, 0, 0, 0, time.UTC)
 
+// del is deletion i; counted: it rests on an owner of its own that kgc
+// did not delete.
 func del(i int, unobserved, counted bool, graph int) Deletion {
-	return Deletion{UID: types.UID(fmt.Sprintf("uid-%d", i)), Object: fmt.Sprintf("Pod ns/p%d", i), Unobserved: unobserved, Counted: counted, GraphSize: graph}
+	d := Deletion{UID: types.UID(fmt.Sprintf("uid-%d", i)), Object: fmt.Sprintf("Pod ns/p%d", i), Unobserved: unobserved, GraphSize: graph}
+	if counted {
+		d.Owners = []types.UID{types.UID(fmt.Sprintf("owner-%d", i))}
+	}
+	return d
 }
 
 // admitUntilHeld admits deletions from..from+n and returns how many went
@@ -99,6 +105,26 @@ func TestDanglingFractionAndMinimum(t *testing.T) {
 				t.Fatalf("trip %+v, want %s with the graph's size", v.Trip, Dangling)
 			}
 		})
+	}
+}
+
+// Dangling counts owners: the 5,000 dependents of one owner someone
+// deleted count once.
+func TestDanglingCountsOwners(t *testing.T) {
+	b := New(Config{Window: time.Minute, DanglingFraction: 0.2, DanglingMinimum: 2, Clock: clocktesting.NewFakePassiveClock(t0)})
+	for i := range 5000 {
+		d := del(i, false, false, 10)
+		d.Owners = []types.UID{"job", "job"}
+		if v := b.Admit(d); v.Held {
+			t.Fatalf("deletion %d resting on one owner held: %+v", i, v)
+		}
+	}
+	if c := b.Status(10, 0).Counts[Dangling]; c != 1 {
+		t.Fatalf("counted %d owners, want 1", c)
+	}
+	// Two more owners: the third distinct owner crosses the minimum of 2.
+	if went, v := admitUntilHeld(b, 10000, 5, false, true, 10); went != 1 || v.Trip.Count != 3 {
+		t.Fatalf("went %d (%+v), want 1 then a trip at 3 owners", went, v)
 	}
 }
 

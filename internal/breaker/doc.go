@@ -21,15 +21,21 @@
 //     404 wrongly looks like; an owner someone deleted while kgc watched
 //     is observed (a watch DELETED event, or a relist that no longer holds
 //     a UID the graph had).
-//   - Dangling: deletions resting on owners that kgc did not delete
-//     itself, as a fraction of the graph. A cascade kgc runs (a
-//     Deployment's ReplicaSet, then its 5,000 Pods) counts once, at its
-//     root: the Pods rest on a ReplicaSet kgc deleted, which is the
-//     consequence of a decision already counted.
+//   - Dangling: the owners found dangling, as a fraction of the graph:
+//     distinct owners that kgc did not delete itself, each with a
+//     dependent about to be deleted. A user deleting a Job with 5,000 Pods
+//     counts one owner; a cascade kgc runs (a Deployment's ReplicaSet,
+//     then its Pods) counts once, at its root: the Pods rest on a
+//     ReplicaSet kgc deleted, the consequence of a decision already
+//     counted. What it catches is many unrelated owners vanishing at once
+//     (an API answering 404 for a whole resource, a rollback), not one
+//     big owner going.
 //
 // A signal trips when its count in the window would exceed its limit: the
 // deletion that would cross it is held, and so is every later one on that
-// basis until an operator resumes. A tripped Unobserved holds deletions
+// basis until an operator resumes. Unobserved counts deletions (a restore
+// recreates objects, each naming an owner from before it); Dangling counts
+// owners (see above). A tripped Unobserved holds deletions
 // resting on an owner never observed alive; a tripped Dangling holds every
 // deletion resting on a dangling owner. Deletions the breaker is not asked
 // about — of dependents of owners in foreground deletion, orphaning,

@@ -48,8 +48,9 @@ type holdBasis struct {
 	// unobserved: a dangling owner was never observed alive (its fact
 	// comes from a quorum GET or LIST, not from the graph).
 	unobserved bool
-	// counted: a dangling owner was not deleted by kgc itself.
-	counted bool
+	// owners: the dangling owners kgc did not delete itself (what the
+	// breaker's dangling fraction counts).
+	owners []types.UID
 	// restored: the index of a reference with the restore signature; -1
 	// if none.
 	restored int
@@ -74,7 +75,7 @@ func basisOf(refs []metav1.OwnerReference, facts []rules.Fact, deletedByKGC func
 			}
 		}
 		if deletedByKGC == nil || !deletedByKGC(refs[i].UID) {
-			b.counted = true
+			b.owners = append(b.owners, refs[i].UID)
 		}
 	}
 	return b
@@ -160,7 +161,7 @@ func (w *Workers) hold(ctx context.Context, it *rules.Item, facts []rules.Fact) 
 		return false
 	}
 	v := w.cfg.Breaker.Admit(breaker.Deletion{UID: it.Identity.UID, Object: it.Identity.String(),
-		Unobserved: b.unobserved, Counted: b.counted, GraphSize: w.graph.Len()})
+		Unobserved: b.unobserved, Owners: b.owners, GraphSize: w.graph.Len()})
 	if !v.Held {
 		return false
 	}

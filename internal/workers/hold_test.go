@@ -2,6 +2,7 @@ package workers
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -42,18 +43,18 @@ func TestBasisOf(t *testing.T) {
 		facts []rules.Fact
 		want  holdBasis
 	}{
-		{"observed deleted by someone", refs("o"), []rules.Fact{watched}, holdBasis{dangling: true, counted: true, restored: -1}},
-		{"absent from a relist", refs("o"), []rules.Fact{relisted}, holdBasis{dangling: true, counted: true, restored: -1}},
-		{"solid until a confirming GET", refs("o"), []rules.Fact{confirmed}, holdBasis{dangling: true, counted: true, restored: -1}},
+		{"observed deleted by someone", refs("o"), []rules.Fact{watched}, holdBasis{dangling: true, owners: []types.UID{"o"}, restored: -1}},
+		{"absent from a relist", refs("o"), []rules.Fact{relisted}, holdBasis{dangling: true, owners: []types.UID{"o"}, restored: -1}},
+		{"solid until a confirming GET", refs("o"), []rules.Fact{confirmed}, holdBasis{dangling: true, owners: []types.UID{"o"}, restored: -1}},
 		{"deleted by kgc: a cascade's inner step", refs("by-kgc"), []rules.Fact{watched}, holdBasis{dangling: true, restored: -1}},
-		{"never observed: GET 404", refs("o"), []rules.Fact{got404}, holdBasis{dangling: true, unobserved: true, counted: true, restored: -1}},
-		{"never observed: LIST", refs("o"), []rules.Fact{listed}, holdBasis{dangling: true, unobserved: true, counted: true, restored: -1}},
-		{"restore signature", refs("o"), []rules.Fact{otherUID}, holdBasis{dangling: true, unobserved: true, counted: true, restored: 0}},
-		{"restore signature on the second reference", refs("a", "b"), []rules.Fact{watched, otherUID}, holdBasis{dangling: true, unobserved: true, counted: true, restored: 1}},
+		{"never observed: GET 404", refs("o"), []rules.Fact{got404}, holdBasis{dangling: true, unobserved: true, owners: []types.UID{"o"}, restored: -1}},
+		{"never observed: LIST", refs("o"), []rules.Fact{listed}, holdBasis{dangling: true, unobserved: true, owners: []types.UID{"o"}, restored: -1}},
+		{"restore signature", refs("o"), []rules.Fact{otherUID}, holdBasis{dangling: true, unobserved: true, owners: []types.UID{"o"}, restored: 0}},
+		{"restore signature on the second reference", refs("a", "b"), []rules.Fact{watched, otherUID}, holdBasis{dangling: true, unobserved: true, owners: []types.UID{"a", "b"}, restored: 1}},
 		{"a waiting owner: the user's foreground cascade", refs("a", "b"), []rules.Fact{waiting, got404}, holdBasis{restored: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := basisOf(tc.refs, tc.facts, kgcDeleted); got != tc.want {
+			if got := basisOf(tc.refs, tc.facts, kgcDeleted); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("basisOf = %+v, want %+v", got, tc.want)
 			}
 		})

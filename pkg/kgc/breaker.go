@@ -30,10 +30,11 @@ type BreakerOptions struct {
 	// the signal off.
 	UnobservedOwnerDeletions int
 	// DanglingFraction and DanglingMinimum: the breaker trips when the
-	// deletions resting on owners kgc did not delete itself (a cascade
-	// counts once, at its root) in one window would exceed both this
-	// fraction of the graph and the minimum. DanglingFraction 0 turns the
-	// signal off.
+	// owners found gone in one window — distinct owners kgc did not delete
+	// itself, each with a dependent to delete (a Job deleted with 5,000
+	// Pods counts one; a cascade kgc runs counts once, at its root) —
+	// would exceed both this fraction of the graph and the minimum.
+	// DanglingFraction 0 turns the signal off.
 	DanglingFraction float64
 	DanglingMinimum  int
 	// LeaseNamespace and LeaseName name the coordination.k8s.io Lease on
