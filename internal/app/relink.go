@@ -80,7 +80,7 @@ func (r *relinker) relink(ctx context.Context, t relinkTarget, dryRun bool) (rel
 	id := rules.Identity{APIVersion: t.mapping.GroupVersionKind.GroupVersion().String(), Kind: t.mapping.GroupVersionKind.Kind,
 		Namespace: dep.Namespace, Name: dep.Name, UID: dep.UID}
 	if t.ownerUID != "" && !slices.ContainsFunc(dep.OwnerReferences, func(ref metav1.OwnerReference) bool { return ref.UID == t.ownerUID }) {
-		return res, fmt.Errorf("%s %s has no owner reference with uid %s", res.Resource, nsName(t.namespace, t.name), t.ownerUID)
+		return res, fmt.Errorf("%s %s has no owner reference with uid %s: %w", res.Resource, nsName(t.namespace, t.name), t.ownerUID, errNothingToRelink)
 	}
 	refs := slices.Clone(dep.OwnerReferences)
 	for i := range refs {
@@ -237,6 +237,11 @@ func newRelinkCommand(deps InspectDeps) *cobra.Command {
 			var errs []error
 			for _, t := range targets {
 				res, err := r.relink(ctx, t, dryRun)
+				if allHeld && errors.Is(err, errNothingToRelink) {
+					// Relinked (or changed) since kgc reported it.
+					fmt.Fprintf(cmd.ErrOrStderr(), "skipped: %v\n", err)
+					continue
+				}
 				if err != nil {
 					errs = append(errs, err)
 					continue
