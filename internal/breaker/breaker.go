@@ -446,6 +446,17 @@ func compareUID(a, b types.UID) int {
 	return 0
 }
 
+// HeldBySignal counts the held objects by the signal that holds them.
+func (b *Breaker) HeldBySignal() map[Signal]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[Signal]int, len(Signals))
+	for _, h := range b.held {
+		out[h.Signal]++
+	}
+	return out
+}
+
 // Tripped reports whether signal s is tripped now.
 func (b *Breaker) Tripped(s Signal) bool {
 	b.mu.Lock()

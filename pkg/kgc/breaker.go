@@ -77,7 +77,7 @@ func (o *BreakerOptions) leaseIdentity(l *coordinationv1.Lease) rules.Identity {
 func (c *Collector) breakerState() metrics.BreakerState {
 	st := metrics.BreakerState{Held: map[string]int{}}
 	if b := c.c.Breaker(); b != nil {
-		s := b.Status(c.c.Graph().Len(), -1)
+		s := b.Status(c.c.Graph().Len(), 0)
 		tripped := map[breaker.Signal]bool{}
 		for _, t := range s.Trips {
 			tripped[t.Signal] = true
@@ -85,8 +85,8 @@ func (c *Collector) breakerState() metrics.BreakerState {
 		for _, sig := range breaker.Signals {
 			st.Signals = append(st.Signals, metrics.BreakerSignal{Signal: string(sig), Tripped: tripped[sig], Counted: s.Counts[sig], Limit: s.Limits[sig]})
 		}
-		for _, h := range s.Held {
-			st.Held[string(h.Signal)]++
+		for sig, n := range b.HeldBySignal() {
+			st.Held[string(sig)] = n
 		}
 	}
 	st.Held[metrics.HeldRestored] = len(c.c.RestoreHolds())
