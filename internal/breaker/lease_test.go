@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -62,4 +63,52 @@ func TestLeaseStore(t *testing.T) {
 	if _, resumed, err := s.Resume(ctx, time.Time{}); err != nil || !resumed.IsZero() {
 		t.Fatalf("a second resume: %v %v", resumed, err)
 	}
+}
+
+// Sync records a trip on the Lease and applies a resume written there.
+func TestSyncRecordsAndResumes(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := fake.NewClientset()
+	store := &LeaseStore{Client: cs.CoordinationV1(), Namespace: "ns", Name: "kgc"}
+	b := New(Config{UnobservedLimit: 1})
+	tripped := make(chan Trip, 1)
+	resumed := make(chan int, 1)
+	s := &Sync{Breaker: b, Store: store, Interval: 10 * time.Millisecond, Tripped: tripped,
+		OnResume: func(release []types.UID, _ []Trip, _ bool) { resumed <- len(release) }}
+	s.Start(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+
+	b.Admit(Deletion{UID: "a", Unobserved: true})
+	v := b.Admit(Deletion{UID: "b", Unobserved: true})
+	if !v.Tripped {
+		t.Fatal("did not trip")
+	}
+	tripped <- v.Trip
+	deadline := time.After(10 * time.Second)
+	for {
+		st, _, err := store.Load(ctx)
+		if err == nil && len(st.Active()) == 1 {
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatal("the trip never reached the Lease")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if _, _, err := store.Resume(ctx, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-resumed:
+		if n != 1 || b.Tripped(Unobserved) {
+			t.Fatalf("released %d (want 1), tripped %v", n, b.Tripped(Unobserved))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resume was never applied")
+	}
+	cancel()
+	<-done
 }
