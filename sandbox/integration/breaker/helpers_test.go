@@ -60,6 +60,7 @@ func newNamespace(t *testing.T) string {
 // running is one kgc collector with its HTTP handler served.
 type running struct {
 	c   *testenv.Collector
+	srv *httptest.Server
 	url string
 	reg *prometheus.Registry
 }
@@ -91,7 +92,7 @@ func startKGC(t *testing.T, opts kgc.Options) *running {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(c.Handler())
-	r := &running{c: c, url: srv.URL, reg: reg}
+	r := &running{c: c, srv: srv, url: srv.URL, reg: reg}
 	t.Cleanup(func() { r.stop(t) })
 	return r
 }
@@ -101,6 +102,7 @@ func (r *running) stop(t *testing.T) {
 	if r.c == nil {
 		return
 	}
+	r.srv.Close()
 	if err := r.c.Stop(); err != nil {
 		t.Error(err)
 	}
