@@ -57,7 +57,13 @@ func DefaultBreakerOptions() BreakerOptions {
 }
 
 // Validate reports what is wrong with o.
-func (o BreakerOptions) Validate() error { return errors.Join(o.config().Validate()...) }
+func (o BreakerOptions) Validate() error {
+	errs := o.config().Validate()
+	if (o.LeaseName == "") != (o.LeaseNamespace == "") {
+		errs = append(errs, fmt.Errorf("the breaker's Lease needs both a namespace and a name, got %q and %q", o.LeaseNamespace, o.LeaseName))
+	}
+	return errors.Join(errs...)
+}
 
 func (o *BreakerOptions) config() breaker.Config {
 	return breaker.Config{Window: o.Window, UnobservedLimit: o.UnobservedOwnerDeletions,

@@ -323,11 +323,10 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	}
 	var brk *breaker.Breaker
 	if opts.Breaker != nil {
-		bc := opts.Breaker.config()
-		if errs := bc.Validate(); len(errs) > 0 {
-			return nil, fmt.Errorf("kgc: Breaker: %w", errors.Join(errs...))
+		if err := opts.Breaker.Validate(); err != nil {
+			return nil, fmt.Errorf("kgc: Breaker: %w", err)
 		}
-		brk = breaker.New(bc)
+		brk = breaker.New(opts.Breaker.config())
 		out.breakerOpts = *opts.Breaker
 	}
 	out.c, err = collector.New(collector.Config{
