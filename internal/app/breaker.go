@@ -220,15 +220,23 @@ func (s breakerStatus) write(w io.Writer) error {
 				fmt.Fprint(w, " (and more, not remembered: all re-checked on resume)")
 			}
 			fmt.Fprintln(w)
-			for _, h := range b.Held {
-				fmt.Fprintf(w, "    %s (uid %s) held since %s by %s\n", h.Object, h.UID, ts(h.Since), h.Signal)
+			for i, h := range b.Held {
+				if i == statusListed {
+					fmt.Fprintf(w, "    … and %d more (-o json lists them all)\n", b.HeldTotal-i)
+					break
+				}
+				fmt.Fprintf(w, "    %s held since %s by %s\n", h.Object, ts(h.Since), h.Signal)
 			}
 		}
 		if !r.HoldRestored {
 			fmt.Fprintln(w, "Restore-signature hold: off (--hold-restored-references=false).")
 		} else {
 			fmt.Fprintf(w, "Held for the restore signature: %d\n", len(r.Restored))
-			for _, h := range r.Restored {
+			for i, h := range r.Restored {
+				if i == statusListed {
+					fmt.Fprintf(w, "    … and %d more (-o json lists them all)\n", len(r.Restored)-i)
+					break
+				}
 				fmt.Fprintf(w, "    %s %s (uid %s): owner %s %s uid %s is gone; %s %s is now uid %s — kgc relink %s/%s -n %s\n",
 					h.Kind, nsName(h.Namespace, h.Name), h.UID, h.Owner.Kind, h.Owner.Name, h.Owner.UID, h.Owner.Kind, h.Owner.Name, h.FoundUID,
 					strings.ToLower(h.Kind), h.Name, h.Namespace)
@@ -240,6 +248,10 @@ func (s breakerStatus) write(w io.Writer) error {
 	}
 	return nil
 }
+
+// statusListed is how many held objects the text of kgc breaker status
+// lists (of each kind).
+const statusListed = 10
 
 func nsName(ns, name string) string {
 	if ns == "" {
