@@ -225,8 +225,14 @@ func count(t *testing.T, ns, set string) int {
 // waitFor polls cond until it holds, failing t after waitTimeout.
 func waitFor(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
+	waitWithin(t, waitTimeout, what, cond)
+}
+
+// waitWithin polls cond until it holds, failing t after timeout.
+func waitWithin(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
 	began := time.Now()
-	err := wait.PollUntilContextTimeout(t.Context(), pollInterval, waitTimeout, true, func(context.Context) (bool, error) { return cond() })
+	err := wait.PollUntilContextTimeout(t.Context(), pollInterval, timeout, true, func(context.Context) (bool, error) { return cond() })
 	if err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
