@@ -68,7 +68,7 @@ func NewRootCommand(ctx context.Context, run RunFunc) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(NewRunCommand(run), NewVersionCommand())
+	root.AddCommand(NewRunCommand(run), NewVersionCommand(), newBreakerCommand(InspectDeps{}), newRelinkCommand(InspectDeps{}))
 	AddInspectCommands(root, InspectDeps{})
 	return root
 }
@@ -180,6 +180,8 @@ func Run(ctx context.Context, o *RunOptions) error {
 		EventComponent:        o.Observability.EventComponent,
 		NamespaceLifecycle:    o.NamespaceLifecycle,
 		WriteHistorySize:      writeHistorySize(o.WriteHistorySize),
+		Breaker:               o.Breaker.lib(o.LeaderElection),
+		HoldRestored:          o.Breaker.HoldRestored,
 	})
 	if err != nil {
 		return err

@@ -229,6 +229,12 @@ func newExplainCommand(deps InspectDeps) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if o.server != "" && e.Decision.Verdict == inspect.VerdictDelete {
+				// Decided for deletion: does the running kgc hold it?
+				if r, err := fetchHolds(cmd.Context(), deps, o.server, o.timeout); err == nil {
+					e.Hold = inspect.HoldOf(r, obj.UID)
+				}
+			}
 			notSyncedWarning(cmd, v)
 			if o.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), e)

@@ -34,6 +34,7 @@ type RunOptions struct {
 	NamespaceLifecycle    bool
 	WriteHistorySize      int
 	LeaderElection        LeaderElectionOptions
+	Breaker               BreakerRunOptions
 	Observability         ObservabilityOptions
 	KCM                   KCMOptions
 
@@ -55,6 +56,7 @@ func NewRunOptions() *RunOptions {
 		HTTPAddress:           ":10258",
 		WriteHistorySize:      kgc.DefaultWriteHistorySize,
 		LeaderElection:        NewLeaderElectionOptions(),
+		Breaker:               NewBreakerRunOptions(),
 		Observability:         NewObservabilityOptions(),
 		KCM:                   NewKCMOptions(),
 	}
@@ -81,6 +83,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.NamespaceLifecycle, "namespace-lifecycle", o.NamespaceLifecycle, "Also do the namespace controller's job: empty deleted namespaces (Pods first), set their status conditions, and remove their kubernetes finalizer once nothing is left. For API servers without kube-controller-manager; leave it off where kube-controller-manager runs its namespace controller.")
 	fs.IntVar(&o.WriteHistorySize, "write-history-size", o.WriteHistorySize, "How many of its last writes (DELETEs and patches) kgc keeps in memory with why it made them (which owner was gone and how kgc knew, the policy, the preconditions, the outcome), served at /debug/controllers/garbage-collector-controller/history and read by kgc explain --server. 0 keeps none; every write is logged either way.")
 	o.LeaderElection.AddFlags(fs)
+	o.Breaker.AddFlags(fs)
 	o.Observability.AddFlags(fs)
 	o.KCM.AddFlags(fs)
 }
@@ -133,6 +136,7 @@ func (o *RunOptions) Validate() []error {
 		}
 	}
 	errs = append(errs, o.LeaderElection.Validate()...)
+	errs = append(errs, o.Breaker.Validate()...)
 	errs = append(errs, o.Observability.Validate()...)
 	errs = append(errs, o.KCM.Validate()...)
 	return errs

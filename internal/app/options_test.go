@@ -57,6 +57,7 @@ func defaults() RunOptions {
 		LeaderElection:        NewLeaderElectionOptions(), // off: TestMain pins "not in a cluster"
 		Observability:         NewObservabilityOptions(),
 		KCM:                   NewKCMOptions(),
+		Breaker:               BreakerRunOptions{Enabled: true, Window: 10 * time.Minute, UnobservedOwnerDeletions: 200, DanglingFraction: 0.2, DanglingMinimum: 1000, HoldRestored: true},
 		IgnoredResources:      []string{"events", "events.events.k8s.io"},
 		Ignored:               []schema.GroupResource{{Resource: "events"}, {Group: "events.k8s.io", Resource: "events"}},
 	}
@@ -86,6 +87,14 @@ func TestRunFlags(t *testing.T) {
 		{name: "http disabled", args: []string{"--http-address="}, modify: func(o *RunOptions) { o.HTTPAddress = "" }},
 		{name: "ipv6 http address", args: []string{"--http-address=[::1]:10258"}, modify: func(o *RunOptions) { o.HTTPAddress = "[::1]:10258" }},
 		{name: "namespace lifecycle", args: []string{"--namespace-lifecycle"}, modify: func(o *RunOptions) { o.NamespaceLifecycle = true }},
+		{name: "breaker off", args: []string{"--deletion-breaker=false", "--hold-restored-references=false"}, modify: func(o *RunOptions) { o.Breaker.Enabled, o.Breaker.HoldRestored = false, false }},
+		{
+			name: "breaker thresholds",
+			args: []string{"--breaker-window=1m", "--breaker-unobserved-owner-deletions=5", "--breaker-dangling-fraction=0.5", "--breaker-dangling-minimum=7"},
+			modify: func(o *RunOptions) {
+				o.Breaker.Window, o.Breaker.UnobservedOwnerDeletions, o.Breaker.DanglingFraction, o.Breaker.DanglingMinimum = time.Minute, 5, 0.5, 7
+			},
+		},
 		{
 			name: "ignored resources replace the defaults",
 			args: []string{"--ignored-resources=pods,deployments.apps"},
@@ -224,6 +233,8 @@ func TestValidate(t *testing.T) {
 		{"qps negative, burst unused", func(o *RunOptions) { o.KubeAPIQPS, o.KubeAPIBurst = -1, -1 }, 0},
 		{"qps positive, burst zero", func(o *RunOptions) { o.KubeAPIBurst = 0 }, 1},
 		{"two problems", func(o *RunOptions) { o.KubeAPIBurst, o.ConcurrentGCSyncs = 0, -1 }, 2},
+		{"breaker fraction above 1", func(o *RunOptions) { o.Breaker.DanglingFraction = 1.5 }, 1},
+		{"breaker off: its thresholds unchecked", func(o *RunOptions) { o.Breaker.Enabled, o.Breaker.DanglingFraction = false, 1.5 }, 0},
 		{"five problems", func(o *RunOptions) {
 			o.KubeAPIBurst, o.KubeAPIContentType, o.ConcurrentGCSyncs, o.DiscoveryResyncPeriod, o.HTTPAddress = 0, "x", 0, 0, "x"
 		}, 5},

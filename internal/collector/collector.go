@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/kgc-dev/kgc/internal/breaker"
 	"github.com/kgc-dev/kgc/internal/builder"
 	"github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
@@ -76,6 +78,13 @@ type Config struct {
 	// and finalized, as kube-controller-manager's namespace controller
 	// does. nil (the default) leaves namespaces alone.
 	Namespaces namespaces.API
+	// Breaker, when set, may hold deletions resting on dangling owners
+	// (package breaker; workers/hold.go); OnTrip is told once per trip.
+	Breaker *breaker.Breaker
+	OnTrip  func(breaker.Trip)
+	// HoldRestored holds dependents with the restore signature
+	// (workers/hold.go).
+	HoldRestored bool
 	// Clock drives the queues' backoff, the write log, foreground re-checks,
 	// periodic rediscovery and the monitors' backoff; nil is the real clock
 	// (tests inject a fake one: see testhooks.go).
@@ -168,6 +177,7 @@ func New(cfg Config) (*Collector, error) {
 		Workers: cfg.Workers, MaxWritesInFlight: cfg.MaxWritesInFlight, UnlistedHold: cfg.UnlistedHold,
 		Unlisted: c.builder.Unlisted, Listing: c.builder.Listing, Resource: c.builder.Resource,
 		Rules: cfg.Rules, Metrics: cfg.Metrics, History: cfg.History, Clock: cfg.Clock,
+		Breaker: cfg.Breaker, OnTrip: cfg.OnTrip, HoldRestored: cfg.HoldRestored,
 	}, g)
 	return c, nil
 }
@@ -178,6 +188,23 @@ func (c *Collector) Graph() *graph.Graph { return c.builder.Graph() }
 // History returns the record of the collector's writes (nil when it
 // keeps none).
 func (c *Collector) History() *history.Ring { return c.cfg.History }
+
+// Breaker returns the deletion breaker (nil when off).
+func (c *Collector) Breaker() *breaker.Breaker { return c.cfg.Breaker }
+
+// RestoreHolds returns the objects held for the restore signature.
+func (c *Collector) RestoreHolds() []workers.RestoreHold { return c.workers.RestoreHolds() }
+
+// RestoreHeld returns the restore hold on uid, if it is held.
+func (c *Collector) RestoreHeld(uid types.UID) (workers.RestoreHold, bool) {
+	return c.workers.RestoreHeld(uid)
+}
+
+// ResumeHeld queues the objects a resumed breaker released (or, when it
+// held more than it remembered, every unfinished item).
+func (c *Collector) ResumeHeld(ctx context.Context, release []types.UID, overflowed bool) {
+	c.workers.Resume(ctx, release, overflowed)
+}
 
 // Synced reports whether the initial monitor sync finished and workers run.
 func (c *Collector) Synced() bool { return c.synced.Load() }

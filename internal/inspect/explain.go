@@ -86,6 +86,9 @@ type Explanation struct {
 	// StuckOn: the objects at the bottom of WaitingFor that nothing in kgc
 	// will move: held by finalizers no collector handles, or kept.
 	StuckOn []Held `json:"stuckOn,omitempty"`
+	// Hold: a running kgc decided to delete it and holds it instead
+	// (asked with --server; HoldOf).
+	Hold *Hold `json:"hold,omitempty"`
 }
 
 // Wait is one blocking dependent of an object in Foreground deletion.

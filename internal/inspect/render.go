@@ -21,6 +21,9 @@ func WriteExplanation(w io.Writer, e *Explanation) error {
 		fmt.Fprintf(b, " (policy %s)", e.Decision.Policy)
 	}
 	b.WriteString("\n")
+	if h := e.Hold; h != nil {
+		fmt.Fprintf(b, "Held:    since %s, %s.\n         To let it go: %s.\n", h.Since.UTC().Format(time.RFC3339), h.Why, h.Action)
+	}
 	if len(e.Owners) == 0 {
 		b.WriteString("Owners:  none\n")
 	} else {

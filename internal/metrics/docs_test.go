@@ -59,6 +59,7 @@ func exercise(t *testing.T, m *Metrics) {
 	m.NamespaceSync(NamespaceFinalized, 1)
 	m.NamespaceFinalized(1)
 	m.NamespacesTerminating(1)
+	m.BreakerTripped("unobserved-owners")
 	p := m.QueueMetricsProvider()
 	p.NewDepthMetric("q").Inc()
 	p.NewAddsMetric("q").Inc()
@@ -87,6 +88,9 @@ func TestDocsMatchCode(t *testing.T) {
 		Stuck:             func() (map[string]int, float64, bool) { return map[string]int{"finalizer": 2}, 600, true },
 		Startup: func() StartupProgress {
 			return StartupProgress{ResourcesListed: 1, ResourcesTotal: 2, ObjectsListed: 5}
+		},
+		Breaker: func() BreakerState {
+			return BreakerState{Signals: []BreakerSignal{{Signal: "unobserved-owners", Tripped: true, Counted: 201, Limit: 200}}, Held: map[string]int{HeldRestored: 1}}
 		},
 	})
 	if err != nil {
@@ -175,7 +179,10 @@ func TestDocumentedMetricsExistFromTheStart(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	if _, err := New(reg, Sources{Graph: func() GraphCounts { return GraphCounts{} }, Monitors: func() []MonitorState { return nil }, DiscoveryFailures: func() []string { return nil }, Writes: func() (int, int) { return 0, 40 },
 		Stuck:   func() (map[string]int, float64, bool) { return map[string]int{"finalizer": 0}, 0, true },
-		Startup: func() StartupProgress { return StartupProgress{} }}); err != nil {
+		Startup: func() StartupProgress { return StartupProgress{} },
+		Breaker: func() BreakerState {
+			return BreakerState{Signals: []BreakerSignal{{Signal: "unobserved-owners"}, {Signal: "dangling-fraction"}}}
+		}}); err != nil {
 		t.Fatal(err)
 	}
 	families, err := reg.Gather()

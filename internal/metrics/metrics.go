@@ -70,6 +70,8 @@ type Metrics struct {
 	nsTerminating prometheus.Gauge
 	nsSkipped     prometheus.Counter
 
+	breakerTrips *prometheus.CounterVec // breaker.go
+
 	collectors []prometheus.Collector
 	reg        prometheus.Registerer
 }
@@ -102,6 +104,8 @@ type Sources struct {
 	// Startup reports how far the monitors' first lists have come.
 	// Optional.
 	Startup func() StartupProgress
+	// Breaker reports the deletion breaker's state. Optional.
+	Breaker func() BreakerState
 }
 
 // StartupProgress is how far kgc's start has come: the monitored resources
@@ -210,6 +214,7 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 		m.nsSyncs, m.nsSync, m.nsDeletion, m.nsTerminating, m.nsSkipped,
 		&stateCollector{src: src},
 	}
+	m.collectors = append(m.collectors, m.breakerCollectors(src)...)
 	m.reg = reg
 	for i, c := range m.collectors {
 		if err := reg.Register(c); err != nil {

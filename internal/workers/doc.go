@@ -16,4 +16,8 @@
 // quorum read under a deletion lock (locks.go), or read from a graph in
 // which every resource that could hold a counter-example has been listed
 // (negative.go).
+//
+// hold.go may withhold a deletion decided on a dangling owner: the
+// deletion circuit breaker (package breaker) and the restore-signature
+// hold. It only ever withholds a write; it never adds one.
 package workers

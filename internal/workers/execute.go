@@ -53,6 +53,9 @@ func (w *Workers) removeConfirmed(ctx context.Context, it *rules.Item, t apiops.
 	if a.Type != rules.DeleteItem {
 		return errRetry
 	}
+	if w.hold(ctx, it, confirmed) {
+		return nil
+	}
 	a.Waiting = waitingOwners(it, states)
 	return w.execute(ctx, it, t, a, why{facts: confirmed})
 }
@@ -183,7 +186,14 @@ func (w *Workers) deleteItem(ctx context.Context, t apiops.Target, refs []metav1
 		}
 	}
 	send := func() error {
+		// Deletions resting on this object count once, here (hold.go).
+		// Recorded before the call: its deletion may reach the graph,
+		// and its dependents be decided, before the call returns.
+		w.deletedByKGC.Add(t.UID)
 		err := w.ops.Delete(ctx, t, policy)
+		if err != nil {
+			w.deletedByKGC.Delete(t.UID)
+		}
 		r := *rec // each DELETE its own record
 		r.Preconditions = history.Preconditions{UID: t.UID, ResourceVersion: t.ResourceVersion}
 		w.wrote(ctx, &r, err)

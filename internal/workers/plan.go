@@ -88,6 +88,9 @@ func (w *Workers) planDeleteItem(ctx context.Context, uid types.UID) (write, err
 		if a.Type == rules.RemoveReferences && slices.Contains(states, rules.Waiting) {
 			return w.planConfirmedRemoval(&it, facts, a)
 		}
+		if a.Type == rules.DeleteItem && w.hold(ctx, &it, facts) {
+			return nil, nil
+		}
 		a.Waiting = waitingOwners(&it, states)
 		return w.plan(ctx, &it, a, why{facts: facts})
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kgc-dev/kgc/internal/apiops"
+	"github.com/kgc-dev/kgc/internal/breaker"
 	"github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/history"
@@ -71,6 +72,12 @@ type Config struct {
 	// Clock drives the queues' backoff, the write log and foreground
 	// re-checks; nil is the real clock.
 	Clock clock.WithTicker
+	// Breaker, when set, may hold deletions resting on dangling owners
+	// (hold.go); OnTrip is told once per trip.
+	Breaker *breaker.Breaker
+	OnTrip  func(breaker.Trip)
+	// HoldRestored holds dependents with the restore signature (hold.go).
+	HoldRestored bool
 }
 
 // Workers are kgc's attempt-to-delete and attempt-to-orphan workers: they
@@ -107,6 +114,11 @@ type Workers struct {
 	// unlisted (Held).
 	releasedMu sync.Mutex
 	released   []HeldFinalizer
+	// deletedByKGC: objects kgc deleted (deleteItem), so that deletions
+	// resting on them count once, at the cascade's root (hold.go).
+	deletedByKGC *recentSet[types.UID]
+	// restored: the objects held for the restore signature (hold.go).
+	restored restoreHolds
 	// unlisted returns the resources not listed yet (Config.Unlisted;
 	// tests replace it).
 	unlisted func() []discovery.Resource
@@ -148,8 +160,12 @@ func New(cfg Config, g *graph.Graph) *Workers {
 		// after it went.
 		orphaned:   newRecentSet[types.UID](65536),
 		fgReleased: newRecentSet[types.UID](65536),
-		slots:      make(chan struct{}, cfg.MaxWritesInFlight),
-		unlisted:   cfg.Unlisted,
+		// Owners whose dependents are still to be decided: a cascade's
+		// inner owners (ReplicaSets), not its leaves.
+		deletedByKGC: newRecentSet[types.UID](65536),
+		restored:     restoreHolds{max: breaker.DefaultMaxHeld},
+		slots:        make(chan struct{}, cfg.MaxWritesInFlight),
+		unlisted:     cfg.Unlisted,
 	}
 	if w.unlisted == nil {
 		w.unlisted = func() []discovery.Resource { return nil }
@@ -192,6 +208,7 @@ func (w *Workers) Observed(ev graph.Event, eff graph.Effects) {
 	for _, a := range eff.Absent {
 		w.resolver.absent.Put(a.Coordinates(), a.Evidence)
 		w.holds.Delete(a.UID) // gone, whoever removed its finalizer
+		w.forgetHold(a.UID)
 	}
 	// Until the workers start, queueing is pointless: the initial lists
 	// would queue every dependent listed before its owner (a LIST returns

@@ -25,12 +25,14 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -40,6 +42,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	typedcoordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -48,6 +51,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/apiops"
+	"github.com/kgc-dev/kgc/internal/breaker"
 	"github.com/kgc-dev/kgc/internal/collector"
 	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
@@ -166,6 +170,16 @@ type Options struct {
 	// DefaultWriteHistorySize; negative keeps none. Every write is logged
 	// at the default verbosity either way.
 	WriteHistorySize int
+	// Breaker turns on the circuit breaker for mass deletions (see
+	// BreakerOptions); nil leaves it off, as upstream has none. `kgc run`
+	// turns it on (DefaultBreakerOptions, with its Lease).
+	Breaker *BreakerOptions
+	// HoldRestored holds, instead of deleting, a dependent whose owner
+	// reference names a UID kgc never observed while an object of the same
+	// kind, namespace and name exists with another UID (the restore
+	// signature); `kgc relink` rewrites such references on request. Off by
+	// default in the library; on in `kgc run`.
+	HoldRestored bool
 }
 
 // DefaultWriteHistorySize is the number of writes a Collector remembers
@@ -188,6 +202,14 @@ type Collector struct {
 	logger     logr.Logger
 	httpClient *http.Client
 	handler    http.Handler
+	metrics    *metrics.Metrics
+
+	// The breaker's Lease (breaker.go).
+	breakerOpts  BreakerOptions
+	coordination typedcoordinationv1.LeasesGetter
+	tripped      chan breaker.Trip
+	lease        atomic.Pointer[coordinationv1.Lease]
+	bg           sync.WaitGroup
 
 	started atomic.Bool
 	done    chan struct{} // closed when Run returns
@@ -225,6 +247,7 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	type parts struct {
 		c      *collector.Collector
 		mapper *restmapper.DeferredDiscoveryRESTMapper
+		out    *Collector
 	}
 	var built atomic.Pointer[parts]
 	m, err := metrics.New(opts.Registerer, metrics.Sources{
@@ -264,9 +287,15 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		},
 		Stuck: func() (map[string]int, float64, bool) {
 			if p := built.Load(); p != nil {
-				return stuckMetrics(source{p.c}, p.mapper, opts.StuckThreshold)
+				return stuckMetrics(source{c: p.c}, p.mapper, opts.StuckThreshold)
 			}
 			return nil, 0, false
+		},
+		Breaker: func() metrics.BreakerState {
+			if p := built.Load(); p != nil {
+				return p.out.breakerState()
+			}
+			return metrics.BreakerState{}
 		},
 		Startup: func() metrics.StartupProgress {
 			p := built.Load()
@@ -312,12 +341,15 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		ignored = DefaultIgnoredResources()
 	}
 	out := &Collector{
-		events:     cs.CoreV1().Events(""),
-		recorder:   &lazyRecorder{},
-		component:  component,
-		logger:     opts.Logger,
-		httpClient: httpClient,
-		done:       make(chan struct{}),
+		events:       cs.CoreV1().Events(""),
+		metrics:      m,
+		tripped:      make(chan breaker.Trip, 8),
+		coordination: cs.CoordinationV1(),
+		recorder:     &lazyRecorder{},
+		component:    component,
+		logger:       opts.Logger,
+		httpClient:   httpClient,
+		done:         make(chan struct{}),
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	var nsAPI namespaces.API
@@ -328,7 +360,18 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	if historySize == 0 {
 		historySize = DefaultWriteHistorySize
 	}
+	var brk *breaker.Breaker
+	if opts.Breaker != nil {
+		if err := opts.Breaker.Validate(); err != nil {
+			return nil, fmt.Errorf("kgc: Breaker: %w", err)
+		}
+		brk = breaker.New(opts.Breaker.config())
+		out.breakerOpts = *opts.Breaker
+	}
 	out.c, err = collector.New(collector.Config{
+		Breaker:           brk,
+		OnTrip:            out.onTrip,
+		HoldRestored:      opts.HoldRestored,
 		History:           history.NewRing(historySize),
 		Namespaces:        nsAPI,
 		Metadata:          md,
@@ -345,12 +388,12 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("kgc: %w", err)
 	}
-	built.Store(&parts{c: out.c, mapper: mapper})
+	built.Store(&parts{c: out.c, mapper: mapper, out: out})
 	hopts := server.Options{Profiling: opts.Profiling}
 	if g, ok := opts.Registerer.(prometheus.Gatherer); ok {
 		hopts.Metrics = promhttp.HandlerFor(g, promhttp.HandlerOpts{})
 	}
-	out.handler = server.BuildMux(source{out.c}, hopts)
+	out.handler = server.BuildMux(out.source(opts.HoldRestored), hopts)
 	return out, nil
 }
 
@@ -429,6 +472,12 @@ func (c *Collector) Run(ctx context.Context) error {
 	defer broadcaster.Shutdown()
 	c.recorder.set(broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: c.component}))
 	defer c.recorder.set(nil)
+	// The breaker's trips recorded by an earlier kgc apply before the
+	// first decision.
+	defer c.bg.Wait()
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel() // before the Wait: the collector may return on its own
+	c.runBreaker(bctx)
 	return c.c.Run(ctx)
 }
 
@@ -462,7 +511,20 @@ func (c *Collector) WaitForSync(ctx context.Context) error {
 // web view of the ownership graph (/ui), and, as Options ask, /metrics and /debug/pprof/.
 func (c *Collector) Handler() http.Handler { return c.handler }
 
-type source struct{ c *collector.Collector }
+type source struct {
+	c *collector.Collector
+	// holdRestored and lease: for the holds' report (breaker.go).
+	holdRestored bool
+	lease        string
+}
+
+func (c *Collector) source(holdRestored bool) source {
+	s := source{c: c.c, holdRestored: holdRestored}
+	if c.breakerOpts.LeaseName != "" {
+		s.lease = c.breakerOpts.LeaseNamespace + "/" + c.breakerOpts.LeaseName
+	}
+	return s
+}
 
 // Ready: kgc is ready once its workers run, which is when every monitor has
 // synced or is failing. A failing resource (broken conversion webhook,
@@ -506,6 +568,7 @@ func (s source) Checks() []server.Check {
 		out = append(out, server.Check{Name: "finalizer-released-unlisted:" + h.Owner.String(), Informational: true,
 			Err: fmt.Errorf("%s finalizer removed at %s although %s had never been listed", h.Finalizer, h.Released.UTC().Format(time.RFC3339), strings.Join(h.Unlisted, ", "))})
 	}
+	out = append(out, s.breakerChecks()...)
 	slices.SortFunc(out, func(a, b server.Check) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }

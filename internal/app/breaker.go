@@ -1,0 +1,343 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kgc-dev/kgc/internal/breaker"
+	"github.com/kgc-dev/kgc/pkg/kgc"
+)
+
+// BreakerRunOptions are the flags of `kgc run` for the circuit breaker
+// and the restore-signature hold.
+type BreakerRunOptions struct {
+	Enabled                  bool
+	Window                   time.Duration
+	UnobservedOwnerDeletions int
+	DanglingFraction         float64
+	DanglingMinimum          int
+	HoldRestored             bool
+}
+
+// NewBreakerRunOptions returns `kgc run`'s defaults: both on (README,
+// "Circuit breaker": why, and why these thresholds).
+func NewBreakerRunOptions() BreakerRunOptions {
+	d := kgc.DefaultBreakerOptions()
+	return BreakerRunOptions{Enabled: true, Window: d.Window, UnobservedOwnerDeletions: d.UnobservedOwnerDeletions,
+		DanglingFraction: d.DanglingFraction, DanglingMinimum: d.DanglingMinimum, HoldRestored: true}
+}
+
+// AddFlags registers the options on fs.
+func (o *BreakerRunOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.Enabled, "deletion-breaker", o.Enabled, "Stop deleting, until an operator resumes (kgc breaker resume), when the deletions resting on gone owners look like a restore or a broken API: see --breaker-*. The trip is recorded on the leader-election Lease (--leader-elect-resource-*), so a restart does not resume it.")
+	fs.DurationVar(&o.Window, "breaker-window", o.Window, "The sliding window over which the deletion breaker counts deletions.")
+	fs.IntVar(&o.UnobservedOwnerDeletions, "breaker-unobserved-owner-deletions", o.UnobservedOwnerDeletions, "How many deletions resting on owners kgc never observed alive (a quorum read found nothing, or another object, at a UID its graph never held: the restore / rollback signature) may go in one window; the next trips the breaker, which then holds those deletions. 0 turns the signal off.")
+	fs.Float64Var(&o.DanglingFraction, "breaker-dangling-fraction", o.DanglingFraction, "Trip the breaker, holding every deletion resting on a gone owner, when the owners found gone in one window (distinct owners kgc did not delete itself, each with a dependent to delete: a Job deleted with its Pods counts one) exceed this fraction of the graph and --breaker-dangling-minimum. 0 turns the signal off.")
+	fs.IntVar(&o.DanglingMinimum, "breaker-dangling-minimum", o.DanglingMinimum, "The fewest owners found gone in one window that can trip the dangling fraction (so that a small cluster does not trip on a few deletions).")
+	fs.BoolVar(&o.HoldRestored, "hold-restored-references", o.HoldRestored, "Hold, instead of deleting, a dependent whose owner reference names a UID kgc never observed while an object of that kind and name exists with another UID (the restore signature); kgc relink rewrites such references on request.")
+}
+
+// Validate returns every problem with the options.
+func (o *BreakerRunOptions) Validate() []error {
+	var errs []error
+	if b := o.lib(LeaderElectionOptions{}); b != nil {
+		if err := b.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("--breaker-*: %w", err))
+		}
+	}
+	return errs
+}
+
+// lib returns the library's options: the breaker keeps its state on the
+// leader-election Lease (also without leader election: see
+// kgc.BreakerOptions). nil when the breaker is off.
+func (o *BreakerRunOptions) lib(le LeaderElectionOptions) *kgc.BreakerOptions {
+	if !o.Enabled {
+		return nil
+	}
+	return &kgc.BreakerOptions{Window: o.Window, UnobservedOwnerDeletions: o.UnobservedOwnerDeletions,
+		DanglingFraction: o.DanglingFraction, DanglingMinimum: o.DanglingMinimum,
+		LeaseNamespace: le.ResourceNamespace, LeaseName: le.ResourceName}
+}
+
+// leaseOptions are the flags of the commands that read or write the
+// breaker's Lease.
+type leaseOptions struct {
+	inspectOptions
+	leaseNamespace, leaseName string
+}
+
+func (o *leaseOptions) addFlags(cmd *cobra.Command) {
+	o.inspectOptions.addFlags(cmd)
+	fs := cmd.Flags()
+	fs.StringVar(&o.leaseNamespace, "lease-namespace", metav1.NamespaceSystem, "Namespace of kgc's Lease (kgc run's --leader-elect-resource-namespace; kgc-system with deploy/).")
+	fs.StringVar(&o.leaseName, "lease-name", defaultLeaseResourceName, "Name of kgc's Lease (kgc run's --leader-elect-resource-name).")
+}
+
+func (o *leaseOptions) store(deps InspectDeps) (*breaker.LeaseStore, error) {
+	cfg, err := clientConfig(o.kubeconfig, o.context).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading client config: %w", err)
+	}
+	o.wrap(cfg, deps)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &breaker.LeaseStore{Client: cs.CoordinationV1(), Namespace: o.leaseNamespace, Name: o.leaseName}, nil
+}
+
+// newBreakerCommand returns `kgc breaker status|resume`.
+func newBreakerCommand(deps InspectDeps) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "breaker",
+		Short: "Show or resume kgc's circuit breaker for mass deletions",
+		Long: "kgc's circuit breaker stops deletions resting on gone owners when they look like a restore or a broken API (kgc run --deletion-breaker). " +
+			"Its trips are recorded on kgc's Lease (annotation " + breaker.AnnotationTrips + "); an operator resumes them by writing the annotation " + breaker.AnnotationResume + " there, which `kgc breaker resume` does.",
+	}
+	cmd.AddCommand(newBreakerStatusCommand(deps), newBreakerResumeCommand(deps))
+	return cmd
+}
+
+func newBreakerStatusCommand(deps InspectDeps) *cobra.Command {
+	var o leaseOptions
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the breaker's trips (from kgc's Lease) and, with --server, what a running kgc holds",
+		Example: `  kgc breaker status --lease-namespace kgc-system
+  kgc breaker status --server http://127.0.0.1:10258 -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+			defer cancel()
+			out := breakerStatus{Lease: o.leaseNamespace + "/" + o.leaseName}
+			var errs []error
+			if o.server == "" || o.kubeconfig != "" || o.context != "" {
+				st, err := o.store(deps)
+				if err == nil {
+					s, lease, lerr := st.Load(ctx)
+					if err = lerr; err == nil {
+						out.LeaseFound = lease != nil
+						out.Trips, out.Resumed, out.Active = s.Trips, s.Resumed, s.Active()
+					}
+				}
+				if err != nil {
+					errs = append(errs, fmt.Errorf("reading the Lease %s: %w", out.Lease, err))
+				}
+			}
+			if o.server != "" {
+				r, err := fetchHolds(ctx, deps, o.server, o.timeout)
+				if err != nil {
+					errs = append(errs, err)
+				} else {
+					out.Running = r
+				}
+			}
+			if len(errs) > 0 && out.Running == nil && !out.LeaseFound {
+				return errors.Join(errs...)
+			}
+			for _, err := range errs {
+				fmt.Fprintln(cmd.ErrOrStderr(), "Warning:", err)
+			}
+			if o.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			return out.write(cmd.OutOrStdout())
+		},
+	}
+	o.addFlags(cmd)
+	return cmd
+}
+
+// breakerStatus is `kgc breaker status`'s answer.
+type breakerStatus struct {
+	Lease      string          `json:"lease"`
+	LeaseFound bool            `json:"leaseFound"`
+	Trips      []breaker.Trip  `json:"trips,omitempty"`
+	Active     []breaker.Trip  `json:"active,omitempty"`
+	Resumed    time.Time       `json:"resumed,omitzero"`
+	Running    *breaker.Report `json:"running,omitempty"`
+}
+
+func (s breakerStatus) write(w io.Writer) error {
+	ts := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+	switch {
+	case !s.LeaseFound && s.Running == nil:
+	case !s.LeaseFound:
+	case len(s.Active) == 0:
+		fmt.Fprintf(w, "Lease %s: no trip held", s.Lease)
+		if !s.Resumed.IsZero() {
+			fmt.Fprintf(w, " (last resumed at %s)", ts(s.Resumed))
+		}
+		fmt.Fprintln(w)
+	default:
+		for _, t := range s.Active {
+			fmt.Fprintf(w, "TRIPPED %s at %s: %s.\n", t.Signal, ts(t.At), t.Because())
+			if t.Object != "" {
+				fmt.Fprintf(w, "  It tripped on %s.\n", t.Object)
+			}
+		}
+		fmt.Fprintf(w, "Resume with: kgc breaker resume --lease-namespace %s --lease-name %s\n", strings.Split(s.Lease, "/")[0], strings.Split(s.Lease, "/")[1])
+	}
+	if r := s.Running; r != nil {
+		if r.Breaker == nil {
+			fmt.Fprintln(w, "The running kgc has no deletion breaker (--deletion-breaker=false).")
+		} else {
+			b := r.Breaker
+			fmt.Fprintf(w, "Running kgc (window %s):\n", b.Window)
+			tripped := map[breaker.Signal]breaker.Trip{}
+			for _, t := range b.Trips {
+				tripped[t.Signal] = t
+			}
+			for _, sig := range breaker.Signals {
+				state := "ok"
+				if t, ok := tripped[sig]; ok {
+					state = "TRIPPED at " + ts(t.At)
+				}
+				limit := fmt.Sprint(b.Limits[sig])
+				if b.Limits[sig] == 0 {
+					limit = "off"
+				}
+				fmt.Fprintf(w, "  %-18s %-30s %d counted in the window, limit %s\n", sig, state, b.Counts[sig], limit)
+			}
+			fmt.Fprintf(w, "  held: %d", b.HeldTotal)
+			if b.Overflowed {
+				fmt.Fprint(w, " (and more, not remembered: all re-checked on resume)")
+			}
+			fmt.Fprintln(w)
+			for i, h := range b.Held {
+				if i == statusListed {
+					fmt.Fprintf(w, "    … and %d more (-o json lists them all)\n", b.HeldTotal-i)
+					break
+				}
+				fmt.Fprintf(w, "    %s held since %s by %s\n", h.Object, ts(h.Since), h.Signal)
+			}
+		}
+		if !r.HoldRestored {
+			fmt.Fprintln(w, "Restore-signature hold: off (--hold-restored-references=false).")
+		} else {
+			fmt.Fprintf(w, "Held for the restore signature: %d\n", len(r.Restored))
+			for i, h := range r.Restored {
+				if i == statusListed {
+					fmt.Fprintf(w, "    … and %d more (-o json lists them all)\n", len(r.Restored)-i)
+					break
+				}
+				fmt.Fprintf(w, "    %s %s (uid %s): owner %s %s uid %s is gone; %s %s is now uid %s — kgc relink %s/%s -n %s\n",
+					h.Kind, nsName(h.Namespace, h.Name), h.UID, h.Owner.Kind, h.Owner.Name, h.Owner.UID, h.Owner.Kind, h.Owner.Name, h.FoundUID,
+					strings.ToLower(h.Kind), h.Name, h.Namespace)
+			}
+		}
+	}
+	if !s.LeaseFound && s.Running == nil {
+		fmt.Fprintf(w, "Lease %s not found: no trip recorded.\n", s.Lease)
+	}
+	return nil
+}
+
+// statusListed is how many held objects the text of kgc breaker status
+// lists (of each kind).
+const statusListed = 10
+
+func nsName(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+// fetchHolds reads a running kgc's holds (breaker.Path).
+func fetchHolds(ctx context.Context, deps InspectDeps, server string, timeout time.Duration) (*breaker.Report, error) {
+	hc := deps.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: timeout}
+	}
+	u, err := url.JoinPath(strings.TrimSuffix(server, "/"), breaker.Path)
+	if err != nil {
+		return nil, fmt.Errorf("--server %q: %w", server, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"?limit=100000", nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("asking kgc at %s: %w", server, err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+		return nil, fmt.Errorf("asking kgc at %s: %s: %s", server, res.Status, strings.TrimSpace(string(body)))
+	}
+	var r breaker.Report
+	if err := json.NewDecoder(res.Body).Decode(&r); err != nil {
+		return nil, fmt.Errorf("reading kgc's holds from %s: %w", server, err)
+	}
+	return &r, nil
+}
+
+func newBreakerResumeCommand(deps InspectDeps) *cobra.Command {
+	var o leaseOptions
+	var at string
+	cmd := &cobra.Command{
+		Use:   "resume",
+		Short: "Resume the breaker's trips: the deletions it held go, and it counts afresh",
+		Long: "Writes the annotation " + breaker.AnnotationResume + " on kgc's Lease: the time of the latest trip recorded there (kgc's own clock), or --at. " +
+			"Every trip at or before it is resumed; the running kgc applies it within seconds and decides the held objects again (they go without being counted again). " +
+			"Needs get and update on the Lease.",
+		Example: `  kgc breaker resume --lease-namespace kgc-system`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			var when time.Time
+			if at != "" {
+				t, err := time.Parse(time.RFC3339Nano, at)
+				if err != nil {
+					return fmt.Errorf("--at %q: want an RFC 3339 time: %w", at, err)
+				}
+				when = t
+			}
+			st, err := o.store(deps)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+			defer cancel()
+			before, resumed, err := st.Resume(ctx, when)
+			if err != nil {
+				return fmt.Errorf("resuming on the Lease %s/%s: %w", o.leaseNamespace, o.leaseName, err)
+			}
+			w := cmd.OutOrStdout()
+			if resumed.IsZero() {
+				fmt.Fprintf(w, "Lease %s/%s: no trip to resume.\n", o.leaseNamespace, o.leaseName)
+				return nil
+			}
+			for _, t := range before.Active() {
+				if !t.At.After(resumed) {
+					fmt.Fprintf(w, "Resumed %s (tripped at %s).\n", t.Signal, t.At.UTC().Format(time.RFC3339))
+				}
+			}
+			fmt.Fprintf(w, "Wrote %s=%s on Lease %s/%s; kgc applies it within seconds.\n", breaker.AnnotationResume, resumed.UTC().Format(time.RFC3339Nano), o.leaseNamespace, o.leaseName)
+			return nil
+		},
+	}
+	o.addFlags(cmd)
+	cmd.Flags().StringVar(&at, "at", "", "Resume the trips at or before this RFC 3339 time instead of the latest one recorded.")
+	return cmd
+}

@@ -1,0 +1,204 @@
+package kgc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/kgc-dev/kgc/internal/breaker"
+	"github.com/kgc-dev/kgc/internal/metrics"
+	"github.com/kgc-dev/kgc/internal/rules"
+	"github.com/kgc-dev/kgc/internal/server"
+)
+
+// BreakerOptions configure the circuit breaker for mass deletions: kgc
+// counts the deletions it is about to make because an owner is gone, and
+// stops making them, until an operator resumes, when they look like a
+// restore or a broken API rather than people deleting things. See the
+// README ("Circuit breaker") and docs/semantics.md ("Holds").
+type BreakerOptions struct {
+	// Window over which deletions are counted. Default 10 minutes.
+	Window time.Duration
+	// UnobservedOwnerDeletions: how many deletions resting on owners kgc
+	// never observed alive (a quorum read found nothing, or another
+	// object, at a UID the graph never held) may go in one window. 0 turns
+	// the signal off.
+	UnobservedOwnerDeletions int
+	// DanglingFraction and DanglingMinimum: the breaker trips when the
+	// owners found gone in one window — distinct owners kgc did not delete
+	// itself, each with a dependent to delete (a Job deleted with 5,000
+	// Pods counts one; a cascade kgc runs counts once, at its root) —
+	// would exceed both this fraction of the graph and the minimum.
+	// DanglingFraction 0 turns the signal off.
+	DanglingFraction float64
+	DanglingMinimum  int
+	// LeaseNamespace and LeaseName name the coordination.k8s.io Lease on
+	// which trips are recorded (so that a restart does not delete up to
+	// the thresholds again) and resumes are read (the annotation
+	// kgc.dev/resume-deletions; `kgc breaker resume`). `kgc run` uses its
+	// leader-election Lease; it is created, without a holder, when a trip
+	// must be recorded and it does not exist. Empty LeaseName: the state
+	// lives in memory only, and Collector.ResumeDeletions resumes.
+	LeaseNamespace, LeaseName string
+	// PollInterval: how often the Lease is read for a resume. Default 5s.
+	PollInterval time.Duration
+}
+
+// DefaultBreakerOptions returns the breaker `kgc run` starts with (without
+// a Lease).
+func DefaultBreakerOptions() BreakerOptions {
+	return BreakerOptions{Window: breaker.DefaultWindow, UnobservedOwnerDeletions: breaker.DefaultUnobservedLimit,
+		DanglingFraction: breaker.DefaultDanglingFraction, DanglingMinimum: breaker.DefaultDanglingMinimum}
+}
+
+// Validate reports what is wrong with o.
+func (o BreakerOptions) Validate() error {
+	errs := o.config().Validate()
+	if (o.LeaseName == "") != (o.LeaseNamespace == "") {
+		errs = append(errs, fmt.Errorf("the breaker's Lease needs both a namespace and a name, got %q and %q", o.LeaseNamespace, o.LeaseName))
+	}
+	return errors.Join(errs...)
+}
+
+func (o *BreakerOptions) config() breaker.Config {
+	return breaker.Config{Window: o.Window, UnobservedLimit: o.UnobservedOwnerDeletions,
+		DanglingFraction: o.DanglingFraction, DanglingMinimum: o.DanglingMinimum}
+}
+
+// leaseIdentity is the object the breaker's Event is recorded on.
+func (o *BreakerOptions) leaseIdentity(l *coordinationv1.Lease) rules.Identity {
+	id := rules.Identity{APIVersion: "coordination.k8s.io/v1", Kind: "Lease", Namespace: o.LeaseNamespace, Name: o.LeaseName}
+	if l != nil {
+		id.UID = l.UID
+	}
+	return id
+}
+
+// breakerState reports the breaker for the metrics.
+func (c *Collector) breakerState() metrics.BreakerState {
+	st := metrics.BreakerState{Held: map[string]int{}}
+	if b := c.c.Breaker(); b != nil {
+		s := b.Status(c.c.Graph().Len(), 0)
+		tripped := map[breaker.Signal]bool{}
+		for _, t := range s.Trips {
+			tripped[t.Signal] = true
+		}
+		for _, sig := range breaker.Signals {
+			st.Signals = append(st.Signals, metrics.BreakerSignal{Signal: string(sig), Tripped: tripped[sig], Counted: s.Counts[sig], Limit: s.Limits[sig]})
+		}
+		for sig, n := range b.HeldBySignal() {
+			st.Held[string(sig)] = n
+		}
+	}
+	st.Held[metrics.HeldRestored] = len(c.c.RestoreHolds())
+	return st
+}
+
+// onTrip says that the breaker tripped: a metric, an Event on the Lease,
+// and the trip recorded there (the log line is the workers').
+func (c *Collector) onTrip(t breaker.Trip) {
+	c.metrics.BreakerTripped(string(t.Signal))
+	if c.breakerOpts.LeaseName != "" {
+		c.recorder.Warning(c.breakerOpts.leaseIdentity(c.lease.Load()), "DeletionsHeld", fmt.Sprintf(
+			"The deletion circuit breaker tripped (%s): %s. Deletions on that basis are held; resume with `kgc breaker resume` (annotation %s on this Lease).",
+			t.Signal, t.Because(), breaker.AnnotationResume))
+	}
+	select {
+	case c.tripped <- t:
+	default: // the Lease is behind: the next trip, or the breaker's state, says it
+	}
+}
+
+// runBreaker reads the breaker's state from the Lease (synchronously) and
+// keeps it in step until ctx is done (in the background).
+func (c *Collector) runBreaker(ctx context.Context) {
+	b := c.c.Breaker()
+	if b == nil || c.breakerOpts.LeaseName == "" {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	s := &breaker.Sync{
+		Breaker:  b,
+		Store:    &breaker.LeaseStore{Client: c.coordination, Namespace: c.breakerOpts.LeaseNamespace, Name: c.breakerOpts.LeaseName},
+		Interval: c.breakerOpts.PollInterval,
+		Tripped:  c.tripped,
+		OnRestore: func(l *coordinationv1.Lease, trips []breaker.Trip) {
+			c.lease.Store(l)
+			for _, t := range trips {
+				logger.Error(nil, "Deletion circuit breaker tripped before this kgc started and was not resumed: holding deletions on this basis until an operator resumes",
+					"signal", t.Signal, "trippedAt", t.At, "because", t.Because(), "lease", c.breakerOpts.LeaseNamespace+"/"+c.breakerOpts.LeaseName)
+			}
+		},
+		OnResume: func(release []types.UID, resumed []breaker.Trip, overflowed bool) {
+			for _, t := range resumed {
+				logger.Info("Deletion circuit breaker resumed by an operator", "signal", t.Signal, "trippedAt", t.At, "released", len(release))
+			}
+			c.c.ResumeHeld(ctx, release, overflowed)
+		},
+	}
+	s.Start(ctx)
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		s.Run(ctx)
+	}()
+}
+
+// ResumeDeletions resumes the breaker's trips at or before at (the held
+// objects are decided again) — for a Collector whose breaker keeps its
+// state in memory (BreakerOptions.LeaseName empty). With a Lease, resume
+// through the Lease instead (`kgc breaker resume`): a resume in memory
+// would not survive a restart. It returns the trips resumed.
+func (c *Collector) ResumeDeletions(ctx context.Context, at time.Time) []breaker.Trip {
+	b := c.c.Breaker()
+	if b == nil {
+		return nil
+	}
+	release, resumed, overflowed := b.Resume(at)
+	c.c.ResumeHeld(ctx, release, overflowed)
+	return resumed
+}
+
+// Holds is what the collector holds (served at breaker.Path).
+func (s source) Holds(limit int) breaker.Report {
+	r := breaker.Report{HoldRestored: s.holdRestored, Lease: s.lease}
+	if b := s.c.Breaker(); b != nil {
+		st := b.Status(s.c.Graph().Len(), limit)
+		r.Breaker = &st
+	}
+	r.Restored = s.c.RestoreHolds()
+	if limit >= 0 && len(r.Restored) > limit {
+		r.Restored = r.Restored[:limit]
+	}
+	return r
+}
+
+// breakerChecks are the /readyz?verbose lines of the holds: informational
+// (a tripped breaker holds deletions; everything else works).
+func (s source) breakerChecks() []server.Check {
+	var out []server.Check
+	if b := s.c.Breaker(); b != nil {
+		st := b.Status(s.c.Graph().Len(), 0)
+		tripped := map[breaker.Signal]breaker.Trip{}
+		for _, t := range st.Trips {
+			tripped[t.Signal] = t
+		}
+		for _, sig := range breaker.Signals {
+			ch := server.Check{Name: "deletion-breaker:" + string(sig), Informational: true}
+			if t, ok := tripped[sig]; ok {
+				ch.Err = fmt.Errorf("tripped at %s: %s; %d objects held; resume with `kgc breaker resume`", t.At.UTC().Format(time.RFC3339), t.Because(), st.HeldTotal)
+			}
+			out = append(out, ch)
+		}
+	}
+	if n := len(s.c.RestoreHolds()); n > 0 {
+		out = append(out, server.Check{Name: "held:restored-owner", Informational: true,
+			Err: fmt.Errorf("%d objects held for the restore signature (their owner references name UIDs kgc never observed while objects of those kinds and names exist); relink them with `kgc relink`", n)})
+	}
+	return out
+}
