@@ -25,7 +25,7 @@ import (
 type BreakerRunOptions struct {
 	Enabled                  bool
 	Window                   time.Duration
-	UnobservedOwnerDeletions int
+	UnobservedOwners int
 	DanglingFraction         float64
 	DanglingMinimum          int
 	HoldRestored             bool
@@ -35,7 +35,7 @@ type BreakerRunOptions struct {
 // "Circuit breaker": why, and why these thresholds).
 func NewBreakerRunOptions() BreakerRunOptions {
 	d := kgc.DefaultBreakerOptions()
-	return BreakerRunOptions{Enabled: true, Window: d.Window, UnobservedOwnerDeletions: d.UnobservedOwnerDeletions,
+	return BreakerRunOptions{Enabled: true, Window: d.Window, UnobservedOwners: d.UnobservedOwners,
 		DanglingFraction: d.DanglingFraction, DanglingMinimum: d.DanglingMinimum, HoldRestored: true}
 }
 
@@ -43,7 +43,7 @@ func NewBreakerRunOptions() BreakerRunOptions {
 func (o *BreakerRunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Enabled, "deletion-breaker", o.Enabled, "Stop deleting, until an operator resumes (kgc breaker resume), when the deletions resting on gone owners look like a restore or a broken API: see --breaker-*. The trip is recorded on the leader-election Lease (--leader-elect-resource-*), so a restart does not resume it.")
 	fs.DurationVar(&o.Window, "breaker-window", o.Window, "The sliding window over which the deletion breaker counts deletions.")
-	fs.IntVar(&o.UnobservedOwnerDeletions, "breaker-unobserved-owner-deletions", o.UnobservedOwnerDeletions, "How many deletions resting on owners kgc never observed alive (a quorum read found nothing, or another object, at a UID its graph never held: the restore / rollback signature) may go in one window; the next trips the breaker, which then holds those deletions. 0 turns the signal off.")
+	fs.IntVar(&o.UnobservedOwners, "breaker-unobserved-owners", o.UnobservedOwners, "How many distinct owners kgc never observed alive (a quorum read found nothing, or another object, at a UID its graph never held: the restore / rollback signature) deletions may rest on in one window; a deletion resting on one more trips the breaker, which then holds such deletions. Owners, not dependents: a cascade taken over midway counts one. 0 turns the signal off.")
 	fs.Float64Var(&o.DanglingFraction, "breaker-dangling-fraction", o.DanglingFraction, "Trip the breaker, holding every deletion resting on a gone owner, when the owners found gone in one window (distinct owners kgc did not delete itself, each with a dependent to delete: a Job deleted with its Pods counts one) exceed this fraction of the graph and --breaker-dangling-minimum. 0 turns the signal off.")
 	fs.IntVar(&o.DanglingMinimum, "breaker-dangling-minimum", o.DanglingMinimum, "The fewest owners found gone in one window that can trip the dangling fraction (so that a small cluster does not trip on a few deletions).")
 	fs.BoolVar(&o.HoldRestored, "hold-restored-references", o.HoldRestored, "Hold, instead of deleting, a dependent whose owner reference names a UID kgc never observed while an object of that kind and name exists with another UID (the restore signature); kgc relink rewrites such references on request.")
@@ -67,7 +67,7 @@ func (o *BreakerRunOptions) lib(le LeaderElectionOptions) *kgc.BreakerOptions {
 	if !o.Enabled {
 		return nil
 	}
-	return &kgc.BreakerOptions{Window: o.Window, UnobservedOwnerDeletions: o.UnobservedOwnerDeletions,
+	return &kgc.BreakerOptions{Window: o.Window, UnobservedOwners: o.UnobservedOwners,
 		DanglingFraction: o.DanglingFraction, DanglingMinimum: o.DanglingMinimum,
 		LeaseNamespace: le.ResourceNamespace, LeaseName: le.ResourceName}
 }

@@ -57,7 +57,7 @@ func defaults() RunOptions {
 		LeaderElection:        NewLeaderElectionOptions(), // off: TestMain pins "not in a cluster"
 		Observability:         NewObservabilityOptions(),
 		KCM:                   NewKCMOptions(),
-		Breaker:               BreakerRunOptions{Enabled: true, Window: 10 * time.Minute, UnobservedOwnerDeletions: 200, DanglingFraction: 0.2, DanglingMinimum: 1000, HoldRestored: true},
+		Breaker:               BreakerRunOptions{Enabled: true, Window: 10 * time.Minute, UnobservedOwners: 200, DanglingFraction: 0.2, DanglingMinimum: 1000, HoldRestored: true},
 		IgnoredResources:      []string{"events", "events.events.k8s.io"},
 		Ignored:               []schema.GroupResource{{Resource: "events"}, {Group: "events.k8s.io", Resource: "events"}},
 	}
@@ -90,9 +90,9 @@ func TestRunFlags(t *testing.T) {
 		{name: "breaker off", args: []string{"--deletion-breaker=false", "--hold-restored-references=false"}, modify: func(o *RunOptions) { o.Breaker.Enabled, o.Breaker.HoldRestored = false, false }},
 		{
 			name: "breaker thresholds",
-			args: []string{"--breaker-window=1m", "--breaker-unobserved-owner-deletions=5", "--breaker-dangling-fraction=0.5", "--breaker-dangling-minimum=7"},
+			args: []string{"--breaker-window=1m", "--breaker-unobserved-owners=5", "--breaker-dangling-fraction=0.5", "--breaker-dangling-minimum=7"},
 			modify: func(o *RunOptions) {
-				o.Breaker.Window, o.Breaker.UnobservedOwnerDeletions, o.Breaker.DanglingFraction, o.Breaker.DanglingMinimum = time.Minute, 5, 0.5, 7
+				o.Breaker.Window, o.Breaker.UnobservedOwners, o.Breaker.DanglingFraction, o.Breaker.DanglingMinimum = time.Minute, 5, 0.5, 7
 			},
 		},
 		{

@@ -14,8 +14,8 @@ import (
 type Signal string
 
 const (
-	// Unobserved: too many deletions resting on owners kgc never observed
-	// alive (the restore / rollback signature).
+	// Unobserved: deletions resting on too many distinct owners kgc never
+	// observed alive (the restore / rollback signature).
 	Unobserved Signal = "unobserved-owners"
 	// Dangling: too large a fraction of the graph found dangling.
 	Dangling Signal = "dangling-fraction"
@@ -37,9 +37,13 @@ const (
 type Config struct {
 	// Window over which deletions are counted. Default DefaultWindow.
 	Window time.Duration
-	// UnobservedLimit is how many deletions resting on an owner never
-	// observed alive may go in one window; the next one trips Unobserved.
-	// 0 turns the signal off.
+	// UnobservedLimit is how many distinct owners never observed alive
+	// deletions may rest on in one window; a deletion resting on one more
+	// trips Unobserved. Owners, not deletions: a Background cascade that a
+	// new leader (or a restarted kgc) takes over midway rests on one owner
+	// it never saw, however many dependents that owner has, and is not
+	// suspicious; a restore names as many missing owners as it restored
+	// objects with references. 0 turns the signal off.
 	UnobservedLimit int
 	// DanglingFraction and DanglingMinimum: Dangling trips when the
 	// owners found dangling in one window (distinct owners that kgc did not
@@ -122,6 +126,10 @@ type Deletion struct {
 	Object string
 	// Unobserved: an owner it rests on was never observed alive.
 	Unobserved bool
+	// UnobservedOwners: those owners; each counts once per window toward
+	// UnobservedLimit. A deletion that is Unobserved and names none counts
+	// as one owner of its own.
+	UnobservedOwners []types.UID
 	// Owners: the dangling owners it rests on that kgc did not delete
 	// itself; each counts once per window toward the dangling fraction.
 	Owners []types.UID
@@ -152,7 +160,7 @@ type Breaker struct {
 	clk clock.PassiveClock
 
 	mu sync.Mutex
-	// window: what was counted, oldest first: objects toward Unobserved,
+	// window: what was counted, oldest first: owners toward Unobserved,
 	// owners toward Dangling; inWindow says what each signal holds now
 	// (one object, or owner, counts once per window however often it is
 	// decided).
@@ -210,9 +218,20 @@ func (b *Breaker) Admit(d Deletion) Verdict {
 		return Verdict{Held: true, Trip: t}
 	}
 	b.expire(now)
-	unobserved := d.Unobserved && b.cfg.UnobservedLimit > 0 && !b.has(Unobserved, d.UID)
-	if unobserved && b.counts[Unobserved]+1 > b.cfg.UnobservedLimit {
-		return b.trip(d, Unobserved, b.counts[Unobserved]+1, b.cfg.UnobservedLimit, now)
+	var unobserved []types.UID
+	if d.Unobserved && b.cfg.UnobservedLimit > 0 {
+		keys := d.UnobservedOwners
+		if len(keys) == 0 {
+			keys = []types.UID{d.UID}
+		}
+		for _, o := range keys {
+			if !b.has(Unobserved, o) && !slices.Contains(unobserved, o) {
+				unobserved = append(unobserved, o)
+			}
+		}
+		if n := b.counts[Unobserved] + len(unobserved); len(unobserved) > 0 && n > b.cfg.UnobservedLimit {
+			return b.trip(d, Unobserved, n, b.cfg.UnobservedLimit, now)
+		}
 	}
 	var owners []types.UID
 	if b.cfg.DanglingFraction > 0 {
@@ -225,8 +244,8 @@ func (b *Breaker) Admit(d Deletion) Verdict {
 			return b.trip(d, Dangling, b.counts[Dangling]+len(owners), limit, now)
 		}
 	}
-	if unobserved {
-		b.count(Unobserved, d.UID, now)
+	for _, o := range unobserved {
+		b.count(Unobserved, o, now)
 	}
 	for _, o := range owners {
 		b.count(Dangling, o, now)

@@ -227,3 +227,36 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("got %d errors, want 5: %v", len(errs), errs)
 	}
 }
+
+// The unobserved signal counts owners, not dependents: the dependents of
+// one owner kgc never saw (a Background cascade a new leader took over
+// midway) all go, however many; each further owner counts once, and the
+// one past the limit trips it.
+func TestUnobservedCountsOwnersNotDependents(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(t0)
+	b := New(Config{Window: time.Minute, UnobservedLimit: 10, Clock: clk})
+	one := []types.UID{"rs-taken-over"}
+	for i := range 1000 {
+		d := Deletion{UID: types.UID(fmt.Sprintf("pod-%d", i)), Unobserved: true, UnobservedOwners: one}
+		if v := b.Admit(d); v.Held {
+			t.Fatalf("dependent %d of one unobserved owner held: %+v", i, v)
+		}
+	}
+	for i := range 20 {
+		owner := types.UID(fmt.Sprintf("gone-%d", i))
+		// Two dependents of each owner: the second adds nothing.
+		for j := range 2 {
+			v := b.Admit(Deletion{UID: types.UID(fmt.Sprintf("dep-%d-%d", i, j)), Unobserved: true, UnobservedOwners: []types.UID{owner}})
+			switch {
+			case i < 9 && v.Held:
+				t.Fatalf("owner %d (the %dth unobserved one) held: %+v", i, i+2, v)
+			case i == 9 && j == 0:
+				if !v.Tripped || v.Trip.Signal != Unobserved || v.Trip.Count != 11 || v.Trip.Limit != 10 {
+					t.Fatalf("the 11th unobserved owner: %+v, want a trip at 11 > 10", v)
+				}
+				return
+			}
+		}
+	}
+	t.Fatal("eleven unobserved owners did not trip a limit of ten")
+}

@@ -13,7 +13,8 @@
 //
 // Two signals, each counted over a sliding window:
 //
-//   - Unobserved: deletions resting on an owner kgc never observed alive —
+//   - Unobserved: the distinct owners kgc never observed alive that
+//     deletions rest on (each once per window, however many dependents) —
 //     the dangling fact comes from a quorum GET or LIST answering
 //     not-found or another UID, for a UID the graph never held. That is
 //     what a restore looks like (objects recreated from a backup, naming

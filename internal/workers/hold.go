@@ -48,6 +48,9 @@ type holdBasis struct {
 	// unobserved: a dangling owner was never observed alive (its fact
 	// comes from a quorum GET or LIST, not from the graph).
 	unobserved bool
+	// unobservedOwners: the dangling owners never observed alive (what
+	// the breaker's unobserved signal counts).
+	unobservedOwners []types.UID
 	// owners: the dangling owners kgc did not delete itself (what the
 	// breaker's dangling fraction counts).
 	owners []types.UID
@@ -70,6 +73,7 @@ func basisOf(refs []metav1.OwnerReference, facts []rules.Fact, deletedByKGC func
 		b.dangling = true
 		if unobserved(f.Evidence) {
 			b.unobserved = true
+			b.unobservedOwners = append(b.unobservedOwners, refs[i].UID)
 			if f.Evidence.Reason == rules.ReasonOtherUID && b.restored < 0 {
 				b.restored = i
 			}
@@ -161,7 +165,7 @@ func (w *Workers) hold(ctx context.Context, it *rules.Item, facts []rules.Fact) 
 		return false
 	}
 	v := w.cfg.Breaker.Admit(breaker.Deletion{UID: it.Identity.UID, Object: it.Identity.String(),
-		Unobserved: b.unobserved, Owners: b.owners, GraphSize: w.graph.Len()})
+		Unobserved: b.unobserved, UnobservedOwners: b.unobservedOwners, Owners: b.owners, GraphSize: w.graph.Len()})
 	if !v.Held {
 		return false
 	}

@@ -47,10 +47,10 @@ func TestBasisOf(t *testing.T) {
 		{"absent from a relist", refs("o"), []rules.Fact{relisted}, holdBasis{dangling: true, owners: []types.UID{"o"}, restored: -1}},
 		{"solid until a confirming GET", refs("o"), []rules.Fact{confirmed}, holdBasis{dangling: true, owners: []types.UID{"o"}, restored: -1}},
 		{"deleted by kgc: a cascade's inner step", refs("by-kgc"), []rules.Fact{watched}, holdBasis{dangling: true, restored: -1}},
-		{"never observed: GET 404", refs("o"), []rules.Fact{got404}, holdBasis{dangling: true, unobserved: true, owners: []types.UID{"o"}, restored: -1}},
-		{"never observed: LIST", refs("o"), []rules.Fact{listed}, holdBasis{dangling: true, unobserved: true, owners: []types.UID{"o"}, restored: -1}},
-		{"restore signature", refs("o"), []rules.Fact{otherUID}, holdBasis{dangling: true, unobserved: true, owners: []types.UID{"o"}, restored: 0}},
-		{"restore signature on the second reference", refs("a", "b"), []rules.Fact{watched, otherUID}, holdBasis{dangling: true, unobserved: true, owners: []types.UID{"a", "b"}, restored: 1}},
+		{"never observed: GET 404", refs("o"), []rules.Fact{got404}, holdBasis{dangling: true, unobserved: true, unobservedOwners: []types.UID{"o"}, owners: []types.UID{"o"}, restored: -1}},
+		{"never observed: LIST", refs("o"), []rules.Fact{listed}, holdBasis{dangling: true, unobserved: true, unobservedOwners: []types.UID{"o"}, owners: []types.UID{"o"}, restored: -1}},
+		{"restore signature", refs("o"), []rules.Fact{otherUID}, holdBasis{dangling: true, unobserved: true, unobservedOwners: []types.UID{"o"}, owners: []types.UID{"o"}, restored: 0}},
+		{"restore signature on the second reference", refs("a", "b"), []rules.Fact{watched, otherUID}, holdBasis{dangling: true, unobserved: true, unobservedOwners: []types.UID{"b"}, owners: []types.UID{"a", "b"}, restored: 1}},
 		{"a waiting owner: the user's foreground cascade", refs("a", "b"), []rules.Fact{waiting, got404}, holdBasis{restored: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,11 +24,11 @@ import (
 type BreakerOptions struct {
 	// Window over which deletions are counted. Default 10 minutes.
 	Window time.Duration
-	// UnobservedOwnerDeletions: how many deletions resting on owners kgc
-	// never observed alive (a quorum read found nothing, or another
-	// object, at a UID the graph never held) may go in one window. 0 turns
-	// the signal off.
-	UnobservedOwnerDeletions int
+	// UnobservedOwners: how many distinct owners kgc never observed alive
+	// (a quorum read found nothing, or another object, at a UID the graph
+	// never held) deletions may rest on in one window; each owner counts
+	// once however many dependents it has. 0 turns the signal off.
+	UnobservedOwners int
 	// DanglingFraction and DanglingMinimum: the breaker trips when the
 	// owners found gone in one window — distinct owners kgc did not delete
 	// itself, each with a dependent to delete (a Job deleted with 5,000
@@ -52,7 +52,7 @@ type BreakerOptions struct {
 // DefaultBreakerOptions returns the breaker `kgc run` starts with (without
 // a Lease).
 func DefaultBreakerOptions() BreakerOptions {
-	return BreakerOptions{Window: breaker.DefaultWindow, UnobservedOwnerDeletions: breaker.DefaultUnobservedLimit,
+	return BreakerOptions{Window: breaker.DefaultWindow, UnobservedOwners: breaker.DefaultUnobservedLimit,
 		DanglingFraction: breaker.DefaultDanglingFraction, DanglingMinimum: breaker.DefaultDanglingMinimum}
 }
 
@@ -66,7 +66,7 @@ func (o BreakerOptions) Validate() error {
 }
 
 func (o *BreakerOptions) config() breaker.Config {
-	return breaker.Config{Window: o.Window, UnobservedLimit: o.UnobservedOwnerDeletions,
+	return breaker.Config{Window: o.Window, UnobservedLimit: o.UnobservedOwners,
 		DanglingFraction: o.DanglingFraction, DanglingMinimum: o.DanglingMinimum}
 }
 

@@ -24,7 +24,7 @@ import (
 func TestSimulatedRestoreTripsBreaker(t *testing.T) {
 	ns := newNamespace(t)
 	opts := kgc.Options{Breaker: breakerOptions(ns), HoldRestored: true}
-	limit := opts.Breaker.UnobservedOwnerDeletions
+	limit := opts.Breaker.UnobservedOwners
 	const n = 500
 	gc := startKGC(t, opts)
 
@@ -126,7 +126,7 @@ func TestSimulatedRestoreTripsBreaker(t *testing.T) {
 func TestRestoreWithRecreatedOwnersTripsBreaker(t *testing.T) {
 	ns := newNamespace(t)
 	opts := kgc.Options{Breaker: breakerOptions(ns)}
-	opts.Breaker.UnobservedOwnerDeletions = 20
+	opts.Breaker.UnobservedOwners = 20
 	const n = 60
 	gc := startKGC(t, opts)
 	createSet(t, ns, "owner", n, func(int) []metav1.OwnerReference { return nil })
