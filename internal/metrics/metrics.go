@@ -70,6 +70,8 @@ type Metrics struct {
 	nsTerminating prometheus.Gauge
 	nsSkipped     prometheus.Counter
 
+	shadow shadowMetrics // shadow.go
+
 	collectors []prometheus.Collector
 }
 
@@ -209,6 +211,7 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 		m.nsSyncs, m.nsSync, m.nsDeletion, m.nsTerminating, m.nsSkipped,
 		&stateCollector{src: src},
 	}
+	m.collectors = append(m.collectors, m.shadow.init()...)
 	for _, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -83,6 +83,7 @@ func BuildMux(src Source, opts Options) *http.ServeMux {
 	h := &handler{src: src}
 	mux.HandleFunc("GET "+GraphPath, h.serveGraph)
 	mux.HandleFunc("GET "+HistoryPath, h.serveHistory)
+	mux.HandleFunc("GET "+ShadowPath, h.serveShadow)
 	registerUI(mux, h)
 	return mux
 }

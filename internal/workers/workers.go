@@ -71,6 +71,10 @@ type Config struct {
 	// Clock drives the queues' backoff, the write log and foreground
 	// re-checks; nil is the real clock.
 	Clock clock.WithTicker
+	// DryRun is shadow mode: decide as usual, write nothing (shadow.go).
+	DryRun bool
+	// Shadow receives every write decided in shadow mode; optional.
+	Shadow func(history.Record)
 }
 
 // Workers are kgc's attempt-to-delete and attempt-to-orphan workers: they
@@ -88,8 +92,10 @@ type Workers struct {
 	// first list (awaitlist.go).
 	awaiting *awaitList
 	warned   *onceSet
-	writes   writeLog // kgc's writes the graph has not observed yet (writes.go)
-	rechecks dependentsRecheck
+	// shadowSeen: decisions already recorded in shadow mode (shadow.go).
+	shadowSeen *recentSet[shadowKey]
+	writes     writeLog // kgc's writes the graph has not observed yet (writes.go)
+	rechecks   dependentsRecheck
 	// deletions orders kgc's DELETEs and the writes resting on a solid
 	// owner (locks.go).
 	deletions deletionLocks
@@ -148,6 +154,7 @@ func New(cfg Config, g *graph.Graph) *Workers {
 		// after it went.
 		orphaned:   newRecentSet[types.UID](65536),
 		fgReleased: newRecentSet[types.UID](65536),
+		shadowSeen: newRecentSet[shadowKey](65536),
 		slots:      make(chan struct{}, cfg.MaxWritesInFlight),
 		unlisted:   cfg.Unlisted,
 	}
