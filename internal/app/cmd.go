@@ -107,6 +107,7 @@ func NewRunCommand(run RunFunc) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.LeaderElection.Complete(cmd.Flags(), o.Kubeconfig)
+			o.Shadow.Complete(cmd.Flags(), &o.LeaderElection)
 			o.Observability.Verbosity = verbosity(cmd.Flags())
 			o.gcPercentChanged = cmd.Flags().Changed("gc-percent")
 			if err := o.Complete(); err != nil {
@@ -180,6 +181,8 @@ func Run(ctx context.Context, o *RunOptions) error {
 		EventComponent:        o.Observability.EventComponent,
 		NamespaceLifecycle:    o.NamespaceLifecycle,
 		WriteHistorySize:      writeHistorySize(o.WriteHistorySize),
+		DryRun:                o.Shadow.DryRun,
+		ShadowWindow:          o.Shadow.Window,
 	})
 	if err != nil {
 		return err

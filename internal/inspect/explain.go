@@ -9,6 +9,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/kgc-dev/kgc/internal/rules"
+	"github.com/kgc-dev/kgc/internal/shadow"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -86,6 +87,9 @@ type Explanation struct {
 	// StuckOn: the objects at the bottom of WaitingFor that nothing in kgc
 	// will move: held by finalizers no collector handles, or kept.
 	StuckOn []Held `json:"stuckOn,omitempty"`
+	// Shadow: a kgc in shadow mode's latest disagreements with the
+	// cluster's collector about the object (explain --server).
+	Shadow []shadow.Disagreement `json:"shadowDisagreements,omitempty"`
 }
 
 // Wait is one blocking dependent of an object in Foreground deletion.

@@ -1,13 +1,12 @@
 package shadow
 
 import (
-	"strconv"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -58,16 +57,23 @@ func wantCounts(t *testing.T, tr *Tracker, reg *prometheus.Registry, agree, kgcO
 	if got := tr.Counts(); got != (Counts{agree, kgcOnly, otherOnly}) {
 		t.Fatalf("counts %+v, want agree %d kgcOnly %d otherOnly %d", got, agree, kgcOnly, otherOnly)
 	}
-	want := "# HELP kgc_shadow_agreement_total Shadow mode's decisions compared with what the cluster's garbage collector did within --shadow-window, by outcome (agree, kgc_only, other_only).\n# TYPE kgc_shadow_agreement_total counter\n" +
-		"kgc_shadow_agreement_total{outcome=\"agree\"} " + itoa(agree) + "\n" +
-		"kgc_shadow_agreement_total{outcome=\"kgc_only\"} " + itoa(kgcOnly) + "\n" +
-		"kgc_shadow_agreement_total{outcome=\"other_only\"} " + itoa(otherOnly) + "\n"
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kgc_shadow_agreement_total"); err != nil {
+	mfs, err := reg.Gather()
+	if err != nil {
 		t.Fatal(err)
 	}
+	got := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "kgc_shadow_agreement_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got[m.GetLabel()[0].GetValue()] = uint64(m.GetCounter().GetValue())
+		}
+	}
+	if want := map[string]uint64{"agree": agree, "kgc_only": kgcOnly, "other_only": otherOnly}; !maps.Equal(got, want) {
+		t.Fatalf("kgc_shadow_agreement_total %v, want %v", got, want)
+	}
 }
-
-func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 
 func TestDecisionAgreesWhenItsEffectShows(t *testing.T) {
 	tr, clk, reg := newTracker(t)

@@ -58,6 +58,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/namespaces"
 	"github.com/kgc-dev/kgc/internal/rules"
 	"github.com/kgc-dev/kgc/internal/server"
+	"github.com/kgc-dev/kgc/internal/shadow"
 )
 
 // RecommendedGCPercent is the Go garbage collector's target percentage
@@ -166,7 +167,24 @@ type Options struct {
 	// DefaultWriteHistorySize; negative keeps none. Every write is logged
 	// at the default verbosity either way.
 	WriteHistorySize int
+	// DryRun is shadow mode: kgc decides everything as usual and makes no
+	// write — no DELETE, no patch, no Event. Each write it would have made
+	// is logged, counted (kgc_shadow_decisions_total), kept in the write
+	// history with outcome "shadow", and compared with what the cluster's
+	// own garbage collector then does (kgc_shadow_agreement_total; the
+	// latest disagreements are served by Handler at
+	// /debug/controllers/garbage-collector-controller/shadow). For running
+	// beside kube-controller-manager's collector before replacing it (see
+	// the README's migration guide). Excludes NamespaceLifecycle.
+	DryRun bool
+	// ShadowWindow is how long, in shadow mode, a decision waits for its
+	// effect and a change only a garbage collector would make waits for a
+	// matching decision. Default DefaultShadowWindow.
+	ShadowWindow time.Duration
 }
+
+// DefaultShadowWindow is Options.ShadowWindow's default.
+const DefaultShadowWindow = shadow.DefaultWindow
 
 // DefaultWriteHistorySize is the number of writes a Collector remembers
 // unless Options.WriteHistorySize says otherwise (a record is about 1 KB).
@@ -218,6 +236,12 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	}
 	if opts.StuckThreshold == 0 {
 		opts.StuckThreshold = DefaultStuckThreshold
+	}
+	if opts.DryRun && opts.NamespaceLifecycle {
+		return nil, errors.New("kgc: DryRun excludes NamespaceLifecycle (shadow mode makes no write)")
+	}
+	if opts.ShadowWindow < 0 {
+		return nil, fmt.Errorf("kgc: ShadowWindow must not be negative, got %s", opts.ShadowWindow)
 	}
 	var mapper *restmapper.DeferredDiscoveryRESTMapper // set below
 	m, err := metrics.New(opts.Registerer, metrics.Sources{
@@ -294,13 +318,21 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	if historySize == 0 {
 		historySize = DefaultWriteHistorySize
 	}
+	// Shadow mode records no Events: they are writes, and the cluster's
+	// own collector records its own.
+	var recorder collector.Recorder = out.recorder
+	if opts.DryRun {
+		recorder = nil
+	}
 	out.c, err = collector.New(collector.Config{
+		DryRun:            opts.DryRun,
+		Shadow:            shadow.Config{Window: opts.ShadowWindow},
 		History:           history.NewRing(historySize),
 		Namespaces:        nsAPI,
 		Metadata:          md,
 		Discovery:         dc,
 		Mapper:            mapper,
-		Recorder:          out.recorder,
+		Recorder:          recorder,
 		Workers:           opts.Workers,
 		MaxWritesInFlight: opts.MaxWritesInFlight,
 		UnlistedHold:      opts.UnlistedHold,
@@ -485,6 +517,9 @@ func gvrString(gvr schema.GroupVersionResource) string {
 
 // History is the record of writes the handler serves.
 func (s source) History() *history.Ring { return s.c.History() }
+
+// Shadow is shadow mode's comparison (nil unless Options.DryRun).
+func (s source) Shadow() *shadow.Tracker { return s.c.Shadow() }
 
 // Graph is the graph the handler's views read (in bounded batches).
 func (s source) Graph() *graph.Graph { return s.c.Graph() }

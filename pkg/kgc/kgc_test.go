@@ -36,6 +36,15 @@ func TestNewValidates(t *testing.T) {
 	if _, err := kgc.New(cfg, kgc.Options{MaxWritesInFlight: -1}); err == nil || !strings.Contains(err.Error(), "writes in flight") {
 		t.Errorf("negative MaxWritesInFlight: %v", err)
 	}
+	if _, err := kgc.New(cfg, kgc.Options{DryRun: true, NamespaceLifecycle: true}); err == nil || !strings.Contains(err.Error(), "DryRun excludes NamespaceLifecycle") {
+		t.Errorf("DryRun with NamespaceLifecycle: %v", err)
+	}
+	if _, err := kgc.New(cfg, kgc.Options{ShadowWindow: -1}); err == nil || !strings.Contains(err.Error(), "ShadowWindow") {
+		t.Errorf("negative ShadowWindow: %v", err)
+	}
+	if _, err := kgc.New(cfg, kgc.Options{DryRun: true}); err != nil {
+		t.Errorf("DryRun: %v", err)
+	}
 }
 
 func TestNewDoesNotTouchItsInputs(t *testing.T) {
