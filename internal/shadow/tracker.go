@@ -128,13 +128,15 @@ type Tracker struct {
 	cfg Config
 	clk clock.WithTicker
 
-	mu        sync.Mutex
-	pending   map[types.UID][]*decision
-	npending  int
-	unmatched map[key]*unmatched
-	counts    Counts
-	ring      []Disagreement
-	next      uint64 // disagreements added so far
+	mu       sync.Mutex
+	pending  map[types.UID][]*decision
+	npending int
+	// unmatched: changes waiting for a decision, by object.
+	unmatched  map[types.UID]map[key]*unmatched
+	nunmatched int
+	counts     Counts
+	ring       []Disagreement
+	next       uint64 // disagreements added so far
 }
 
 // New returns a Tracker.
@@ -149,7 +151,7 @@ func New(cfg Config) *Tracker {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Tracker{cfg: cfg, clk: clk, pending: map[types.UID][]*decision{}, unmatched: map[key]*unmatched{}, ring: make([]Disagreement, cfg.Keep)}
+	return &Tracker{cfg: cfg, clk: clk, pending: map[types.UID][]*decision{}, unmatched: map[types.UID]map[key]*unmatched{}, ring: make([]Disagreement, cfg.Keep)}
 }
 
 // Window is the comparison window.
@@ -196,10 +198,12 @@ func (t *Tracker) Decided(rec history.Record) {
 			return
 		}
 	}
+	if rec.Operation == history.OpDelete {
+		t.supersedeLocked(rec.Object.UID)
+	}
 	remaining := keys[:0:0]
 	for _, k := range keys {
-		if _, ok := t.unmatched[k]; ok {
-			delete(t.unmatched, k)
+		if t.takeUnmatchedLocked(k) {
 			continue
 		}
 		remaining = append(remaining, k)
@@ -210,6 +214,51 @@ func (t *Tracker) Decided(rec history.Record) {
 	}
 	t.pending[rec.Object.UID] = append(t.pending[rec.Object.UID], &decision{rec: rec, remaining: remaining, deadline: t.clk.Now().Add(t.cfg.Window)})
 	t.npending++
+}
+
+// supersedeLocked forgets, once kgc decided to delete the object uid,
+// what it decided, and what it saw the other collector do, about the
+// object's references: the deletion is kgc's latest word on the object.
+// Both collectors see owners go one event at a time, and one may remove
+// the reference to the first owner gone (another still keeps the object)
+// while the other, which already saw the second owner gone too, deletes
+// the object; neither is a disagreement about the outcome, which the
+// deletion decides.
+func (t *Tracker) supersedeLocked(uid types.UID) {
+	ds := t.pending[uid]
+	kept := ds[:0]
+	for _, d := range ds {
+		if d.rec.Operation == history.OpDelete {
+			kept = append(kept, d)
+			continue
+		}
+		if d.remaining[0].class == classRef || d.remaining[0].class == classUnblock {
+			t.npending--
+			continue
+		}
+		kept = append(kept, d)
+	}
+	t.setPendingLocked(uid, kept)
+	for k := range t.unmatched[uid] {
+		if k.class == classRef || k.class == classUnblock {
+			t.takeUnmatchedLocked(k)
+		}
+	}
+}
+
+// takeUnmatchedLocked forgets the change waiting for k, if any, and
+// reports whether there was one.
+func (t *Tracker) takeUnmatchedLocked(k key) bool {
+	m := t.unmatched[k.uid]
+	if _, ok := m[k]; !ok {
+		return false
+	}
+	delete(m, k)
+	if len(m) == 0 {
+		delete(t.unmatched, k.uid)
+	}
+	t.nunmatched--
+	return true
 }
 
 func (t *Tracker) agreeLocked() {
@@ -294,8 +343,14 @@ func (t *Tracker) observe(c *Change, judge *[]shown) {
 			}
 		}
 		if !matched && s.gc {
-			if _, ok := t.unmatched[s.k]; !ok {
-				t.unmatched[s.k] = &unmatched{op: s.op, observed: s.observed, since: now, deadline: now.Add(t.cfg.Window), obj: c.Object}
+			m := t.unmatched[uid]
+			if _, ok := m[s.k]; !ok {
+				if m == nil {
+					m = map[key]*unmatched{}
+					t.unmatched[uid] = m
+				}
+				m[s.k] = &unmatched{op: s.op, observed: s.observed, since: now, deadline: now.Add(t.cfg.Window), obj: c.Object}
+				t.nunmatched++
 				*judge = append(*judge, s)
 			}
 		}
@@ -375,23 +430,30 @@ func (t *Tracker) Expire() {
 		}
 		t.setPendingLocked(uid, kept)
 	}
-	for k, u := range t.unmatched {
-		if now.Before(u.deadline) {
-			continue
+	for _, m := range t.unmatched {
+		for k, u := range m {
+			if now.Before(u.deadline) {
+				continue
+			}
+			t.takeUnmatchedLocked(k)
+			t.otherOnlyLocked(k, u, now)
 		}
-		delete(t.unmatched, k)
-		t.counts.OtherOnly++
-		t.cfg.Metrics.ShadowAgreement(metrics.ShadowOtherOnly)
-		d := Disagreement{Outcome: metrics.ShadowOtherOnly, Object: u.obj, Operation: u.op,
-			Observed: u.observed + "; kgc decided no such write within " + t.cfg.Window.String(), Since: u.since, At: now}
-		switch k.class {
-		case classRef:
-			d.Owner = types.UID(k.detail)
-		case classFinalizer:
-			d.Finalizer = k.detail
-		}
-		t.addLocked(d)
 	}
+}
+
+// otherOnlyLocked records the change u, about k, as other_only.
+func (t *Tracker) otherOnlyLocked(k key, u *unmatched, now time.Time) {
+	t.counts.OtherOnly++
+	t.cfg.Metrics.ShadowAgreement(metrics.ShadowOtherOnly)
+	d := Disagreement{Outcome: metrics.ShadowOtherOnly, Object: u.obj, Operation: u.op,
+		Observed: u.observed + "; kgc decided no such write within " + t.cfg.Window.String(), Since: u.since, At: now}
+	switch k.class {
+	case classRef:
+		d.Owner = types.UID(k.detail)
+	case classFinalizer:
+		d.Finalizer = k.detail
+	}
+	t.addLocked(d)
 }
 
 // Run calls Expire every second until ctx is done.
@@ -413,7 +475,7 @@ func (t *Tracker) Run(ctx context.Context) {
 func (t *Tracker) Snapshot(f history.Filter) Page {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p := Page{Window: t.cfg.Window.String(), Counts: t.counts, Pending: t.npending, Unmatched: len(t.unmatched), Disagreements: []Disagreement{}}
+	p := Page{Window: t.cfg.Window.String(), Counts: t.counts, Pending: t.npending, Unmatched: t.nunmatched, Disagreements: []Disagreement{}}
 	n := uint64(len(t.ring))
 	first := uint64(0)
 	if t.next > n {

@@ -158,6 +158,27 @@ func TestOtherCollectorsChangeIsOtherOnlyUnlessKGCDecidesItInTheWindow(t *testin
 	}
 }
 
+// Two owners of one object go one event apart: one collector removes the
+// reference to the first (the second still keeps it), the other, seeing
+// both gone, deletes the object. The deletion decides.
+func TestDeletionSupersedesReferenceRemoval(t *testing.T) {
+	tr, clk, reg := newTracker(t)
+	// kgc removes the reference, the other collector deletes.
+	tr.Decided(refsRec("x", "a"))
+	tr.Observe(Change{Object: obj("x"), Deleted: true, DeletedGC: true})
+	tr.Decided(deleteRec("x")) // kgc sees the second owner go too
+	// The other collector removes the reference, kgc deletes.
+	tr.Observe(Change{Object: obj("y"), LostRefs: []LostRef{{Owner: "a", State: OwnerAbsent}}})
+	tr.Decided(deleteRec("y"))
+	tr.Observe(Change{Object: obj("y"), Deleted: true, DeletedGC: true})
+	clk.Step(2 * window)
+	tr.Expire()
+	wantCounts(t, tr, reg, 2, 0, 0)
+	if p := tr.Snapshot(history.Filter{}); p.Pending != 0 || p.Unmatched != 0 {
+		t.Fatalf("page %+v", p)
+	}
+}
+
 func TestJudgeIsAskedAboutUnmatchedChanges(t *testing.T) {
 	tr, _, reg := newTracker(t)
 	var asked []string
