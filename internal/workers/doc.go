@@ -16,4 +16,8 @@
 // quorum read under a deletion lock (locks.go), or read from a graph in
 // which every resource that could hold a counter-example has been listed
 // (negative.go).
+//
+// In shadow mode (Config.DryRun; shadow.go) every write site records what
+// it would have written instead of calling the API server, and nothing
+// that stands for kgc's own writes is remembered; docs/shadow.md.
 package workers
