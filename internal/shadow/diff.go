@@ -65,15 +65,19 @@ type LostRef struct {
 	Owner types.UID
 	// State is the owner's state in kgc's graph just before (Owner*).
 	State string
+	// Deleting: the object was already deleting.
+	Deleting bool
 }
 
 // GC reports whether a garbage collector removes such a reference: one to
 // an owner that is not solid (kube-controller-manager's collector
 // removes references to owners that are gone or in foreground deletion
 // from dependents a solid owner keeps, and references to orphaning
-// owners). A controller releasing an object from a solid owner (a
+// owners), from an object not already deleting (its fate is decided; a
+// reference removal landing then is one decided before, from an older
+// view). A controller releasing an object from a solid owner (a
 // ReplicaSet whose selector no longer matches a Pod) is not.
-func (l LostRef) GC() bool { return l.State != OwnerSolid }
+func (l LostRef) GC() bool { return l.State != OwnerSolid && !l.Deleting }
 
 // Change is what one observed event did to one object, as far as a
 // garbage collector is concerned.
@@ -144,7 +148,7 @@ func Diff(g GraphReader, ev graph.Event) (c Change, ok bool) {
 			switch {
 			case j < 0:
 				if !slices.ContainsFunc(c.LostRefs, func(l LostRef) bool { return l.Owner == r.UID }) {
-					c.LostRefs = append(c.LostRefs, LostRef{Owner: r.UID, State: OwnerStateOf(g, old.Identity.Namespace, r)})
+					c.LostRefs = append(c.LostRefs, LostRef{Owner: r.UID, State: OwnerStateOf(g, old.Identity.Namespace, r), Deleting: old.Deleting})
 				}
 			case isTrue(r.BlockOwnerDeletion) && !isTrue(cur.OwnerReferences[j].BlockOwnerDeletion):
 				c.Unblocked = append(c.Unblocked, r.UID)

@@ -334,6 +334,7 @@ func (t *Tracker) observe(c *Change, judge *[]shown) {
 	now := t.clk.Now()
 	uid := c.Object.UID
 	ds := t.pending[uid]
+	deleting := slices.ContainsFunc(ds, func(d *decision) bool { return d.rec.Operation == history.OpDelete })
 	for _, s := range effects(c) {
 		matched := false
 		for _, d := range ds {
@@ -342,7 +343,10 @@ func (t *Tracker) observe(c *Change, judge *[]shown) {
 				matched = true
 			}
 		}
-		if !matched && s.gc {
+		// kgc decided to delete the object: a reference removal by the
+		// other collector is superseded (see supersedeLocked).
+		superseded := deleting && (s.k.class == classRef || s.k.class == classUnblock)
+		if !matched && s.gc && !superseded {
 			m := t.unmatched[uid]
 			if _, ok := m[s.k]; !ok {
 				if m == nil {

@@ -171,9 +171,14 @@ func TestDeletionSupersedesReferenceRemoval(t *testing.T) {
 	tr.Observe(Change{Object: obj("y"), LostRefs: []LostRef{{Owner: "a", State: OwnerAbsent}}})
 	tr.Decided(deleteRec("y"))
 	tr.Observe(Change{Object: obj("y"), Deleted: true, DeletedGC: true})
+	// kgc deletes; the other collector's reference removal, decided from
+	// an older view, lands after.
+	tr.Decided(deleteRec("z"))
+	tr.Observe(Change{Object: obj("z"), LostRefs: []LostRef{{Owner: "a", State: OwnerWaiting}}})
+	tr.Observe(Change{Object: obj("z"), Deleted: true, DeletedGC: true})
 	clk.Step(2 * window)
 	tr.Expire()
-	wantCounts(t, tr, reg, 2, 0, 0)
+	wantCounts(t, tr, reg, 3, 0, 0)
 	if p := tr.Snapshot(history.Filter{}); p.Pending != 0 || p.Unmatched != 0 {
 		t.Fatalf("page %+v", p)
 	}
@@ -275,11 +280,11 @@ func TestDiff(t *testing.T) {
 			}},
 		{"references lost and unblocked", []rules.Object{solid, orphaning, waiting, podObj("p", "1", false, ref("solid", true), ref("orphaning", true), ref("waiting", true))},
 			graph.Event{Type: graph.Upsert, Object: podObj("p", "2", false, ref("solid", false))}, true, func(t *testing.T, c Change) {
-				if len(c.LostRefs) != 2 || c.LostRefs[0] != (LostRef{"orphaning", OwnerOrphaning}) || c.LostRefs[1] != (LostRef{"waiting", OwnerWaiting}) ||
+				if len(c.LostRefs) != 2 || c.LostRefs[0] != (LostRef{"orphaning", OwnerOrphaning, false}) || c.LostRefs[1] != (LostRef{"waiting", OwnerWaiting, false}) ||
 					len(c.Unblocked) != 1 || c.Unblocked[0] != "solid" || c.Deleted {
 					t.Errorf("%+v", c)
 				}
-				if !c.LostRefs[0].GC() || !c.LostRefs[1].GC() || (LostRef{"s", OwnerSolid}).GC() {
+				if !c.LostRefs[0].GC() || !c.LostRefs[1].GC() || (LostRef{"s", OwnerSolid, false}).GC() || (LostRef{"w", OwnerWaiting, true}).GC() {
 					t.Error("GC()")
 				}
 			}},
