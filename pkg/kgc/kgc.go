@@ -456,8 +456,10 @@ func (c *Collector) WaitForSync(ctx context.Context) error {
 // the debug graph (/debug/controllers/garbage-collector-controller/graph,
 // DOT or ?format=json, filtered by ?namespace=, ?uid= or ?kind=&name=), the
 // record of kgc's writes (/debug/controllers/garbage-collector-controller/history,
-// JSON, filtered by ?uid=, ?namespace=, ?name=, ?limit=), the
-// web view of the ownership graph (/ui), and, as Options ask, /metrics and /debug/pprof/.
+// JSON, filtered by ?uid=, ?namespace=, ?name=, ?limit=), in shadow mode
+// (Options.DryRun) the comparison with the cluster's own collector
+// (/debug/controllers/garbage-collector-controller/shadow, JSON, the same
+// filters), the web view of the ownership graph (/ui), and, as Options ask, /metrics and /debug/pprof/.
 func (c *Collector) Handler() http.Handler { return c.handler }
 
 type source struct{ c *collector.Collector }
