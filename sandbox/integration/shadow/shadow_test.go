@@ -286,9 +286,10 @@ func (w *workload) create() {
 
 // graphNode is what the tests read of kgc's graph.
 type graphNode struct {
-	UID   types.UID `json:"uid"`
-	Kind  string    `json:"kind"`
-	State string    `json:"state"`
+	UID             types.UID               `json:"uid"`
+	Kind            string                  `json:"kind"`
+	State           string                  `json:"state"`
+	OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
 }
 
 // kgcGraph returns kgc's graph of the workload's namespace.
@@ -311,7 +312,10 @@ func (w *workload) waitObserved() {
 	err := wait.PollUntilContextTimeout(w.ctx, pollInterval, waitTimeout, true, func(context.Context) (bool, error) {
 		g := w.kgcGraph()
 		for _, c := range append([]*cm{w.self}, w.cms...) {
-			if n, ok := g[c.uid]; !ok || n.State != "live" {
+			if c.ghost {
+				continue // upstream's collector may have deleted it already
+			}
+			if n, ok := g[c.uid]; !ok || n.State != "live" || (c.self && len(n.OwnerReferences) == 0) {
 				return false, nil
 			}
 		}
