@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 		Name: "shadow",
 		ControlPlane: controlplane.Options{
 			Cluster: true, Nodes: 2,
+			// KGC_SHADOW_VERBOSE=1: kube-apiserver's and
+			// kube-controller-manager's own logs too.
+			Verbose: os.Getenv("KGC_SHADOW_VERBOSE") != "",
 			// Upstream's garbage collector on: it does the work here.
 			ControllerManagerFlags: []string{"--controllers=*"},
 		},
