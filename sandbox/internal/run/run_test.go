@@ -52,7 +52,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--namespace-lifecycle=maybe"}, 2},
 		{[]string{"--nodes=-1"}, 2},
 		{[]string{"--shadow", "--controllers=none"}, 2},
-		{[]string{"--shadow", "--controllers=*,-garbage-collector-controller"}, 2}, // nothing would collect
+		{[]string{"--shadow", "--controllers=*,-garbage-collector-controller,-namespace-controller"}, 2}, // nothing would collect
 		{[]string{"--shadow", "--namespace-lifecycle=true"}, 2},
 	} {
 		var out bytes.Buffer
