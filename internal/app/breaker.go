@@ -20,15 +20,21 @@ import (
 	"github.com/kgc-dev/kgc/pkg/kgc"
 )
 
+// The flags shadow mode turns off unless they are given.
+const (
+	flagDeletionBreaker = "deletion-breaker"
+	flagHoldRestored    = "hold-restored-references"
+)
+
 // BreakerRunOptions are the flags of `kgc run` for the circuit breaker
 // and the restore-signature hold.
 type BreakerRunOptions struct {
-	Enabled                  bool
-	Window                   time.Duration
+	Enabled          bool
+	Window           time.Duration
 	UnobservedOwners int
-	DanglingFraction         float64
-	DanglingMinimum          int
-	HoldRestored             bool
+	DanglingFraction float64
+	DanglingMinimum  int
+	HoldRestored     bool
 }
 
 // NewBreakerRunOptions returns `kgc run`'s defaults: both on (README,
@@ -41,12 +47,12 @@ func NewBreakerRunOptions() BreakerRunOptions {
 
 // AddFlags registers the options on fs.
 func (o *BreakerRunOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.Enabled, "deletion-breaker", o.Enabled, "Stop deleting, until an operator resumes (kgc breaker resume), when the deletions resting on gone owners look like a restore or a broken API: see --breaker-*. The trip is recorded on the leader-election Lease (--leader-elect-resource-*), so a restart does not resume it.")
+	fs.BoolVar(&o.Enabled, flagDeletionBreaker, o.Enabled, "Stop deleting, until an operator resumes (kgc breaker resume), when the deletions resting on gone owners look like a restore or a broken API: see --breaker-*. The trip is recorded on the leader-election Lease (--leader-elect-resource-*), so a restart does not resume it.")
 	fs.DurationVar(&o.Window, "breaker-window", o.Window, "The sliding window over which the deletion breaker counts deletions.")
 	fs.IntVar(&o.UnobservedOwners, "breaker-unobserved-owners", o.UnobservedOwners, "How many distinct owners kgc never observed alive (a quorum read found nothing, or another object, at a UID its graph never held: the restore / rollback signature) deletions may rest on in one window; a deletion resting on one more trips the breaker, which then holds such deletions. Owners, not dependents: a cascade taken over midway counts one. 0 turns the signal off.")
 	fs.Float64Var(&o.DanglingFraction, "breaker-dangling-fraction", o.DanglingFraction, "Trip the breaker, holding every deletion resting on a gone owner, when the owners found gone in one window (distinct owners kgc did not delete itself, each with a dependent to delete: a Job deleted with its Pods counts one) exceed this fraction of the graph and --breaker-dangling-minimum. 0 turns the signal off.")
 	fs.IntVar(&o.DanglingMinimum, "breaker-dangling-minimum", o.DanglingMinimum, "The fewest owners found gone in one window that can trip the dangling fraction (so that a small cluster does not trip on a few deletions).")
-	fs.BoolVar(&o.HoldRestored, "hold-restored-references", o.HoldRestored, "Hold, instead of deleting, a dependent whose owner reference names a UID kgc never observed while an object of that kind and name exists with another UID (the restore signature); kgc relink rewrites such references on request.")
+	fs.BoolVar(&o.HoldRestored, flagHoldRestored, o.HoldRestored, "Hold, instead of deleting, a dependent whose owner reference names a UID kgc never observed while an object of that kind and name exists with another UID (the restore signature); kgc relink rewrites such references on request.")
 }
 
 // Validate returns every problem with the options.

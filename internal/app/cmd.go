@@ -107,6 +107,7 @@ func NewRunCommand(run RunFunc) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.LeaderElection.Complete(cmd.Flags(), o.Kubeconfig)
+			o.Shadow.Complete(cmd.Flags(), &o.LeaderElection, &o.Breaker)
 			o.Observability.Verbosity = verbosity(cmd.Flags())
 			o.gcPercentChanged = cmd.Flags().Changed("gc-percent")
 			if err := o.Complete(); err != nil {
@@ -182,6 +183,8 @@ func Run(ctx context.Context, o *RunOptions) error {
 		WriteHistorySize:      writeHistorySize(o.WriteHistorySize),
 		Breaker:               o.Breaker.lib(o.LeaderElection),
 		HoldRestored:          o.Breaker.HoldRestored,
+		DryRun:                o.Shadow.DryRun,
+		ShadowWindow:          o.Shadow.Window,
 	})
 	if err != nil {
 		return err

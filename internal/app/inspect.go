@@ -235,6 +235,12 @@ func newExplainCommand(deps InspectDeps) *cobra.Command {
 					e.Hold = inspect.HoldOf(r, obj.UID)
 				}
 			}
+			if sv, ok := v.(*inspect.ServerView); ok {
+				// A kgc in shadow mode: its disagreements about it.
+				if e.Shadow, err = sv.ShadowDisagreements(cmd.Context(), obj.UID); err != nil {
+					return err
+				}
+			}
 			notSyncedWarning(cmd, v)
 			if o.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), e)

@@ -33,6 +33,7 @@ type RunOptions struct {
 	HTTPAddress           string
 	NamespaceLifecycle    bool
 	WriteHistorySize      int
+	Shadow                ShadowOptions // shadow.go
 	LeaderElection        LeaderElectionOptions
 	Breaker               BreakerRunOptions
 	Observability         ObservabilityOptions
@@ -55,6 +56,7 @@ func NewRunOptions() *RunOptions {
 		StuckThreshold:        5 * time.Minute,
 		HTTPAddress:           ":10258",
 		WriteHistorySize:      kgc.DefaultWriteHistorySize,
+		Shadow:                ShadowOptions{Window: kgc.DefaultShadowWindow},
 		LeaderElection:        NewLeaderElectionOptions(),
 		Breaker:               NewBreakerRunOptions(),
 		Observability:         NewObservabilityOptions(),
@@ -82,6 +84,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address for /healthz, /readyz and the debug graph. Empty disables the server.")
 	fs.BoolVar(&o.NamespaceLifecycle, "namespace-lifecycle", o.NamespaceLifecycle, "Also do the namespace controller's job: empty deleted namespaces (Pods first), set their status conditions, and remove their kubernetes finalizer once nothing is left. For API servers without kube-controller-manager; leave it off where kube-controller-manager runs its namespace controller.")
 	fs.IntVar(&o.WriteHistorySize, "write-history-size", o.WriteHistorySize, "How many of its last writes (DELETEs and patches) kgc keeps in memory with why it made them (which owner was gone and how kgc knew, the policy, the preconditions, the outcome), served at /debug/controllers/garbage-collector-controller/history and read by kgc explain --server. 0 keeps none; every write is logged either way.")
+	o.Shadow.AddFlags(fs)
 	o.LeaderElection.AddFlags(fs)
 	o.Breaker.AddFlags(fs)
 	o.Observability.AddFlags(fs)
@@ -135,6 +138,7 @@ func (o *RunOptions) Validate() []error {
 			errs = append(errs, fmt.Errorf("--http-address %q: port must be a number from 0 to 65535", o.HTTPAddress))
 		}
 	}
+	errs = append(errs, o.Shadow.Validate(o.NamespaceLifecycle, o.Breaker)...)
 	errs = append(errs, o.LeaderElection.Validate()...)
 	errs = append(errs, o.Breaker.Validate()...)
 	errs = append(errs, o.Observability.Validate()...)

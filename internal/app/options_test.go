@@ -54,6 +54,7 @@ func defaults() RunOptions {
 		StuckThreshold:        5 * time.Minute,
 		HTTPAddress:           ":10258",
 		WriteHistorySize:      10000,
+		Shadow:                ShadowOptions{Window: 3 * time.Minute},
 		LeaderElection:        NewLeaderElectionOptions(), // off: TestMain pins "not in a cluster"
 		Observability:         NewObservabilityOptions(),
 		KCM:                   NewKCMOptions(),
@@ -95,6 +96,16 @@ func TestRunFlags(t *testing.T) {
 				o.Breaker.Window, o.Breaker.UnobservedOwners, o.Breaker.DanglingFraction, o.Breaker.DanglingMinimum = time.Minute, 5, 0.5, 7
 			},
 		},
+		{name: "dry run: a Lease of its own", args: []string{"--dry-run", "--shadow-window=10m"}, modify: func(o *RunOptions) {
+			o.Shadow = ShadowOptions{DryRun: true, Window: 10 * time.Minute}
+			o.LeaderElection.ResourceName = "kgc-shadow"
+			o.Breaker.Enabled, o.Breaker.HoldRestored = false, false // shadow mode holds nothing
+		}},
+		{name: "dry run: the Lease given", args: []string{"--dry-run", "--leader-elect-resource-name=gc"}, modify: func(o *RunOptions) {
+			o.Shadow.DryRun = true
+			o.LeaderElection.ResourceName = "gc"
+			o.Breaker.Enabled, o.Breaker.HoldRestored = false, false
+		}},
 		{
 			name: "ignored resources replace the defaults",
 			args: []string{"--ignored-resources=pods,deployments.apps"},
@@ -185,6 +196,9 @@ func TestRunFlagErrors(t *testing.T) {
 		{name: "writes in flight negative", args: []string{"--max-writes-inflight=-1"}, want: []string{"--max-writes-inflight must not be negative (0 means twice --concurrent-gc-syncs), got -1"}, validation: true},
 		{name: "unlisted hold zero", args: []string{"--unlisted-hold=0s"}, want: []string{"--unlisted-hold must be positive, got 0s"}, validation: true},
 		{name: "stuck threshold zero", args: []string{"--stuck-threshold=0s"}, want: []string{"--stuck-threshold must be positive, got 0s"}, validation: true},
+		{name: "shadow window zero", args: []string{"--shadow-window=0s"}, want: []string{"--shadow-window must be positive, got 0s"}, validation: true},
+		{name: "dry run writes no namespace", args: []string{"--dry-run", "--namespace-lifecycle"}, want: []string{"--dry-run and --namespace-lifecycle exclude each other"}, validation: true},
+		{name: "dry run holds nothing", args: []string{"--dry-run", "--deletion-breaker"}, want: []string{"--dry-run excludes --deletion-breaker"}, validation: true},
 		{name: "resync too short", args: []string{"--discovery-resync-period=500ms"}, want: []string{"--discovery-resync-period must be at least 1s"}, validation: true},
 		{name: "http address without port", args: []string{"--http-address=localhost"}, want: []string{`--http-address "localhost"`}, validation: true},
 		{name: "http address with too many colons", args: []string{"--http-address=::1:80"}, want: []string{"--http-address"}, validation: true},

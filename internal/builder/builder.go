@@ -39,6 +39,11 @@ type Config struct {
 	// Clock drives periodic rediscovery and the monitors' backoff; nil is
 	// the real clock.
 	Clock clock.WithTicker
+	// BeforeApply, when set, is shown every event (but the Listed
+	// markers) on the graph builder's goroutine just before the graph
+	// applies it, so that it can read what the event changes (shadow
+	// mode's comparison). It must not write to the graph.
+	BeforeApply func(graph.Event)
 }
 
 // Sink is told what each applied event changed (the workers: they queue
@@ -249,6 +254,9 @@ func (b *Builder) Apply(ev graph.Event) {
 		b.monitors.Applied(ev.Gen)
 		b.sink.Observed(ev, graph.Effects{})
 		return
+	}
+	if b.cfg.BeforeApply != nil {
+		b.cfg.BeforeApply(ev)
 	}
 	eff := b.graph.Apply(ev)
 	if ev.Type == graph.Relisted {

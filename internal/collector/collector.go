@@ -24,6 +24,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/metrics"
 	"github.com/kgc-dev/kgc/internal/namespaces"
 	"github.com/kgc-dev/kgc/internal/rules"
+	"github.com/kgc-dev/kgc/internal/shadow"
 	"github.com/kgc-dev/kgc/internal/workers"
 )
 
@@ -89,6 +90,13 @@ type Config struct {
 	// periodic rediscovery and the monitors' backoff; nil is the real clock
 	// (tests inject a fake one: see testhooks.go).
 	Clock clock.WithTicker
+	// DryRun is shadow mode: decide everything, write nothing, and compare
+	// the decisions with what the cluster's own collector does (package
+	// shadow; shadow.go). Namespaces must be nil.
+	DryRun bool
+	// Shadow configures the comparison (its Metrics and Clock default to
+	// the collector's, its Judge is the workers').
+	Shadow shadow.Config
 }
 
 // Collector is kgc's garbage collector: a graph builder (package builder)
@@ -106,6 +114,8 @@ type Collector struct {
 	// startupLogEvery is how often the start-up progress is logged
 	// (startupProgressInterval; tests shorten it).
 	startupLogEvery time.Duration
+	// shadow is shadow mode's comparison, nil unless DryRun (shadow.go).
+	shadow *shadowMode
 }
 
 // New builds a Collector from cfg.
@@ -150,7 +160,13 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 5 * time.Second
 	}
+	if cfg.DryRun && cfg.Namespaces != nil {
+		return nil, errors.New("shadow mode (dry run) does not run the namespace lifecycle: it would write")
+	}
 	c := &Collector{cfg: cfg, startupLogEvery: startupProgressInterval}
+	if cfg.DryRun {
+		c.shadow = &shadowMode{c: c}
+	}
 	if cfg.Namespaces != nil {
 		nc, err := namespaces.New(namespaces.Config{API: cfg.Namespaces, Observed: c.observedIn, Metrics: cfg.Metrics, Clock: cfg.Clock})
 		if err != nil {
@@ -163,22 +179,33 @@ func New(cfg Config) (*Collector, error) {
 	// ask the builder which resources are not listed yet and where a kind
 	// is served. Data flows one way: monitors → builder → graph → workers
 	// → API server.
-	c.builder = builder.New(builder.Config{
+	bcfg := builder.Config{
 		Metadata: cfg.Metadata, Discovery: cfg.Discovery, Mapper: cfg.Mapper,
 		Ignored: cfg.Ignored, ResyncPeriod: cfg.ResyncPeriod, Metrics: cfg.Metrics, Clock: cfg.Clock,
-	}, g, builder.SinkFunc(func(ev graph.Event, eff graph.Effects) {
+	}
+	if c.shadow != nil {
+		bcfg.BeforeApply = c.shadow.before
+	}
+	c.builder = builder.New(bcfg, g, builder.SinkFunc(func(ev graph.Event, eff graph.Effects) {
 		c.workers.Observed(ev, eff)
 		if c.namespaces != nil {
 			c.namespaces.Observed(ev, eff)
 		}
+		if c.shadow != nil {
+			c.shadow.after(ev, eff)
+		}
 	}))
-	c.workers = workers.New(workers.Config{
+	wcfg := workers.Config{
 		Metadata: cfg.Metadata, Mapper: cfg.Mapper, Recorder: cfg.Recorder,
 		Workers: cfg.Workers, MaxWritesInFlight: cfg.MaxWritesInFlight, UnlistedHold: cfg.UnlistedHold,
 		Unlisted: c.builder.Unlisted, Listing: c.builder.Listing, Resource: c.builder.Resource,
 		Rules: cfg.Rules, Metrics: cfg.Metrics, History: cfg.History, Clock: cfg.Clock,
 		Breaker: cfg.Breaker, OnTrip: cfg.OnTrip, HoldRestored: cfg.HoldRestored,
-	}, g)
+	}
+	if c.shadow != nil {
+		c.shadow.init(cfg.Shadow, &wcfg)
+	}
+	c.workers = workers.New(wcfg, g)
 	return c, nil
 }
 
@@ -266,6 +293,10 @@ func (c *Collector) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("garbagecollector")
 	ctx = klog.NewContext(ctx, logger)
 	c.started = time.Now()
+	if c.shadow != nil {
+		c.shadow.ctx = ctx
+		defer c.shadow.tracker.LogSummary(ctx)
+	}
 	// Workers' API calls run on workCtx, which outlives ctx by at most
 	// DrainTimeout: at shutdown no new item starts, and the items in flight
 	// finish their calls instead of being cut off halfway.
@@ -285,6 +316,13 @@ func (c *Collector) Run(ctx context.Context) error {
 		defer wg.Done()
 		c.builder.Run(ctx)
 	}()
+	if c.shadow != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.shadow.tracker.Run(ctx)
+		}()
+	}
 
 	// Initial discovery: retry until it works, at least partially.
 	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {

@@ -41,12 +41,12 @@ type testEnv struct {
 
 // startCollector runs a collector with 2 workers against srv until the test
 // ends, and waits for it to sync and for its informers to watch.
-func startCollector(t *testing.T, srv *fakeapi.Server) *testEnv {
+func startCollector(t *testing.T, srv *fakeapi.Server, opts ...func(*Config)) *testEnv {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	e := &testEnv{srv: srv, disc: &fakeapi.Discovery{Lists: fakeapi.ResourceLists()}, mapper: fakeapi.NewMapper(), recorder: &fakeapi.Recorder{}, ctx: ctx}
-	c, err := New(Config{
+	cfg := Config{
 		Metadata:     srv.Client,
 		Discovery:    e.disc,
 		Mapper:       e.mapper,
@@ -55,7 +55,11 @@ func startCollector(t *testing.T, srv *fakeapi.Server) *testEnv {
 		Ignored:      []schema.GroupResource{fakeapi.Events.GroupResource()},
 		ResyncPeriod: time.Hour,
 		SyncTimeout:  testTimeout,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,4 +12,8 @@
 // change. Every decision is made by package rules from facts the workers
 // gather; the inspection commands (package inspect) gather the same facts
 // elsewhere and call the same rules.
+//
+// In shadow mode (Config.DryRun; shadow.go) the workers write nothing and
+// package shadow compares their decisions with the changes the builder
+// shows it before applying each event.
 package collector

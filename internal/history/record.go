@@ -29,6 +29,9 @@ const (
 	OutcomeConflict = "conflict"
 	OutcomeNotFound = "not_found"
 	OutcomeError    = "error"
+	// OutcomeShadow: kgc runs in shadow mode (--dry-run) and made no
+	// call; the record says what it would have written, and why.
+	OutcomeShadow = "shadow"
 )
 
 // Object identifies the object written to.

@@ -9,6 +9,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/kgc-dev/kgc/internal/rules"
+	"github.com/kgc-dev/kgc/internal/shadow"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -89,6 +90,9 @@ type Explanation struct {
 	// Hold: a running kgc decided to delete it and holds it instead
 	// (asked with --server; HoldOf).
 	Hold *Hold `json:"hold,omitempty"`
+	// Shadow: a kgc in shadow mode's latest disagreements with the
+	// cluster's collector about the object (explain --server).
+	Shadow []shadow.Disagreement `json:"shadowDisagreements,omitempty"`
 }
 
 // Wait is one blocking dependent of an object in Foreground deletion.

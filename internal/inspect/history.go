@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kgc-dev/kgc/internal/history"
+	"github.com/kgc-dev/kgc/internal/shadow"
 )
 
 // ErrNoHistory is returned (wrapped) when the kgc asked keeps no write
@@ -57,6 +58,9 @@ type Gone struct {
 	Records []history.Record `json:"records"`
 	// Summary says it in a sentence.
 	Summary string `json:"summary"`
+	// Shadow: a kgc in shadow mode's latest disagreements with the
+	// cluster's collector about the object.
+	Shadow []shadow.Disagreement `json:"shadowDisagreements,omitempty"`
 }
 
 // ExplainGone asks the kgc at s what it wrote to the object that kind,
@@ -103,7 +107,12 @@ func ExplainGone(ctx context.Context, s *ServerView, kind, namespace, name strin
 	}
 	last := g.Records[len(g.Records)-1]
 	g.Object = &last.Object
+	if g.Shadow, err = s.ShadowDisagreements(ctx, last.Object.UID); err != nil {
+		return nil, err
+	}
 	switch {
+	case g.Deletion != nil && g.Deletion.Outcome == history.OutcomeShadow:
+		g.Summary = shadowSummary(g.Deletion)
 	case g.DeletedByKGC:
 		g.Summary = fmt.Sprintf("%s deleted by kgc at %s because %s", last.Object, g.Deletion.Time.UTC().Format(time.RFC3339), g.Deletion.Because())
 	case g.Deletion != nil:
@@ -139,6 +148,7 @@ func WriteGone(w io.Writer, g *Gone) error {
 			fmt.Fprintf(&b, "    owner %s\n", o)
 		}
 	}
+	writeDisagreements(&b, g.Shadow)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -68,6 +68,7 @@ func WriteExplanation(w io.Writer, e *Explanation) error {
 			fmt.Fprintf(b, "  - %s  %s\n", d, strings.Join(markers(d), " "))
 		}
 	}
+	writeDisagreements(b, e.Shadow)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

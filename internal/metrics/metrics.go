@@ -71,6 +71,7 @@ type Metrics struct {
 	nsSkipped     prometheus.Counter
 
 	breakerTrips *prometheus.CounterVec // breaker.go
+	shadow       shadowMetrics          // shadow.go
 
 	collectors []prometheus.Collector
 	reg        prometheus.Registerer
@@ -215,6 +216,7 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 		&stateCollector{src: src},
 	}
 	m.collectors = append(m.collectors, m.breakerCollectors(src)...)
+	m.collectors = append(m.collectors, m.shadow.init()...)
 	m.reg = reg
 	for i, c := range m.collectors {
 		if err := reg.Register(c); err != nil {

@@ -29,6 +29,11 @@
 // An unknown parameter, one given twice, or a bad limit gets 400; a kgc
 // that keeps no history answers 404.
 //
+// ShadowPath serves shadow mode's comparison with the cluster's own
+// collector (package shadow) as JSON, when the Source runs in shadow mode
+// (ShadowSource): the counts and the latest disagreements, filtered as the
+// history is; otherwise 404.
+//
 // UIPath serves the web view: embedded HTML, CSS and JavaScript (no
 // external resources, enforced by a Content-Security-Policy) that draws
 // the JSON graph.

@@ -84,6 +84,7 @@ func BuildMux(src Source, opts Options) *http.ServeMux {
 	mux.HandleFunc("GET "+GraphPath, h.serveGraph)
 	mux.HandleFunc("GET "+HistoryPath, h.serveHistory)
 	mux.HandleFunc("GET "+HoldsPath, h.serveHolds)
+	mux.HandleFunc("GET "+ShadowPath, h.serveShadow)
 	registerUI(mux, h)
 	return mux
 }

@@ -20,4 +20,7 @@
 // hold.go may withhold a deletion decided on a dangling owner: the
 // deletion circuit breaker (package breaker) and the restore-signature
 // hold. It only ever withholds a write; it never adds one.
+// In shadow mode (Config.DryRun; shadow.go) every write site records what
+// it would have written instead of calling the API server, and nothing
+// that stands for kgc's own writes is remembered; docs/shadow.md.
 package workers

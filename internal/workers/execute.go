@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -89,6 +90,9 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 		}
 		rec := dependentRecord(history.OpRemoveReferences, it, y, removeReason(y), func(i int) bool { return y.facts[i].State != rules.Solid })
 		rec.Preconditions = history.Preconditions{UID: it.Identity.UID, Tests: testsOwnerReferences}
+		if w.cfg.DryRun {
+			return w.shadowWrite(ctx, &rec, it.ResourceVersion)
+		}
 		_, err := w.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
 		w.wrote(ctx, &rec, err)
 		return err
@@ -100,6 +104,9 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 			Operation: history.OpRemoveFinalizer, Object: history.ObjectOf(it.Identity),
 			Reason: finalizerReason(rules.FinalizerForeground, y), Finalizer: rules.FinalizerForeground,
 			Preconditions: history.Preconditions{UID: it.Identity.UID, Tests: testsFinalizers},
+		}
+		if w.cfg.DryRun {
+			return w.shadowWrite(ctx, &rec, it.ResourceVersion)
 		}
 		// Once the finalizer is gone, an owner that other finalizers keep
 		// is solid again: a dependent's DELETE decided while it was
@@ -126,23 +133,29 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 				return !equalBool(it.OwnerReferences[i].BlockOwnerDeletion, a.Refs[i].BlockOwnerDeletion)
 			})
 		rec.Preconditions = history.Preconditions{UID: it.Identity.UID, Tests: testsOwnerReferences}
-		obj, err := w.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
-		w.wrote(ctx, &rec, err)
-		if err != nil {
-			return err
+		if w.cfg.DryRun {
+			// The DELETE it precedes is decided too.
+			_ = w.shadowWrite(ctx, &rec, it.ResourceVersion)
+			refs = a.Refs
+		} else {
+			obj, err := w.ops.ReplaceOwnerReferences(ctx, t, it.OwnerReferences, a.Refs)
+			w.wrote(ctx, &rec, err)
+			if err != nil {
+				return err
+			}
+			// The DELETE carries the version the patch produced, so it must
+			// rest on the object as that version has it. The patch tested the
+			// references only: if the object meanwhile started its own
+			// deletion or changed its finalizers (a client deleted it with
+			// Orphan), the policy decided from the graph's copy would replace
+			// the client's (the apiserver swaps the GC finalizers on a second
+			// DELETE): decide again from the graph once it has caught up
+			// (found by the simulator: seed 2825 of the hold-list world).
+			if obj.DeletionTimestamp != nil && !it.Deleting || !slices.Equal(obj.Finalizers, it.Finalizers) {
+				return errRetry
+			}
+			t.ResourceVersion, refs = obj.ResourceVersion, a.Refs
 		}
-		// The DELETE carries the version the patch produced, so it must
-		// rest on the object as that version has it. The patch tested the
-		// references only: if the object meanwhile started its own
-		// deletion or changed its finalizers (a client deleted it with
-		// Orphan), the policy decided from the graph's copy would replace
-		// the client's (the apiserver swaps the GC finalizers on a second
-		// DELETE): decide again from the graph once it has caught up
-		// (found by the simulator: seed 2825 of the hold-list world).
-		if obj.DeletionTimestamp != nil && !it.Deleting || !slices.Equal(obj.Finalizers, it.Finalizers) {
-			return errRetry
-		}
-		t.ResourceVersion, refs = obj.ResourceVersion, a.Refs
 	}
 	// Guarded: the arguments (a formatted identity) would otherwise be
 	// built for every collected object even with the line disabled.
@@ -179,6 +192,11 @@ const deleteConflictRetries = 3
 // Every DELETE sent is recorded (wrote) from rec, with the preconditions
 // it carried.
 func (w *Workers) deleteItem(ctx context.Context, t apiops.Target, refs []metav1.OwnerReference, finalizers []string, policy metav1.DeletionPropagation, waiting []types.UID, rec *history.Record) error {
+	if w.cfg.DryRun {
+		r := *rec
+		r.Preconditions = history.Preconditions{UID: t.UID, ResourceVersion: t.ResourceVersion}
+		return w.shadowWrite(ctx, &r, t.ResourceVersion)
+	}
 	defer w.deletions.lockSet(waiting, t.UID)()
 	for _, o := range waiting {
 		if w.fgReleased.Has(o) {
@@ -243,7 +261,7 @@ func equalBool(a, b *bool) bool { return (a == nil) == (b == nil) && (a == nil |
 // is retried as a failure.
 func conflictOrNil(err error) error {
 	switch {
-	case err == nil, apierrors.IsNotFound(err):
+	case err == nil, apierrors.IsNotFound(err), errors.Is(err, errShadow):
 		return nil
 	case apiops.IsStale(err):
 		return errRetry

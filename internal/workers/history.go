@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -95,6 +96,8 @@ func outcomeOf(err error) string {
 	switch {
 	case err == nil:
 		return history.OutcomeSuccess
+	case errors.Is(err, errShadow):
+		return history.OutcomeShadow
 	case apiops.IsStale(err):
 		return history.OutcomeConflict
 	case apierrors.IsNotFound(err):
@@ -108,7 +111,12 @@ func outcomeOf(err error) string {
 // verbosity, and keeps it in the history ring (Config.History).
 func (w *Workers) wrote(ctx context.Context, rec *history.Record, err error) {
 	rec.Outcome = outcomeOf(err)
-	w.cfg.Metrics.Operation(rec.Operation, rec.Outcome)
+	if rec.Outcome == history.OutcomeShadow {
+		w.cfg.Metrics.ShadowDecision(rec.Operation)
+		err = nil // no call was made
+	} else {
+		w.cfg.Metrics.Operation(rec.Operation, rec.Outcome)
+	}
 	rec.Time = w.now()
 	if err != nil {
 		rec.Error = err.Error()

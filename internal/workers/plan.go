@@ -237,6 +237,9 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 		Preconditions: history.Preconditions{UID: owner.Identity.UID, Tests: testsFinalizers},
 	}
 	return []write{func(ctx context.Context) error {
+		if w.cfg.DryRun {
+			return conflictOrNil(w.shadowWrite(ctx, &rec, owner.ResourceVersion))
+		}
 		klog.FromContext(ctx).V(2).Info("Dependents orphaned; removing orphan finalizer", "object", owner.Identity.String())
 		// Recorded before the write: the owner's deletion may reach the
 		// graph, and a lagging dependent be checked, before this call
@@ -307,6 +310,12 @@ func (w *Workers) orphanWrites(ownerObj *rules.Object, orphans []rules.Orphan) (
 			Owners: []history.Owner{because}, Preconditions: history.Preconditions{UID: dep.Identity.UID},
 		}
 		ws = append(ws, func(ctx context.Context) error {
+			if w.cfg.DryRun {
+				// Not errAgain: the dependent still references the
+				// owner, and deciding the owner again would only
+				// decide these writes again.
+				return conflictOrNil(w.shadowWrite(ctx, &rec, dep.ResourceVersion))
+			}
 			_, err := w.ops.RemoveOwnerReference(ctx, t, owner, o.Indices)
 			w.wrote(ctx, &rec, err)
 			// Success (or 404) proves the dependent no longer references

@@ -78,6 +78,10 @@ type Config struct {
 	OnTrip  func(breaker.Trip)
 	// HoldRestored holds dependents with the restore signature (hold.go).
 	HoldRestored bool
+	// DryRun is shadow mode: decide as usual, write nothing (shadow.go).
+	DryRun bool
+	// Shadow receives every write decided in shadow mode; optional.
+	Shadow func(history.Record)
 }
 
 // Workers are kgc's attempt-to-delete and attempt-to-orphan workers: they
@@ -95,8 +99,10 @@ type Workers struct {
 	// first list (awaitlist.go).
 	awaiting *awaitList
 	warned   *onceSet
-	writes   writeLog // kgc's writes the graph has not observed yet (writes.go)
-	rechecks dependentsRecheck
+	// shadowSeen: decisions already recorded in shadow mode (shadow.go).
+	shadowSeen *recentSet[shadowKey]
+	writes     writeLog // kgc's writes the graph has not observed yet (writes.go)
+	rechecks   dependentsRecheck
 	// deletions orders kgc's DELETEs and the writes resting on a solid
 	// owner (locks.go).
 	deletions deletionLocks
@@ -166,6 +172,7 @@ func New(cfg Config, g *graph.Graph) *Workers {
 		restored:     restoreHolds{max: breaker.DefaultMaxHeld},
 		slots:        make(chan struct{}, cfg.MaxWritesInFlight),
 		unlisted:     cfg.Unlisted,
+		shadowSeen:   newRecentSet[shadowKey](65536),
 	}
 	if w.unlisted == nil {
 		w.unlisted = func() []discovery.Resource { return nil }

@@ -62,6 +62,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/namespaces"
 	"github.com/kgc-dev/kgc/internal/rules"
 	"github.com/kgc-dev/kgc/internal/server"
+	"github.com/kgc-dev/kgc/internal/shadow"
 )
 
 // RecommendedGCPercent is the Go garbage collector's target percentage
@@ -180,7 +181,24 @@ type Options struct {
 	// signature); `kgc relink` rewrites such references on request. Off by
 	// default in the library; on in `kgc run`.
 	HoldRestored bool
+	// DryRun is shadow mode: kgc decides everything as usual and makes no
+	// write — no DELETE, no patch, no Event. Each write it would have made
+	// is logged, counted (kgc_shadow_decisions_total), kept in the write
+	// history with outcome "shadow", and compared with what the cluster's
+	// own garbage collector then does (kgc_shadow_agreement_total; the
+	// latest disagreements are served by Handler at
+	// /debug/controllers/garbage-collector-controller/shadow). For running
+	// beside kube-controller-manager's collector before replacing it (see
+	// the README's migration guide). Excludes NamespaceLifecycle.
+	DryRun bool
+	// ShadowWindow is how long, in shadow mode, a decision waits for its
+	// effect and a change only a garbage collector would make waits for a
+	// matching decision. Default DefaultShadowWindow.
+	ShadowWindow time.Duration
 }
+
+// DefaultShadowWindow is Options.ShadowWindow's default.
+const DefaultShadowWindow = shadow.DefaultWindow
 
 // DefaultWriteHistorySize is the number of writes a Collector remembers
 // unless Options.WriteHistorySize says otherwise (a record is about 1 KB).
@@ -239,6 +257,18 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	}
 	if opts.StuckThreshold == 0 {
 		opts.StuckThreshold = DefaultStuckThreshold
+	}
+	if opts.DryRun && opts.NamespaceLifecycle {
+		return nil, errors.New("kgc: DryRun excludes NamespaceLifecycle (shadow mode makes no write)")
+	}
+	if opts.DryRun && (opts.Breaker != nil || opts.HoldRestored) {
+		// Holds are writes too (the breaker's trip on its Lease, its
+		// Event), and the cluster's own collector, the one shadow mode
+		// is compared with, has none.
+		return nil, errors.New("kgc: DryRun excludes Breaker and HoldRestored (shadow mode makes no write, and compares kgc's decisions with a collector that holds nothing)")
+	}
+	if opts.ShadowWindow < 0 {
+		return nil, fmt.Errorf("kgc: ShadowWindow must not be negative, got %s", opts.ShadowWindow)
 	}
 	// The metrics' sources read the collector and its mapper, built below.
 	// A scrape of the caller's registry may come while New runs, or after
@@ -368,16 +398,24 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		brk = breaker.New(opts.Breaker.config())
 		out.breakerOpts = *opts.Breaker
 	}
+	// Shadow mode records no Events: they are writes, and the cluster's
+	// own collector records its own.
+	var recorder collector.Recorder = out.recorder
+	if opts.DryRun {
+		recorder = nil
+	}
 	out.c, err = collector.New(collector.Config{
 		Breaker:           brk,
 		OnTrip:            out.onTrip,
 		HoldRestored:      opts.HoldRestored,
+		DryRun:            opts.DryRun,
+		Shadow:            shadow.Config{Window: opts.ShadowWindow},
 		History:           history.NewRing(historySize),
 		Namespaces:        nsAPI,
 		Metadata:          md,
 		Discovery:         dc,
 		Mapper:            mapper,
-		Recorder:          out.recorder,
+		Recorder:          recorder,
 		Workers:           opts.Workers,
 		MaxWritesInFlight: opts.MaxWritesInFlight,
 		UnlistedHold:      opts.UnlistedHold,
@@ -507,8 +545,10 @@ func (c *Collector) WaitForSync(ctx context.Context) error {
 // the debug graph (/debug/controllers/garbage-collector-controller/graph,
 // DOT or ?format=json, filtered by ?namespace=, ?uid= or ?kind=&name=), the
 // record of kgc's writes (/debug/controllers/garbage-collector-controller/history,
-// JSON, filtered by ?uid=, ?namespace=, ?name=, ?limit=), the
-// web view of the ownership graph (/ui), and, as Options ask, /metrics and /debug/pprof/.
+// JSON, filtered by ?uid=, ?namespace=, ?name=, ?limit=), in shadow mode
+// (Options.DryRun) the comparison with the cluster's own collector
+// (/debug/controllers/garbage-collector-controller/shadow, JSON, the same
+// filters), the web view of the ownership graph (/ui), and, as Options ask, /metrics and /debug/pprof/.
 func (c *Collector) Handler() http.Handler { return c.handler }
 
 type source struct {
@@ -582,6 +622,9 @@ func gvrString(gvr schema.GroupVersionResource) string {
 
 // History is the record of writes the handler serves.
 func (s source) History() *history.Ring { return s.c.History() }
+
+// Shadow is shadow mode's comparison (nil unless Options.DryRun).
+func (s source) Shadow() *shadow.Tracker { return s.c.Shadow() }
 
 // Graph is the graph the handler's views read (in bounded batches).
 func (s source) Graph() *graph.Graph { return s.c.Graph() }

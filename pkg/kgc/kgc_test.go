@@ -36,6 +36,15 @@ func TestNewValidates(t *testing.T) {
 	if _, err := kgc.New(cfg, kgc.Options{MaxWritesInFlight: -1}); err == nil || !strings.Contains(err.Error(), "writes in flight") {
 		t.Errorf("negative MaxWritesInFlight: %v", err)
 	}
+	if _, err := kgc.New(cfg, kgc.Options{DryRun: true, NamespaceLifecycle: true}); err == nil || !strings.Contains(err.Error(), "DryRun excludes NamespaceLifecycle") {
+		t.Errorf("DryRun with NamespaceLifecycle: %v", err)
+	}
+	if _, err := kgc.New(cfg, kgc.Options{ShadowWindow: -1}); err == nil || !strings.Contains(err.Error(), "ShadowWindow") {
+		t.Errorf("negative ShadowWindow: %v", err)
+	}
+	if _, err := kgc.New(cfg, kgc.Options{DryRun: true}); err != nil {
+		t.Errorf("DryRun: %v", err)
+	}
 }
 
 func TestNewDoesNotTouchItsInputs(t *testing.T) {
@@ -218,5 +227,17 @@ func TestFailedNewLeavesRegistryClean(t *testing.T) {
 	}
 	if _, err := reg.Gather(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Shadow mode makes no write, and holds are writes (a trip is recorded on
+// the Lease): the library refuses the two together.
+func TestDryRunExcludesHolds(t *testing.T) {
+	cfg := &rest.Config{Host: "http://127.0.0.1:1"}
+	if _, err := kgc.New(cfg, kgc.Options{DryRun: true, HoldRestored: true}); err == nil || !strings.Contains(err.Error(), "DryRun excludes") {
+		t.Errorf("DryRun with HoldRestored: %v", err)
+	}
+	if _, err := kgc.New(cfg, kgc.Options{DryRun: true, Breaker: &kgc.BreakerOptions{}}); err == nil || !strings.Contains(err.Error(), "DryRun excludes") {
+		t.Errorf("DryRun with a Breaker: %v", err)
 	}
 }

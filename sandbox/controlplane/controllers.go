@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -140,9 +142,8 @@ func startControllerManager(ctx context.Context, cp *ControlPlane, extraFlags []
 	for _, f := range named.FlagSets {
 		fs.AddFlagSet(f)
 	}
-	flags := append([]string{
+	flags := []string{
 		"--kubeconfig=" + cp.KubeconfigPath,
-		"--controllers=" + DefaultControllers,
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--use-service-account-credentials=false",
@@ -150,7 +151,15 @@ func startControllerManager(ctx context.Context, cp *ControlPlane, extraFlags []
 		"--root-ca-file=" + cp.pki.servingCA,
 		"--kube-api-qps=1000",
 		"--kube-api-burst=2000",
-	}, extraFlags...)
+	}
+	// --controllers is a list flag: a second one appends to the first
+	// instead of replacing it, so the default is given only when the
+	// caller's flags have none (else "--controllers=*" could never turn
+	// the garbage collector back on).
+	if !slices.ContainsFunc(extraFlags, func(f string) bool { return strings.HasPrefix(f, "--controllers=") || f == "--controllers" }) {
+		flags = append(flags, "--controllers="+DefaultControllers)
+	}
+	flags = append(flags, extraFlags...)
 	if err := fs.Parse(flags); err != nil {
 		return nil, fmt.Errorf("kube-controller-manager flags: %w", err)
 	}

@@ -46,7 +46,10 @@ type Options struct {
 	// ControllerManagerFlags are extra kube-controller-manager flags, given
 	// after the sandbox's own so that they win; for example
 	// "--controllers=*,-garbage-collector-controller,-namespace-controller"
-	// to leave namespaces to kgc as well. Only with Cluster.
+	// to leave namespaces to kgc as well, or "--controllers=*" to run
+	// kube-controller-manager's own garbage collector (a --controllers
+	// given here replaces the sandbox's DefaultControllers). Only with
+	// Cluster.
 	ControllerManagerFlags []string
 }
 

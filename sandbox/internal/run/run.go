@@ -36,6 +36,8 @@ const (
 	shutdownTimeout = 30 * time.Second
 	// graphPath is the upstream-compatible dependency graph endpoint.
 	graphPath = "/debug/controllers/garbage-collector-controller/graph"
+	// shadowPath is where kgc in shadow mode serves its comparison.
+	shadowPath = "/debug/controllers/garbage-collector-controller/shadow"
 )
 
 // Main runs kgc-sandbox with the given arguments (without the program name)
@@ -76,9 +78,12 @@ type sandboxConfig struct {
 	// namespaces. By default it does so exactly when no namespace
 	// controller runs (--controllers=none, or a list without it).
 	namespaceLifecycle bool
-	demo               bool
-	verbose            bool
-	v                  int
+	// shadow: kube-controller-manager's garbage collector collects, and
+	// kgc runs in shadow mode (kgc.Options.DryRun) beside it.
+	shadow  bool
+	demo    bool
+	verbose bool
+	v       int
 }
 
 func parseSandboxFlags(args []string, stderr io.Writer) (sandboxConfig, error) {
@@ -91,6 +96,7 @@ func parseSandboxFlags(args []string, stderr io.Writer) (sandboxConfig, error) {
 	fs.StringVar(&c.controllers, "controllers", controlplane.DefaultControllers, `kube-controller-manager's --controllers (its garbage collector must stay off: kgc does that job); "none" runs no controller manager, scheduler or nodes: etcd + kube-apiserver alone`)
 	fs.IntVar(&c.nodes, "nodes", controlplane.DefaultNodes, "simulated nodes (kwok) on which Pods run; not with --controllers=none")
 	nsLifecycle := fs.String("namespace-lifecycle", "auto", `kgc also does the namespace controller's job (deleted namespaces are emptied and go): "true", "false", or "auto": when kube-controller-manager does not (--controllers=none, or a list without namespace-controller)`)
+	fs.BoolVar(&c.shadow, "shadow", false, "shadow mode, to see kgc's migration path: kube-controller-manager's own garbage collector collects (--controllers defaults to *), and kgc runs beside it with --dry-run: it decides everything, writes nothing, and compares its decisions with upstream's ("+shadowPath+", kgc_shadow_agreement_total)")
 	fs.BoolVar(&c.demo, "demo", false, "run the built-in cascade demo once kgc is ready, then exit (status 0 when the cascades completed)")
 	fs.BoolVar(&c.verbose, "verbose", false, "show kube-apiserver's and etcd's own logs")
 	fs.IntVar(&c.v, "v", 0, "kgc log verbosity")
@@ -122,17 +128,33 @@ func (c *sandboxConfig) resolve(nsLifecycle string) error {
 		return fmt.Errorf("--nodes must not be negative, got %d", c.nodes)
 	}
 	kcmNamespaces := false
+	if c.shadow && c.controllers == controlplane.DefaultControllers {
+		c.controllers = "*"
+	}
+	if c.shadow && !c.cluster() {
+		return errors.New("--shadow needs kube-controller-manager (its garbage collector does the work): not with --controllers=none")
+	}
 	if c.cluster() {
 		enabled, err := controllerEnabled(c.controllers, "garbage-collector-controller")
 		if err != nil {
 			return err
 		}
-		if enabled {
-			return errors.New("--controllers must leave kube-controller-manager's garbage-collector-controller off: kgc is the garbage collector here (add -garbage-collector-controller)")
+		switch {
+		case enabled && !c.shadow:
+			return errors.New("--controllers must leave kube-controller-manager's garbage-collector-controller off: kgc is the garbage collector here (add -garbage-collector-controller, or give --shadow to run kgc in shadow mode beside it)")
+		case !enabled && c.shadow:
+			return errors.New("--shadow needs kube-controller-manager's garbage-collector-controller on: it does the work kgc only decides in shadow mode")
 		}
 		if kcmNamespaces, err = controllerEnabled(c.controllers, "namespace-controller"); err != nil {
 			return err
 		}
+	}
+	if c.shadow {
+		// Shadow mode writes nothing, namespaces included.
+		if nsLifecycle == "true" {
+			return errors.New("--shadow and --namespace-lifecycle=true exclude each other: kgc writes nothing in shadow mode")
+		}
+		nsLifecycle = "false"
 	}
 	switch nsLifecycle {
 	case "auto":
@@ -211,6 +233,7 @@ func sandboxCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	collector, err := kgc.New(cp.Config, kgc.Options{
 		Workers:            cfg.workers,
 		NamespaceLifecycle: cfg.namespaceLifecycle,
+		DryRun:             cfg.shadow,
 		Logger:             newLogger(stderr, cfg.v),
 		Registerer:         prometheus.NewRegistry(),
 		Profiling:          true,
@@ -258,7 +281,7 @@ func sandboxCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	logf("kgc monitors synced in %v", time.Since(began).Round(time.Millisecond))
 
 	httpURL := "http://" + listener.Addr().String()
-	printEndpoints(stdout, cp.KubeconfigPath, httpURL, cfg.cluster())
+	printEndpoints(stdout, cp.KubeconfigPath, httpURL, cfg.cluster(), cfg.shadow)
 	if cfg.demo {
 		return runDemo(ctx, cp.Config, stdout, httpURL)
 	}
@@ -293,9 +316,12 @@ func waitForSync(ctx context.Context, c *kgc.Collector, kgcDone <-chan struct{},
 	}
 }
 
-func printEndpoints(w io.Writer, kubeconfig, httpURL string, cluster bool) {
+func printEndpoints(w io.Writer, kubeconfig, httpURL string, cluster, shadow bool) {
 	what := "etcd + kube-apiserver in this process, kgc collecting garbage."
-	if cluster {
+	switch {
+	case shadow:
+		what = "etcd, kube-apiserver, kube-controller-manager (every controller, its garbage\ncollector included), kube-scheduler and simulated nodes in this process,\nkgc in shadow mode beside them: it decides, writes nothing, and compares\nwith kube-controller-manager's collector at " + httpURL + shadowPath + "."
+	case cluster:
 		what = "etcd, kube-apiserver, kube-controller-manager (every controller but its\ngarbage collector), kube-scheduler and simulated nodes in this process,\nkgc collecting garbage."
 	}
 	fmt.Fprintf(w, `

@@ -51,6 +51,9 @@ func TestFlags(t *testing.T) {
 		{[]string{"--controllers=*,,x"}, 2},
 		{[]string{"--namespace-lifecycle=maybe"}, 2},
 		{[]string{"--nodes=-1"}, 2},
+		{[]string{"--shadow", "--controllers=none"}, 2},
+		{[]string{"--shadow", "--controllers=*,-garbage-collector-controller,-namespace-controller"}, 2}, // nothing would collect
+		{[]string{"--shadow", "--namespace-lifecycle=true"}, 2},
 	} {
 		var out bytes.Buffer
 		if code := Main(t.Context(), tc.args, &out, &out); code != tc.code {
@@ -70,6 +73,7 @@ func TestNamespaceLifecycleDefault(t *testing.T) {
 		{[]string{"--controllers=deployment-controller,replicaset-controller"}, true},
 		{[]string{"--namespace-lifecycle=true"}, true},
 		{[]string{"--controllers=none", "--namespace-lifecycle=false"}, false},
+		{[]string{"--shadow", "--controllers=*,-namespace-controller"}, false}, // shadow mode writes nothing
 	} {
 		var out bytes.Buffer
 		c, err := parseSandboxFlags(tc.args, &out)
@@ -80,5 +84,19 @@ func TestNamespaceLifecycleDefault(t *testing.T) {
 		if c.namespaceLifecycle != tc.want {
 			t.Errorf("parseSandboxFlags(%q): namespace lifecycle %v, want %v", tc.args, c.namespaceLifecycle, tc.want)
 		}
+	}
+}
+
+// --shadow turns kube-controller-manager's garbage collector on (it does
+// the work) unless --controllers says otherwise, and kgc's namespace
+// lifecycle off.
+func TestShadowFlag(t *testing.T) {
+	var out bytes.Buffer
+	c, err := parseSandboxFlags([]string{"--shadow"}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !c.shadow || c.controllers != "*" || c.namespaceLifecycle {
+		t.Errorf("--shadow: shadow %v, controllers %q, namespace lifecycle %v; want true, \"*\", false", c.shadow, c.controllers, c.namespaceLifecycle)
 	}
 }
