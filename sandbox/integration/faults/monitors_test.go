@@ -2,7 +2,11 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -233,4 +237,87 @@ func createCRD(t *testing.T, crd *unstructured.Unstructured) *unstructured.Unstr
 		return err == nil && testenv.HasCondition(u, "Established", "True"), nil
 	})
 	return created
+}
+
+// TestUnblockKeepsClientsOrphan: o7 (a ConfigMap) and o8 (a Secret)
+// reference each other with blocking references. o8 is deleted with Orphan
+// by a client, then o7 Foreground; kgc's Secrets watch lags (DelayWatches),
+// so kgc sees o7's deletion and not o8's, breaks the cycle on o8 (a patch
+// testing its references, which still match) and would send o8's
+// Foreground DELETE at the version its patch produced — a version that
+// already carries the client's Orphan deletion, whose orphan finalizer the
+// apiserver would then swap for foregroundDeletion (S2). o8 must never
+// carry foregroundDeletion, and both must go (found by the simulator, seed
+// 2825; sim test TestUnblockThenDeleteOverridesClientsOrphan).
+func TestUnblockKeepsClientsOrphan(t *testing.T) {
+	ctx := t.Context()
+	ns := createNamespace(t, "unblock")
+	o7 := mustCreate(t, configMaps, ns, "o7", nil)
+	o8 := mustCreate(t, secrets, ns, "o8", nil, o7.ref(true))
+	refs, err := json.Marshal([]metav1.OwnerReference{o8.ref(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patched, err := kubeClient.CoreV1().ConfigMaps(ns).Patch(ctx, o7.name, types.MergePatchType, []byte(`{"metadata":{"ownerReferences":`+string(refs)+`}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("o7 at %s", patched.ResourceVersion)
+	s8, err := kubeClient.CoreV1().Secrets(ns).Get(ctx, o8.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every state of o8 from now on.
+	w, err := kubeClient.CoreV1().Secrets(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + o8.name, ResourceVersion: s8.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var (
+		mu     sync.Mutex
+		states [][]string
+	)
+	go func() {
+		for ev := range w.ResultChan() {
+			if s, ok := ev.Object.(*corev1.Secret); ok {
+				mu.Lock()
+				states = append(states, s.Finalizers)
+				mu.Unlock()
+			}
+		}
+	}()
+
+	ft := faultproxy.New(faultproxy.Config{Seed: seed(t)})
+	ft.DelayWatches(faultproxy.ResourcePath("", "v1", "secrets"), 5*time.Second, 5*time.Second)
+	startInProcess(t, ft, 100, 200)
+	// kgc has listed both before their deletions (WaitForSync).
+	orphan, foreground := metav1.DeletePropagationOrphan, metav1.DeletePropagationForeground
+	if err := o8.client().Delete(ctx, o8.name, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o7.client().Delete(ctx, o7.name, metav1.DeleteOptions{PropagationPolicy: &foreground}); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []obj{o8, o7} {
+		poll(t, o.String()+" to go", func(ctx context.Context) (bool, error) {
+			_, err := o.client().Get(ctx, o.name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), ignoreNotFound(err)
+		})
+	}
+	writes := ft.Writes()
+	for _, r := range writes {
+		t.Logf("kgc %s %s → %d", r.Method, r.Path, r.Status)
+	}
+	// The interleaving happened: kgc's first write broke the cycle on o8.
+	if len(writes) == 0 || writes[0].Method != http.MethodPatch || !strings.HasSuffix(writes[0].Path, "/secrets/o8") || writes[0].Status != http.StatusOK {
+		t.Errorf("kgc's first write was not a successful PATCH of o8 (the cycle-breaking unblock): the scenario did not happen")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, f := range states {
+		t.Logf("o8 state %d: finalizers %v", i, f)
+		if slices.Contains(f, metav1.FinalizerDeleteDependents) {
+			t.Errorf("o8, deleted with Orphan by a client, carried %s (state %d): its orphan deletion was replaced", metav1.FinalizerDeleteDependents, i)
+		}
+	}
 }
