@@ -25,7 +25,7 @@ soak: ## Run the randomized model-based safety test for many seeds (env: KGC_MOD
 	KGC_MODEL_SEEDS=$${KGC_MODEL_SEEDS:-50} KGC_MODEL_OBJECTS=$${KGC_MODEL_OBJECTS:-400} KGC_MODEL_RESTARTS=$${KGC_MODEL_RESTARTS:-4} \
 		$(GO) test -race -count=1 -timeout 4h -v -run '^TestModel$$' ./sandbox/integration/model/
 
-soak-sim: ## Run the deterministic interleaving simulator for many schedules, failing on any violation (CI runs 500; env: KGC_SIM_SCHEDULES=1000000, KGC_SIM_BASE=1, KGC_SIM_MAXFAIL=5, KGC_SIM_SEED replays one).
+soak-sim: ## Run the deterministic interleaving simulator for many schedules, failing on any violation (CI runs 1000; env: KGC_SIM_SCHEDULES=1000000, KGC_SIM_BASE=1, KGC_SIM_MAXFAIL=5, KGC_SIM_SEED replays one).
 	KGC_SIM_SCHEDULES=$${KGC_SIM_SCHEDULES:-1000000} \
 		$(GO) test -race -count=1 -timeout 72h -v -run '^TestRandomSchedules$$' ./internal/sim/
 

@@ -13,6 +13,19 @@
 //   - TestInjectedWriteFaults: a seeded 30% of kgc's writes fail with 409 or
 //     5xx; Background, Foreground and Orphan cascades still end right, with
 //     a bounded number of attempts spread in time by backoff.
+//   - TestFirstListFailedPartWay: kgc's first LIST of PodTemplates fails
+//     after its first page (faultproxy.PageLists), whose owner is deleted
+//     before a list completes; the complete list sweeps it and its
+//     dependent is collected (a bug the simulator found).
+//   - TestWatchNotFoundAfterCRDDeletion: a CRD is deleted while kgc's
+//     watch of its resource is down and discovery fails; the resumed watch
+//     answers 404, kgc lists again (404: empty) and a Foreground owner
+//     waiting for one of its instances goes (a bug the simulator found).
+//   - TestUnblockKeepsClientsOrphan: two objects in a blocking cycle, one
+//     deleted with Orphan by a client while kgc's watch of it lags, the
+//     other Foreground; kgc's cycle-breaking unblock must not be followed
+//     by a DELETE that swaps the client's orphan finalizer for
+//     foregroundDeletion (a bug the simulator found).
 //
 // Objects are ConfigMaps and Secrets in a namespace per test; the package's
 // control plane runs without a watch cache for Secrets (see TestWatchExpiry

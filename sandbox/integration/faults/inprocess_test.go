@@ -16,12 +16,22 @@ import (
 // through ft, and returns once it has synced. A cleanup stops it.
 func startInProcess(t *testing.T, ft *faultproxy.Transport, qps float32, burst int) *kgc.Collector {
 	t.Helper()
+	gc := startInProcessNoWait(t, ft, qps, burst)
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	if err := gc.WaitForSync(ctx); err != nil {
+		t.Fatalf("kgc did not sync: %v", err)
+	}
+	return gc
+}
+
+// startInProcessNoWait is startInProcess without waiting for the sync.
+func startInProcessNoWait(t *testing.T, ft *faultproxy.Transport, qps float32, burst int) *kgc.Collector {
+	t.Helper()
 	cfg := rest.CopyConfig(cp.Config)
 	// kgc keeps the caller's WrapTransport and wraps more around it, so
 	// the fault transport sits right before the network.
 	cfg.WrapTransport = ft.Wrap
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
-	defer cancel()
 	gc, err := kgc.Start(context.Background(), cfg, kgc.Options{
 		Workers:               10,
 		DiscoveryResyncPeriod: 5 * time.Second,
@@ -33,8 +43,5 @@ func startInProcess(t *testing.T, ft *faultproxy.Transport, qps float32, burst i
 		t.Fatalf("starting kgc: %v", err)
 	}
 	t.Cleanup(gc.Stop)
-	if err := gc.WaitForSync(ctx); err != nil {
-		t.Fatalf("kgc did not sync: %v", err)
-	}
 	return gc
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
@@ -18,6 +19,7 @@ var (
 	cp             *controlplane.ControlPlane
 	kgcBinary      string
 	kubeClient     kubernetes.Interface
+	dynamicClient  dynamic.Interface
 	metadataClient metadata.Interface
 	watcher        *safety.Watcher
 )
@@ -36,7 +38,7 @@ func TestMain(m *testing.M) {
 // testenv.Main fails the package if the control plane does not stop cleanly
 // afterwards.
 func setup(env *testenv.Env) error {
-	cp, kubeClient, metadataClient = env.CP, env.Kube, env.Metadata
+	cp, kubeClient, dynamicClient, metadataClient = env.CP, env.Kube, env.Dynamic, env.Metadata
 	var err error
 	// The binary, exactly as users build it (TestSIGKILLMidForegroundCascade).
 	if kgcBinary, err = testenv.BuildKGC(env.Dir); err != nil {

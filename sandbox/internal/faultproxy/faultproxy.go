@@ -17,6 +17,8 @@
 //   - make chosen resources unreadable: their LIST, WATCH and GET requests
 //     answer an injected 5xx until healed, and their open watch streams are
 //     cut so that their clients relist into the failure (FailReads);
+//   - serve chosen resources' LISTs in small pages and fail the pages
+//     after the first, as a list that fails part way (PageLists);
 //   - notice a watch that the apiserver answers with 410 Gone ("too old
 //     resource version"), whether as the HTTP status or as an ERROR event
 //     inside the stream;
@@ -28,10 +30,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -107,7 +111,15 @@ type Transport struct {
 	delayRng *rand.Rand
 	delays   map[int]delayRule
 	fails    map[int]failRule
+	pages    map[int]pageRule
 	nextRule int
+}
+
+// pageRule pages matching LISTs and fails their later pages.
+type pageRule struct {
+	match func(path string) bool
+	limit int
+	code  int
 }
 
 // delayRule holds back the events of matching watch streams.
@@ -135,6 +147,7 @@ func New(cfg Config) *Transport {
 		delayRng: rand.New(rand.NewSource(cfg.Seed ^ 0x5deece66d)),
 		delays:   map[int]delayRule{},
 		fails:    map[int]failRule{},
+		pages:    map[int]pageRule{},
 	}
 }
 
@@ -163,9 +176,16 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+	code := 0
+	if !watch && req.Method == http.MethodGet {
+		req, q, code = t.page(req, q)
+	}
 	rec := Request{Method: req.Method, Path: req.URL.Path, Query: q, Watch: watch, Start: time.Now()}
 
-	if code := t.decide(req); code != 0 {
+	if code == 0 {
+		code = t.decide(req)
+	}
+	if code != 0 {
 		if req.Body != nil {
 			req.Body.Close()
 		}
@@ -423,6 +443,53 @@ func (t *Transport) FailReads(match func(path string) bool, code int) (heal func
 		defer t.mu.Unlock()
 		delete(t.fails, id)
 	}
+}
+
+// PageLists makes the LISTs of matching paths be served in pages of at
+// most limit objects (the request's limit is lowered to it), and, if code
+// is not 0, answers every page after the first (a request with a continue
+// token) with code, until undo: a list that fails part way, after its
+// client saw its first page. GETs of single objects are not affected.
+func (t *Transport) PageLists(match func(path string) bool, limit, code int) (undo func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	id := t.nextRule
+	t.nextRule++
+	t.pages[id] = pageRule{match: match, limit: limit, code: code}
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		delete(t.pages, id)
+	}
+}
+
+// page applies the first page rule matching the LIST req: it returns the
+// request to send (with its limit lowered) and its query, or the status
+// to answer instead.
+func (t *Transport) page(req *http.Request, q url.Values) (*http.Request, url.Values, int) {
+	t.mu.Lock()
+	var rule *pageRule
+	for _, r := range t.pages {
+		if r.match(req.URL.Path) {
+			rule = &r
+			break
+		}
+	}
+	t.mu.Unlock()
+	if rule == nil {
+		return req, q, 0
+	}
+	if q.Get("continue") != "" && rule.code != 0 {
+		return req, q, rule.code
+	}
+	if l, err := strconv.Atoi(q.Get("limit")); err == nil && l > 0 && l <= rule.limit {
+		return req, q, 0
+	}
+	q = maps.Clone(q)
+	q.Set("limit", strconv.Itoa(rule.limit))
+	req = req.Clone(req.Context())
+	req.URL.RawQuery = q.Encode()
+	return req, q, 0
 }
 
 // ResourcePath returns a matcher for the URL paths of one resource: its

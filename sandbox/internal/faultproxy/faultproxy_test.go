@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -319,5 +320,44 @@ func TestFailReads(t *testing.T) {
 	heal()
 	if code := do(t, c, http.MethodGet, s.URL+"/apis/g.example/v1/widgets"); code != 200 {
 		t.Errorf("LIST after heal: %d, want 200", code)
+	}
+}
+
+// PageLists lowers the limit of matching LISTs only, answers their
+// continuations with the code, and stops on undo.
+func TestPageLists(t *testing.T) {
+	var mu sync.Mutex
+	var limits []string
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		limits = append(limits, r.URL.Path+"?limit="+r.URL.Query().Get("limit"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(s.Close)
+	ft := New(Config{})
+	c := client(ft)
+	undo := ft.PageLists(ResourcePath("", "v1", "podtemplates"), 1, http.StatusInternalServerError)
+	for _, tc := range []struct {
+		url  string
+		want int
+	}{
+		{"/api/v1/podtemplates?limit=5000", http.StatusOK},
+		{"/api/v1/podtemplates?limit=5000&continue=x", http.StatusInternalServerError},
+		{"/api/v1/configmaps?limit=5000&continue=x", http.StatusOK},
+	} {
+		if got := do(t, c, http.MethodGet, s.URL+tc.url); got != tc.want {
+			t.Errorf("GET %s = %d, want %d", tc.url, got, tc.want)
+		}
+	}
+	undo()
+	if got := do(t, c, http.MethodGet, s.URL+"/api/v1/podtemplates?limit=5000&continue=x"); got != http.StatusOK {
+		t.Errorf("after undo: GET = %d, want 200", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"/api/v1/podtemplates?limit=1", "/api/v1/configmaps?limit=5000", "/api/v1/podtemplates?limit=5000"}
+	if !slices.Equal(limits, want) {
+		t.Errorf("the server saw %v, want %v", limits, want)
 	}
 }
