@@ -1,6 +1,9 @@
 package builder
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // fifo is an unbounded, ordered queue between the monitors (many
 // producers, which must never block) and the graph builder (one consumer).
@@ -92,4 +95,22 @@ func (f *fifo[T]) idle() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.head == len(f.items) && !f.busy
+}
+
+// WaitBelow waits until at most n items are waiting, the queue is closed,
+// or ctx is done. Producers that can wait (a list's next page) use it so
+// that the queue does not grow without limit; those that must not (watch
+// events) never call it.
+func (f *fifo[T]) WaitBelow(ctx context.Context, n int) {
+	stop := context.AfterFunc(ctx, func() {
+		f.mu.Lock()
+		f.cond.Broadcast()
+		f.mu.Unlock()
+	})
+	defer stop()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.items)-f.head > n && !f.closed && ctx.Err() == nil {
+		f.cond.Wait()
+	}
 }

@@ -265,6 +265,10 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kgc: metadata client: %w", err)
 	}
+	pages, err := kgcdiscovery.NewRESTPageLister(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("kgc: list client: %w", err)
+	}
 	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("kgc: discovery client: %w", err)
@@ -298,6 +302,7 @@ func New(cfg *rest.Config, opts Options) (*Collector, error) {
 		History:           history.NewRing(historySize),
 		Namespaces:        nsAPI,
 		Metadata:          md,
+		Pages:             pages,
 		Discovery:         dc,
 		Mapper:            mapper,
 		Recorder:          out.recorder,
