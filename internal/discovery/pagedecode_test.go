@@ -57,14 +57,14 @@ func randomPage(rng *rand.Rand, n int) *metav1.PartialObjectMetadataList {
 	}
 	for i := range n {
 		m := metav1.ObjectMeta{
-			Name:            fmt.Sprintf("obj-%d-%d", i, rng.IntN(1000)),
-			Namespace:       pick("", "default", "kube-system", fmt.Sprintf("ns-%d", rng.IntN(5))),
-			UID:             types.UID(fmt.Sprintf("%08x-0000-4000-8000-%012x", rng.Uint32(), rng.Int64N(1<<48))),
-			ResourceVersion: strconv.Itoa(rng.IntN(1 << 30)),
-			Generation:      rng.Int64N(10),
-			GenerateName:    pick("", "gen-"),
-			Labels:          map[string]string{"app": pick("a", "b"), "x": strconv.Itoa(i)},
-			Annotations:     map[string]string{"note": pick("", "some text")},
+			Name:              fmt.Sprintf("obj-%d-%d", i, rng.IntN(1000)),
+			Namespace:         pick("", "default", "kube-system", fmt.Sprintf("ns-%d", rng.IntN(5))),
+			UID:               types.UID(fmt.Sprintf("%08x-0000-4000-8000-%012x", rng.Uint32(), rng.Int64N(1<<48))),
+			ResourceVersion:   strconv.Itoa(rng.IntN(1 << 30)),
+			Generation:        rng.Int64N(10),
+			GenerateName:      pick("", "gen-"),
+			Labels:            map[string]string{"app": pick("a", "b"), "x": strconv.Itoa(i)},
+			Annotations:       map[string]string{"note": pick("", "some text")},
 			CreationTimestamp: metav1.Unix(rng.Int64N(1<<31), 0),
 		}
 		if rng.IntN(2) == 0 {
