@@ -94,6 +94,8 @@ type Builder struct {
 	// running: Run is applying events (the list gate waits only then:
 	// tests that apply events themselves are never held up).
 	running atomic.Bool
+	// backlog is the list gate's bound (listBacklog; SetListBacklog).
+	backlog atomic.Int64
 }
 
 // New returns a Builder that writes to g and tells sink what changed.
@@ -117,6 +119,7 @@ func New(cfg Config, g *graph.Graph, sink Sink) *Builder {
 	if cfg.Pages != nil {
 		b.monitors.SetPageLister(cfg.Pages)
 	}
+	b.backlog.Store(listBacklog)
 	b.monitors.SetListGate(b.listGate)
 	if cfg.Clock != nil {
 		b.monitors.SetClock(cfg.Clock)
@@ -190,9 +193,14 @@ func (b *Builder) Enqueue(ev graph.Event) {
 // discovery.Monitors.SetListGate).
 func (b *Builder) listGate(ctx context.Context) {
 	if b.running.Load() {
-		b.events.WaitBelow(ctx, listBacklog)
+		b.events.WaitBelow(ctx, int(b.backlog.Load()))
 	}
 }
+
+// SetListBacklog sets the queue length above which a list's next page
+// waits (listBacklog by default); a test hook for tests that need the lists
+// delivered while a long backlog is still being applied.
+func (b *Builder) SetListBacklog(n int) { b.backlog.Store(int64(n)) }
 
 // Backlog returns the number of observations queued and not applied yet.
 func (b *Builder) Backlog() int { return b.events.Len() }
