@@ -575,11 +575,7 @@ func (mon *monitor) listPage(ctx context.Context, opts metav1.ListOptions, pl *p
 		if err := mon.pages.ListPage(ctx, mon.resource.GVR, opts, &pl.body); err != nil {
 			return nil, err
 		}
-		ct := contentTypeJSON
-		if bytes.HasPrefix(pl.body.Bytes(), protobufPrefix) {
-			ct = contentTypeProtobuf
-		}
-		if err := decodePage(pl.body.Bytes(), ct, mon.apiVersion, mon.resource.Kind, &pl.page); err != nil {
+		if err := decodePage(pl.body.Bytes(), mon.apiVersion, mon.resource.Kind, &pl.page); err != nil {
 			return nil, fmt.Errorf("list of %s: %w", mon.resource.GVR, err)
 		}
 		return &pl.page, nil

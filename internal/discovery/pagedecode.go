@@ -2,14 +2,12 @@ package discovery
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kgc-dev/kgc/internal/rules"
@@ -52,55 +50,33 @@ type listPage struct {
 // protobufPrefix starts every protobuf-encoded Kubernetes response.
 var protobufPrefix = []byte{0x6b, 0x38, 0x73, 0x00}
 
-const (
-	contentTypeProtobuf = "application/vnd.kubernetes.protobuf"
-	contentTypeJSON     = "application/json"
-)
+const contentTypeProtobuf = "application/vnd.kubernetes.protobuf"
 
 // errNotFast: the fast decoder does not read this page; the slow one will.
 var errNotFast = errors.New("page not readable by the fast decoder")
 
-// decodePage decodes a LIST response body of content type ct into page,
-// reusing page.items. apiVersion and kind are the monitor's (as for
-// leanObject).
-func decodePage(body []byte, ct, apiVersion, kind string, page *listPage) error {
-	mt, _, _ := mime.ParseMediaType(ct)
-	if mt == contentTypeProtobuf {
+// decodePage decodes a LIST response body into page, reusing page.items.
+// apiVersion and kind are the monitor's (as for leanObject).
+func decodePage(body []byte, apiVersion, kind string, page *listPage) error {
+	if bytes.HasPrefix(body, protobufPrefix) {
 		if err := decodePageFast(body, apiVersion, kind, page); err == nil {
 			return nil
 		}
 	}
-	return decodePageSlow(body, mt, apiVersion, kind, page)
+	return decodePageSlow(body, apiVersion, kind, page)
 }
 
-// decodePageSlow decodes body with the standard decoders, as the metadata
-// client does, and converts each item with leanObject.
-func decodePageSlow(body []byte, mt, apiVersion, kind string, page *listPage) error {
-	var l metav1.PartialObjectMetadataList
-	switch mt {
-	case contentTypeProtobuf:
-		if !bytes.HasPrefix(body, protobufPrefix) {
-			return errors.New("protobuf list page without the k8s prefix")
-		}
-		var u runtime.Unknown
-		if err := u.Unmarshal(body[len(protobufPrefix):]); err != nil {
-			return fmt.Errorf("decoding a list page's envelope: %w", err)
-		}
-		if u.Kind != "PartialObjectMetadataList" {
-			return fmt.Errorf("list page is a %s/%s, not a PartialObjectMetadataList", u.APIVersion, u.Kind)
-		}
-		if err := l.Unmarshal(u.Raw); err != nil {
-			return fmt.Errorf("decoding a list page: %w", err)
-		}
-	case contentTypeJSON, "":
-		if err := json.Unmarshal(body, &l); err != nil {
-			return fmt.Errorf("decoding a list page: %w", err)
-		}
-		if l.Kind != "" && l.Kind != "PartialObjectMetadataList" {
-			return fmt.Errorf("list page is a %s/%s, not a PartialObjectMetadataList", l.APIVersion, l.Kind)
-		}
-	default:
-		return fmt.Errorf("list page of unexpected content type %q", mt)
+// decodePageSlow decodes body with the metadata client's own decoder
+// (protobuf or JSON, recognised from the body), and converts each item
+// with leanObject: exactly what listing through the metadata client does.
+func decodePageSlow(body []byte, apiVersion, kind string, page *listPage) error {
+	obj, _, err := metainternalversionscheme.Codecs.UniversalDeserializer().Decode(body, nil, nil)
+	if err != nil {
+		return fmt.Errorf("decoding a list page: %w", err)
+	}
+	l, ok := obj.(*metav1.PartialObjectMetadataList)
+	if !ok {
+		return fmt.Errorf("list page is a %T, not a PartialObjectMetadataList", obj)
 	}
 	page.reset()
 	for i := range l.Items {

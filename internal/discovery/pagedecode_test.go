@@ -128,7 +128,7 @@ func TestDecodePageMatchesMetadataClient(t *testing.T) {
 		if err := decodePageFast(body, "v1", "ConfigMap", &fast); err != nil {
 			t.Fatalf("round %d: fast: %v", round, err)
 		}
-		if err := decodePageSlow(body, contentTypeProtobuf, "v1", "ConfigMap", &slow); err != nil {
+		if err := decodePageSlow(body, "v1", "ConfigMap", &slow); err != nil {
 			t.Fatalf("round %d: slow: %v", round, err)
 		}
 		if len(fast.items) == 0 && len(slow.items) == 0 {
@@ -138,7 +138,7 @@ func TestDecodePageMatchesMetadataClient(t *testing.T) {
 			t.Fatalf("round %d: fast decoding differs:\nfast %+v\nslow %+v", round, fast, slow)
 		}
 		// The same page decoded into a reused listPage.
-		if err := decodePage(body, contentTypeProtobuf, "v1", "ConfigMap", &fast); err != nil || len(fast.items) != len(l.Items) {
+		if err := decodePage(body, "v1", "ConfigMap", &fast); err != nil || len(fast.items) != len(l.Items) {
 			t.Fatalf("round %d: reused page: %v, %d items", round, err, len(fast.items))
 		}
 	}
@@ -160,11 +160,11 @@ func TestDecodePageJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got listPage
-	if err := decodePage(body, "application/json; charset=utf-8", "v1", "ConfigMap", &got); err != nil {
+	if err := decodePage(body, "v1", "ConfigMap", &got); err != nil {
 		t.Fatal(err)
 	}
 	var want listPage
-	if err := decodePageSlow(protobufBody(t, l), contentTypeProtobuf, "v1", "ConfigMap", &want); err != nil {
+	if err := decodePageSlow(protobufBody(t, l), "v1", "ConfigMap", &want); err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -181,8 +181,8 @@ func TestDecodePageMalformed(t *testing.T) {
 	body := protobufBody(t, randomPage(rng, 5))
 	for cut := len(protobufPrefix); cut < len(body); cut += 7 {
 		var fast, slow listPage
-		errFast := decodePage(body[:cut], contentTypeProtobuf, "v1", "ConfigMap", &fast)
-		errSlow := decodePageSlow(body[:cut], contentTypeProtobuf, "v1", "ConfigMap", &slow)
+		errFast := decodePage(body[:cut], "v1", "ConfigMap", &fast)
+		errSlow := decodePageSlow(body[:cut], "v1", "ConfigMap", &slow)
 		if (errFast == nil) != (errSlow == nil) {
 			t.Fatalf("cut at %d: decodePage error %v, standard decoder's %v", cut, errFast, errSlow)
 		}
@@ -194,10 +194,10 @@ func TestDecodePageMalformed(t *testing.T) {
 	u := runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: "v1", Kind: "Status"}, Raw: []byte{}}
 	env, _ := u.Marshal()
 	var p listPage
-	if err := decodePage(append(bytes.Clone(protobufPrefix), env...), contentTypeProtobuf, "v1", "ConfigMap", &p); err == nil {
+	if err := decodePage(append(bytes.Clone(protobufPrefix), env...), "v1", "ConfigMap", &p); err == nil {
 		t.Error("a Status in the envelope decoded as a page")
 	}
-	if err := decodePage([]byte("<html>"), "text/html", "v1", "ConfigMap", &p); err == nil {
+	if err := decodePage([]byte("<html>"), "v1", "ConfigMap", &p); err == nil {
 		t.Error("an HTML body decoded as a page")
 	}
 }
