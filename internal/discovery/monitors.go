@@ -131,6 +131,15 @@ func (mon *monitor) progressed() {
 	mon.mu.Unlock()
 }
 
+// touch restarts the idle time Listing reports without counting progress
+// (which would also clear a pending error).
+func (mon *monitor) touch() {
+	now := mon.clock.Now()
+	mon.mu.Lock()
+	mon.progressAt = now
+	mon.mu.Unlock()
+}
+
 func (mon *monitor) failed(err error) {
 	mon.mu.Lock()
 	mon.lastErr, mon.errAt = err, mon.progress
@@ -508,6 +517,9 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 	for {
 		if mon.gate != nil {
 			mon.gate(ctx)
+			// Held back by the graph builder, not by the apiserver: the
+			// list is not stalled (Listing's idle time).
+			mon.touch()
 		}
 		page, err := mon.listPage(ctx, opts, &pl)
 		if apierrors.IsNotFound(err) {
