@@ -45,7 +45,7 @@ bench-namespaces: ## Namespace deletion time, kgc's namespace lifecycle vs kube-
 	$(GO) test -run '^$$' -bench '^BenchmarkNamespaceDeletion$$' -benchtime 1x -timeout 90m ./sandbox/bench/
 
 SCALE_SIZES ?= 100000,300000,1000000
-bench-scale: ## Start-up at scale: bare metadata client, kgc and upstream (up to 300k) on a cluster populated to each of SCALE_SIZES objects (default 100k,300k,1M; ~25 min, ~12 GiB); table in bin/bench-scale.md.
+bench-scale: ## Start-up at scale: bare metadata client, kgc and upstream (up to 300k) on a cluster populated to each of SCALE_SIZES objects (default 100k,300k,1M; populating dominates: 6-7 min per 100k objects on a busy 2-core machine); table in bin/bench-scale.md.
 	mkdir -p bin
 	$(GO) run ./sandbox/cmd/kgc-bench --scale $(SCALE_SIZES) --timeout 30m --markdown bin/bench-scale.md $(BENCH_FLAGS)
 
