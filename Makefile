@@ -1,7 +1,7 @@
 # kgc — run `make help` for the targets.
 GO ?= go
 
-.PHONY: help run test test-unit test-integration bench bench-quick bench-cluster bench-go bench-namespaces build lint verify soak soak-sim
+.PHONY: help run test test-unit test-integration bench bench-quick bench-cluster bench-go bench-namespaces bench-scale build lint verify soak soak-sim
 
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -43,6 +43,11 @@ bench-cluster: ## The side-by-side benchmark on a real cluster (Deployments, Cro
 
 bench-namespaces: ## Namespace deletion time, kgc's namespace lifecycle vs kube-controller-manager's namespace controller, on the same sandbox cluster (env: KGC_NS_BENCH_SIZES=1000,10000; ~10 min).
 	$(GO) test -run '^$$' -bench '^BenchmarkNamespaceDeletion$$' -benchtime 1x -timeout 90m ./sandbox/bench/
+
+SCALE_SIZES ?= 100000,300000,1000000
+bench-scale: ## Start-up at scale: bare metadata client, kgc and upstream (up to 300k) on a cluster populated to each of SCALE_SIZES objects (default 100k,300k,1M; populating dominates: 6-7 min per 100k objects on a busy 2-core machine); table in bin/bench-scale.md.
+	mkdir -p bin
+	$(GO) run ./sandbox/cmd/kgc-bench --scale $(SCALE_SIZES) --timeout 30m --markdown bin/bench-scale.md $(BENCH_FLAGS)
 
 bench-go: ## Run the Go benchmarks of the hot paths.
 	GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./internal/...

@@ -44,7 +44,16 @@ type Config struct {
 	// applies it, so that it can read what the event changes (shadow
 	// mode's comparison). It must not write to the graph.
 	BeforeApply func(graph.Event)
+	// Pages, optional, reads the monitors' list pages raw (see
+	// discovery.Monitors.SetPageLister); nil lists with Metadata.
+	Pages discovery.PageLister
 }
+
+// listBacklog is how many queued events a list page waits for the graph
+// builder to get below before it is requested: about one page (the
+// monitors' page size), so that the next page is fetched while the last
+// one is applied, and the queue never holds much more than two pages.
+const listBacklog = 5000
 
 // Sink is told what each applied event changed (the workers: they queue
 // the UIDs the effects name, and remember owners observed absent). It is
@@ -87,6 +96,11 @@ type Builder struct {
 	discoveryFailures atomic.Pointer[map[schema.GroupVersion]error]
 	// busy counts rediscovery rounds in progress (Idle).
 	busy atomic.Int64
+	// running: Run is applying events (the list gate waits only then:
+	// tests that apply events themselves are never held up).
+	running atomic.Bool
+	// backlog is the list gate's bound (listBacklog; SetListBacklog).
+	backlog atomic.Int64
 }
 
 // New returns a Builder that writes to g and tells sink what changed.
@@ -107,6 +121,11 @@ func New(cfg Config, g *graph.Graph, sink Sink) *Builder {
 		b.ignored[gr] = struct{}{}
 	}
 	b.monitors = discovery.NewMonitors(cfg.Metadata, b.Enqueue)
+	if cfg.Pages != nil {
+		b.monitors.SetPageLister(cfg.Pages)
+	}
+	b.backlog.Store(listBacklog)
+	b.monitors.SetListGate(b.listGate)
 	if cfg.Clock != nil {
 		b.monitors.SetClock(cfg.Clock)
 	}
@@ -174,6 +193,20 @@ func (b *Builder) Enqueue(ev graph.Event) {
 	b.rediscover.observe(ev)
 }
 
+// listGate holds a list's next page while the queue holds more than
+// listBacklog events and Run is applying them (see
+// discovery.Monitors.SetListGate).
+func (b *Builder) listGate(ctx context.Context) {
+	if b.running.Load() {
+		b.events.WaitBelow(ctx, int(b.backlog.Load()))
+	}
+}
+
+// SetListBacklog sets the queue length above which a list's next page
+// waits (listBacklog by default); a test hook for tests that need the lists
+// delivered while a long backlog is still being applied.
+func (b *Builder) SetListBacklog(n int) { b.backlog.Store(int64(n)) }
+
 // Backlog returns the number of observations queued and not applied yet.
 func (b *Builder) Backlog() int { return b.events.Len() }
 
@@ -233,6 +266,8 @@ func (b *Builder) Resync(ctx context.Context) (want map[schema.GroupVersionResou
 // anyone waiting for the queue to drain.
 func (b *Builder) Run(ctx context.Context) {
 	defer b.events.Close()
+	b.running.Store(true)
+	defer b.running.Store(false)
 	for {
 		ev, ok := b.events.Pop()
 		if !ok {

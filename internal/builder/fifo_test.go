@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -228,4 +229,45 @@ func TestFIFOConcurrentProducers(t *testing.T) {
 	if _, ok := f.Pop(); ok {
 		t.Fatal("Pop ok after Close")
 	}
+}
+
+// TestFIFOWaitBelow: WaitBelow returns once the consumer has brought the
+// queue down to the bound, at once when it is already there, and when the
+// queue closes or the caller's context ends.
+func TestFIFOWaitBelow(t *testing.T) {
+	ctx := context.Background()
+	f := newFIFO[int]()
+	for i := range 10 {
+		f.Push(i)
+	}
+	mustFinish(t, done(func() { f.WaitBelow(ctx, 10) }), "WaitBelow at the bound")
+	waited := done(func() { f.WaitBelow(ctx, 3) })
+	select {
+	case <-waited:
+		t.Fatal("WaitBelow(3) returned with 10 items queued")
+	case <-time.After(50 * time.Millisecond):
+	}
+	for range 6 {
+		if _, ok := f.Pop(); !ok {
+			t.Fatal("Pop failed")
+		}
+		f.Done()
+	}
+	select {
+	case <-waited:
+		t.Fatal("WaitBelow(3) returned with 4 items queued")
+	case <-time.After(50 * time.Millisecond):
+	}
+	f.Pop()
+	f.Done()
+	mustFinish(t, waited, "WaitBelow(3) once 3 items are left")
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancelled := done(func() { f.WaitBelow(cctx, 0) })
+	cancel()
+	mustFinish(t, cancelled, "WaitBelow after its context ended")
+
+	closed := done(func() { f.WaitBelow(ctx, 0) })
+	f.Close()
+	mustFinish(t, closed, "WaitBelow after Close")
 }

@@ -36,7 +36,11 @@ type Recorder = workers.Recorder
 
 // Config is what a Collector needs. Everything is required unless noted.
 type Config struct {
-	Metadata  metadata.Interface
+	Metadata metadata.Interface
+	// Pages, optional, reads the monitors' list pages raw and decodes
+	// them without per-object garbage (discovery.RESTPageLister); nil lists
+	// with Metadata.
+	Pages     discovery.PageLister
 	Discovery discovery.Discovery
 	Mapper    ResettableRESTMapper
 	// Recorder is optional.
@@ -180,7 +184,7 @@ func New(cfg Config) (*Collector, error) {
 	// is served. Data flows one way: monitors → builder → graph → workers
 	// → API server.
 	bcfg := builder.Config{
-		Metadata: cfg.Metadata, Discovery: cfg.Discovery, Mapper: cfg.Mapper,
+		Metadata: cfg.Metadata, Pages: cfg.Pages, Discovery: cfg.Discovery, Mapper: cfg.Mapper,
 		Ignored: cfg.Ignored, ResyncPeriod: cfg.ResyncPeriod, Metrics: cfg.Metrics, Clock: cfg.Clock,
 	}
 	if c.shadow != nil {

@@ -449,6 +449,10 @@ func TestRunStopsDuringInitialGraphBuild(t *testing.T) {
 		}
 		c.builder.Enqueue(graph.Event{Type: graph.Upsert, Object: rules.Object{Identity: id, ResourceVersion: strconv.Itoa(i), OwnerReferences: refs}})
 	}
+	// The lists must be delivered while the backlog is still applied:
+	// without this, each list's pages wait for the queue to get below the
+	// builder's bound (about a page) first.
+	c.builder.SetListBacklog(1 << 20)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {

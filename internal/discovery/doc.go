@@ -4,7 +4,12 @@
 // A monitor delivers every observation of its resource, in order, to one
 // callback (the graph builder's queue) and keeps nothing per object: it
 // converts each object to the few metadata fields decisions need as it
-// arrives, and the graph is the only copy. A relist ends with a Relisted
+// arrives, and the graph is the only copy. With a PageLister (kgc always
+// has one) list pages are read raw into a reused buffer and decoded
+// straight into those fields (pagedecode.go): labels, annotations and
+// managedFields are skipped, never allocated. Before each page a monitor
+// waits for the graph builder's gate, so that a list is never more than
+// about a page ahead of the graph. A relist ends with a Relisted
 // event, on which the graph drops what the list no longer contains.
 // Monitors are added and removed as resources appear and disappear;
 // stopping one ends its goroutine.

@@ -102,3 +102,18 @@ func (in *interner) get(s string) string {
 	in.m[s] = s
 	return s
 }
+
+// getBytes is get for the bytes of a string: a string already interned is
+// found without allocating.
+func (in *interner) getBytes(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	in.mu.RLock()
+	v, ok := in.m[string(b)]
+	in.mu.RUnlock()
+	if ok {
+		return v
+	}
+	return in.get(string(b))
+}

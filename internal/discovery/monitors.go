@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -47,7 +48,10 @@ import (
 type Monitors struct {
 	client  metadata.Interface
 	observe func(graph.Event)
-	clock   clock.WithTicker // backoff; real unless SetClock
+	// pages and gate: see SetPageLister and SetListGate.
+	pages PageLister
+	gate  func(context.Context)
+	clock clock.WithTicker // backoff; real unless SetClock
 
 	mu      sync.Mutex
 	running map[schema.GroupVersionResource]*monitor
@@ -78,6 +82,10 @@ type monitor struct {
 	apiVersion string
 	res        metadata.ResourceInterface
 	observe    func(graph.Event)
+	// pages, when set, reads list pages raw (listPage); gate, when set,
+	// is called before each page is requested (Monitors.SetListGate).
+	pages PageLister
+	gate  func(context.Context)
 	// sweep: relists (and, for a restarted resource or after a first list
 	// that failed part way, the first list) end with a Relisted event.
 	sweep bool
@@ -120,6 +128,15 @@ func (mon *monitor) progressed() {
 	now := mon.clock.Now()
 	mon.mu.Lock()
 	mon.progress++
+	mon.progressAt = now
+	mon.mu.Unlock()
+}
+
+// touch restarts the idle time Listing reports without counting progress
+// (which would also clear a pending error).
+func (mon *monitor) touch() {
+	now := mon.clock.Now()
+	mon.mu.Lock()
 	mon.progressAt = now
 	mon.mu.Unlock()
 }
@@ -184,6 +201,28 @@ func NewMonitors(client metadata.Interface, observe func(graph.Event)) *Monitors
 
 		crdBacked: make(map[schema.GroupResource]bool),
 	}
+}
+
+// SetPageLister makes the monitors started from now on read their list
+// pages through pl (raw, decoded by decodePage) instead of the metadata
+// client's List. Watches still use the metadata client. Call it before the
+// first Sync.
+func (m *Monitors) SetPageLister(pl PageLister) {
+	m.mu.Lock()
+	m.pages = pl
+	m.mu.Unlock()
+}
+
+// SetListGate makes the monitors started from now on call gate before they
+// request each list page. The graph builder's gate waits while its queue
+// holds more than about a page of events: a list then goes no faster than
+// the graph takes it, instead of queueing a whole resource's objects (at a
+// million objects, hundreds of MB of queued events). Watch events are
+// never gated. gate must return once ctx is done.
+func (m *Monitors) SetListGate(gate func(context.Context)) {
+	m.mu.Lock()
+	m.gate = gate
+	m.mu.Unlock()
 }
 
 // crdResource is the resource of CustomResourceDefinitions.
@@ -301,6 +340,8 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		apiVersion: r.APIVersion(),
 		res:        m.client.Resource(r.GVR).Namespace(metav1.NamespaceAll),
 		observe:    m.observe,
+		pages:      m.pages,
+		gate:       m.gate,
 		sweep:      m.started[r.GroupKind()],
 		cancel:     cancel,
 		done:       make(chan struct{}),
@@ -478,8 +519,16 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 		mon.initialObjects.Store(0)
 	}
 	delivered := false // a page of this list reached the graph
+	var pl pageListing
+	defer pl.release()
 	for {
-		l, err := mon.res.List(ctx, opts)
+		if mon.gate != nil {
+			mon.gate(ctx)
+			// Held back by the graph builder, not by the apiserver: the
+			// list is not stalled (Listing's idle time).
+			mon.touch()
+		}
+		page, err := mon.listPage(ctx, opts, &pl)
 		if apierrors.IsNotFound(err) {
 			// A fresh generation no upsert carries: the sweep removes every
 			// node of the resource, pages of this list included (the
@@ -506,31 +555,73 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 			}
 			return "", false, err
 		}
-		delivered = delivered || len(l.Items) > 0
-		for i := range l.Items {
-			mon.observe(graph.Event{Type: graph.Upsert, Object: leanObject(&l.Items[i], mon.apiVersion, mon.resource.Kind), Gen: gen})
-			l.Items[i] = metav1.PartialObjectMetadata{} // let the page go as it is converted
+		delivered = delivered || len(page.items) > 0
+		for i := range page.items {
+			mon.observe(graph.Event{Type: graph.Upsert, Object: page.items[i], Gen: gen})
+			page.items[i] = rules.Object{} // let the page go as it is handed on
 		}
 		if initial {
-			mon.initialObjects.Add(int64(len(l.Items)))
+			mon.initialObjects.Add(int64(len(page.items)))
 		}
 		mon.progressed()
-		if l.Continue == "" {
+		if page.continueToken == "" {
 			mon.gen = gen
 			if mon.sweep {
 				// The list's resourceVersion is the evidence of the
 				// deletions the sweep finds (absent from this LIST).
-				mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}, ResourceVersion: l.ResourceVersion}, Gen: gen})
+				mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}, ResourceVersion: page.resourceVersion}, Gen: gen})
 			}
 			mon.sweep = true
 			mon.listed(gen)
 			mon.mu.Lock()
 			mon.synced, mon.served = true, true
 			mon.mu.Unlock()
-			return l.ResourceVersion, true, nil
+			return page.resourceVersion, true, nil
 		}
-		opts.Continue = l.Continue
+		opts.Continue = page.continueToken
 	}
+}
+
+// pageListing is what one list reuses from page to page: the response
+// body's buffer and the decoded page's items.
+type pageListing struct {
+	body bytes.Buffer
+	page listPage
+}
+
+// release drops the buffers at the end of a list: a monitor watches far
+// longer than it lists.
+func (pl *pageListing) release() { *pl = pageListing{} }
+
+// listPage reads one page of the resource: through the PageLister when the
+// monitors have one (decodePage: no per-object garbage), through the
+// metadata client otherwise (converting each object with leanObject). The
+// page returned is pl's, valid until the next call.
+func (mon *monitor) listPage(ctx context.Context, opts metav1.ListOptions, pl *pageListing) (*listPage, error) {
+	if mon.pages != nil {
+		if err := mon.pages.ListPage(ctx, mon.resource.GVR, opts, &pl.body); err != nil {
+			return nil, err
+		}
+		if err := decodePage(pl.body.Bytes(), mon.apiVersion, mon.resource.Kind, &pl.page); err != nil {
+			return nil, fmt.Errorf("list of %s: %w", mon.resource.GVR, err)
+		}
+		return &pl.page, nil
+	}
+	l, err := mon.res.List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	p := &pl.page
+	p.reset()
+	for i := range l.Items {
+		p.items = append(p.items, leanObject(&l.Items[i], mon.apiVersion, mon.resource.Kind))
+		l.Items[i] = metav1.PartialObjectMetadata{} // let the page go as it is converted
+	}
+	p.resourceVersion, p.continueToken = l.ResourceVersion, l.Continue
+	if l.RemainingItemCount != nil {
+		p.remainingItemsSet, p.remainingItems = true, *l.RemainingItemCount
+	}
+	return p, nil
 }
 
 // everListed reports whether a list of the monitor ever completed.

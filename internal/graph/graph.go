@@ -84,10 +84,14 @@ type Graph struct {
 	odd     map[types.UID]key
 	oddUIDs map[key]types.UID
 	nextOdd uint64
+	// oddRVs holds the resourceVersions that are not canonical decimal
+	// numbers (rv.go), by node.
+	oddRVs map[key]string
 	// Shared by nodes (node.go): kinds, and finalizer lists by their names
 	// joined with NUL.
 	kinds      map[kind]*kind
 	finalizers map[string]*[]string
+	namespaces map[string]*string
 	// deleting indexes the observed nodes with a deletionTimestamp, with
 	// that timestamp (zero when the event carried none). Few nodes are
 	// deleting at once, so the stuck report and its metrics start from
@@ -109,10 +113,10 @@ type contentKey struct {
 // observed node; cluster-scoped nodes are not counted). Caller holds mu
 // for writing.
 func (g *Graph) countContent(n *node, delta int) {
-	if n.namespace == "" {
+	if n.ns == nil {
 		return
 	}
-	k := contentKey{n.namespace, n.kind}
+	k := contentKey{*n.ns, n.kind}
 	if v := g.content[k] + delta; v == 0 {
 		delete(g.content, k)
 	} else {
@@ -123,7 +127,7 @@ func (g *Graph) countContent(n *node, delta int) {
 // New returns an empty graph.
 func New() *Graph {
 	return &Graph{
-		nodes: make(map[key]*node), odd: make(map[types.UID]key), oddUIDs: make(map[key]types.UID),
+		nodes: make(map[key]*node), odd: make(map[types.UID]key), oddUIDs: make(map[key]types.UID), oddRVs: make(map[key]string), namespaces: make(map[string]*string),
 		kinds: make(map[kind]*kind), finalizers: make(map[string]*[]string), content: make(map[contentKey]int),
 		deleting: make(map[key]time.Time),
 	}
@@ -160,7 +164,7 @@ func (g *Graph) upsert(obj *rules.Object, gen uint32, eff *Effects) {
 		n = &node{uid: uid, name: obj.Identity.Name}
 		g.nodes[uid] = n
 	} else if !n.virtual {
-		if n.rv == obj.ResourceVersion && obj.ResourceVersion != "" {
+		if obj.ResourceVersion != "" && g.sameRV(n, obj.ResourceVersion) {
 			// The same state again (a relist): nothing changed but the
 			// generation of the list that saw it, and maybe the version
 			// it was read at (a new preferred version's monitor relists
@@ -182,14 +186,14 @@ func (g *Graph) upsert(obj *rules.Object, gen uint32, eff *Effects) {
 	if n.name != obj.Identity.Name {
 		n.name = obj.Identity.Name
 	}
-	if k := g.kindOf(obj.Identity.APIVersion, obj.Identity.Kind); !wasObserved || n.kind != k || n.namespace != obj.Identity.Namespace {
+	if k := g.kindOf(obj.Identity.APIVersion, obj.Identity.Kind); !wasObserved || n.kind != k || n.namespace() != obj.Identity.Namespace {
 		if wasObserved {
 			g.countContent(n, -1)
 		}
-		n.kind, n.namespace = k, obj.Identity.Namespace
+		n.kind, n.ns = k, g.namespaceOf(obj.Identity.Namespace)
 		g.countContent(n, +1)
 	}
-	n.rv = obj.ResourceVersion
+	g.setRV(n, obj.ResourceVersion)
 	cur := g.compactRefs(obj.OwnerReferences)
 	n.refs = cur
 	n.finalizers = g.finalizersOf(obj.Finalizers)
@@ -258,7 +262,7 @@ func (g *Graph) link(dependent *node, ref *ownerRef, blocking bool) {
 	if o == nil {
 		// Guess: a namespaced owner in the dependent's namespace. Only used for
 		// display until the owner is observed or verified.
-		o = &node{virtual: true, kind: ref.kind, namespace: dependent.namespace, name: ref.name, uid: ref.uid}
+		o = &node{virtual: true, kind: ref.kind, ns: dependent.ns, name: ref.name, uid: ref.uid}
 		g.nodes[ref.uid] = o
 	}
 	if o.dependents == nil {
@@ -301,7 +305,7 @@ func (g *Graph) needsAttention(n *node) bool {
 	for i := range n.refs {
 		ref := &n.refs[i]
 		o := g.nodes[ref.uid]
-		if o == nil || o.virtual || !matches(o, ref, n.namespace) || o.deletingDependents() {
+		if o == nil || o.virtual || !matches(o, ref, n.namespace()) || o.deletingDependents() {
 			return true
 		}
 	}
@@ -332,7 +336,8 @@ func (g *Graph) removeNode(n *node, how rules.Source, rv string, eff *Effects) {
 	}
 	// Keep a placeholder so the dependents' edges stay consistent; they are
 	// re-checked now that their owner is gone.
-	n.rv, n.refs, n.finalizers, n.deleting = rv, nil, nil, false
+	g.setRV(n, rv)
+	n.refs, n.finalizers, n.deleting = nil, nil, false
 	delete(g.deleting, uid)
 	n.virtual, n.absent, n.goneBy = true, true, how
 	eff.CascadeStarted = append(eff.CascadeStarted, id.UID)

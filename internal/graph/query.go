@@ -74,9 +74,9 @@ func (g *Graph) Owner(uid types.UID) (OwnerView, bool) {
 	}
 	switch {
 	case n.absent:
-		v.ResourceVersion, v.Seen = n.rv, n.goneBy
+		v.ResourceVersion, v.Seen = g.rvOf(n), n.goneBy
 	case !n.virtual:
-		v.ResourceVersion, v.Seen = n.rv, rules.SourceGraph
+		v.ResourceVersion, v.Seen = g.rvOf(n), rules.SourceGraph
 	}
 	return v, true
 }
@@ -123,6 +123,9 @@ func (g *Graph) Len() int {
 func (g *Graph) CheckInvariants() error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
+	if len(g.oddRVs) > len(g.nodes) {
+		return fmt.Errorf("%d odd resourceVersions for %d nodes", len(g.oddRVs), len(g.nodes))
+	}
 	for uid, n := range g.nodes {
 		if n.uid != uid {
 			return fmt.Errorf("node keyed %v has key %v", uid, n.uid)
@@ -132,6 +135,9 @@ func (g *Graph) CheckInvariants() error {
 		}
 		if _, ok := g.oddUIDs[uid]; uid.hi == 0 && !ok {
 			return fmt.Errorf("node with synthetic key %v has no UID", uid)
+		}
+		if _, ok := g.oddRVs[uid]; ok != n.oddRV || n.oddRV && n.rv != 0 {
+			return fmt.Errorf("node %s: oddRV %t, rv code %d, odd resourceVersion recorded %t", g.identity(n), n.oddRV, n.rv, ok)
 		}
 		if n.virtual {
 			if n.dependents.len() == 0 {
@@ -188,8 +194,8 @@ func (g *Graph) CheckInvariants() error {
 	}
 	content := map[contentKey]int{}
 	for _, n := range g.nodes {
-		if !n.virtual && n.namespace != "" {
-			content[contentKey{n.namespace, n.kind}]++
+		if !n.virtual && n.ns != nil {
+			content[contentKey{*n.ns, n.kind}]++
 		}
 	}
 	if !maps.Equal(content, g.content) {

@@ -120,6 +120,7 @@ func (g *Graph) uidOf(k key) types.UID {
 func (g *Graph) release(k key) {
 	delete(g.nodes, k)
 	delete(g.deleting, k)
+	delete(g.oddRVs, k)
 	if k.hi == 0 {
 		if uid, ok := g.oddUIDs[k]; ok {
 			delete(g.oddUIDs, k)

@@ -358,6 +358,10 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("kgc: metadata client: %w", err)
 	}
+	pages, err := kgcdiscovery.NewRESTPageLister(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("kgc: list client: %w", err)
+	}
 	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("kgc: discovery client: %w", err)
@@ -413,6 +417,7 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		History:           history.NewRing(historySize),
 		Namespaces:        nsAPI,
 		Metadata:          md,
+		Pages:             pages,
 		Discovery:         dc,
 		Mapper:            mapper,
 		Recorder:          recorder,

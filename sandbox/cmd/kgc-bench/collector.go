@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -135,8 +137,10 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 		}
 		defer func() { pprof.StopCPUProfile(); _ = pf.Close() }()
 	}
+	heapPeak := sampleHeapPeak(ctx)
 	go func() {
 		_, _ = io.Copy(io.Discard, stdin)
+		fmt.Fprintf(stdout, "heappeak %d\n", heapPeak.Load())
 		if f.MemProfile != "" {
 			if err := writeAllocProfile(f.MemProfile); err != nil {
 				fmt.Fprintln(os.Stderr, "memprofile:", err)
@@ -145,6 +149,7 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 		// The memory the collector holds with everything tracked: return
 		// what the heap does not use to the OS, then read the resident set.
 		debug.FreeOSMemory()
+		fmt.Fprintf(stdout, "heaplive %d\n", heapObjects())
 		if kb, err := readStatusKB("/proc/self/status", "VmRSS"); err == nil {
 			fmt.Fprintf(stdout, "vmrss %d\n", kb)
 		}
@@ -170,6 +175,11 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 		go func() { defer close(ch); _ = c.Run(ctx) }()
 		done = ch
 		waitSynced = c.WaitForSync
+	case collectorBare:
+		ch := make(chan struct{})
+		close(ch)
+		done = ch
+		waitSynced = func(ctx context.Context) error { return runBareRole(ctx, f) }
 	case collectorUpstream:
 		synced, ch, err := startUpstream(ctx, cfg, f.Workers)
 		if err != nil {
@@ -198,6 +208,38 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 		fmt.Fprintf(stdout, "vmhwm %d\n", kb)
 	}
 	return nil
+}
+
+// heapObjectsMetric is the bytes of heap objects, live or not yet swept:
+// the heap in use.
+const heapObjectsMetric = "/memory/classes/heap/objects:bytes"
+
+func heapObjects() int64 {
+	s := []metrics.Sample{{Name: heapObjectsMetric}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
+}
+
+// sampleHeapPeak samples the heap in use every 10 ms until ctx ends and
+// returns its peak so far.
+func sampleHeapPeak(ctx context.Context) *atomic.Int64 {
+	var peak atomic.Int64
+	peak.Store(heapObjects())
+	go func() {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if v := heapObjects(); v > peak.Load() {
+				peak.Store(v)
+			}
+		}
+	}()
+	return &peak
 }
 
 // writeAllocProfile writes the allocs profile (allocations since start and
@@ -303,6 +345,9 @@ type child struct {
 	syncAt time.Time
 	vmhwm  int64 // kB, reported by the child as it exits
 	vmrss  int64 // kB, reported by the child when asked to stop
+	// heapPeak and heapLive (bytes): the child's peak heap in use, and its
+	// heap after a GC when asked to stop.
+	heapPeak, heapLive int64
 }
 
 // usage is what a finished child used: its peak RSS (VmHWM) and CPU time
@@ -311,6 +356,9 @@ type usage struct {
 	MaxRSSKB  int64
 	LiveRSSKB int64 // resident set after debug.FreeOSMemory, when asked to stop
 	CPU       time.Duration
+	// HeapPeak: the peak heap in use (sampled every 10 ms); HeapLive: the
+	// heap after a GC, when asked to stop. Bytes.
+	HeapPeak, HeapLive int64
 }
 
 func startChild(f collectorFlags, logDir string) (*child, error) {
@@ -353,6 +401,12 @@ func startChild(f collectorFlags, logDir string) (*child, error) {
 			}
 			if v, ok := strings.CutPrefix(line, "vmrss "); ok {
 				c.vmrss, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if v, ok := strings.CutPrefix(line, "heappeak "); ok {
+				c.heapPeak, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if v, ok := strings.CutPrefix(line, "heaplive "); ok {
+				c.heapLive, _ = strconv.ParseInt(v, 10, 64)
 			}
 		}
 		_ = cmd.Wait()
@@ -406,6 +460,8 @@ func (c *child) stop() (usage, error) {
 	return usage{
 		MaxRSSKB:  c.vmhwm,
 		LiveRSSKB: c.vmrss,
+		HeapPeak:  c.heapPeak,
+		HeapLive:  c.heapLive,
 		CPU:       time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime)),
 	}, err
 }

@@ -135,6 +135,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		kcmB   = fs.Int("burst", 30, "burst of the kcm budget")
 		unQPS  = fs.Float64("unthrottled-qps", 5000, "QPS of the unthrottled budget")
 		unB    = fs.Int("unthrottled-burst", 10000, "burst of the unthrottled budget")
+		scale  = fs.String("scale", "", "run the scale benchmark instead (scale.go): comma-separated cluster sizes in objects, growing (e.g. 100000,300000,1000000); every collector starts on one control plane populated to each size in turn")
+		scaleU = fs.Int("scale-upstream-max", 300000, "scale benchmark: the largest size upstream's collector is started on")
+		scaleC = fs.String("scale-collectors", "bare,kgc,upstream", "scale benchmark: collectors (bare: a plain metadata client paging the objects)")
 	)
 	fs.StringVar(&cf.Collector, "collector", "", "internal: collector of the collector role")
 	fs.StringVar(&cf.Server, "server", "", "internal: apiserver URL of the collector role")
@@ -260,6 +263,40 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *scale != "" {
+		sizes, err := parseSizes(*scale)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		so := scaleOptions{sizes: sizes, upstreamMax: *scaleU, collectors: splitList(*scaleC)}
+		for _, c := range so.collectors {
+			if c != collectorUpstream && c != collectorKGC && c != collectorBare {
+				fmt.Fprintf(stderr, "unknown collector %q\n", c)
+				return 2
+			}
+		}
+		results, err := runScale(ctx, &o, so, stdout)
+		machine := machineLine() + fmt.Sprintf(", load average at the end %s", loadAverage())
+		fmt.Fprintln(stdout)
+		writeScaleTable(stdout, results, machine)
+		if o.markdown != "" {
+			f, ferr := os.Create(o.markdown)
+			if ferr == nil {
+				writeScaleTable(f, results, machine)
+				ferr = f.Close()
+			}
+			if ferr != nil {
+				fmt.Fprintln(stderr, "markdown:", ferr)
+				return 1
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "kgc-bench:", err)
+			return 1
+		}
+		return 0
+	}
 	results, err := orchestrate(ctx, &o, stdout)
 	machine := machineLine()
 	fmt.Fprintln(stdout)
@@ -507,6 +544,19 @@ func cpuModel() string {
 		}
 	}
 	return "unknown"
+}
+
+// loadAverage is /proc/loadavg's 1, 5 and 15 minute averages.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func machineLine() string {

@@ -1,0 +1,337 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+
+	"github.com/kgc-dev/kgc/sandbox/controlplane"
+)
+
+// The scale benchmark (--scale N,M,…; make bench-scale): one control plane
+// is populated to each size in turn (groups of one owner and three
+// dependents, named so that a LIST returns each dependent before its
+// owner), and at each size every collector starts on it in a process of
+// its own, one after the other:
+//
+//   - bare: a plain metadata client (client-go's, as an informer would)
+//     paging the ConfigMaps by 5,000, all namespaces, decoding every page
+//     and keeping nothing: the apiserver's own paging speed plus the
+//     standard decoding, the floor any collector's start is measured
+//     against;
+//   - kgc and upstream (kube-controller-manager v1.36.3's collector;
+//     skipped above --scale-upstream-max): ready is the time from process
+//     start to synced (kgc: every list applied to its graph); useful is
+//     the time until a probe Background cascade issued at sync has
+//     completed.
+//
+// Memory is growth over the same collector on the empty cluster (measured
+// first): heap (runtime/metrics, sampled every 10 ms: the peak, and the
+// live heap after a GC with everything tracked) and RSS (VmHWM, and the
+// resident set after debug.FreeOSMemory). CPU is the child's user + system
+// time from its start until it is stopped, after the probe and a quiet
+// period. GETs are the collector's GET requests until then.
+
+// Collector of the bare-client baseline.
+const collectorBare = "bare"
+
+type scaleOptions struct {
+	sizes       []int
+	upstreamMax int
+	collectors  []string
+}
+
+type scaleResult struct {
+	Size      int
+	Collector string
+	Ready     time.Duration
+	Useful    time.Duration // 0 for the bare client
+	Usage     usage
+	Base      usage // the same collector on the empty cluster
+	GETs      int64
+	Note      string
+}
+
+func perObjectKB(v, base int64, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(v-base) / float64(n)
+}
+
+func (r scaleResult) heapPeakKB() float64 {
+	return perObjectKB(r.Usage.HeapPeak, r.Base.HeapPeak, r.Size) / 1024
+}
+func (r scaleResult) heapLiveKB() float64 {
+	return perObjectKB(r.Usage.HeapLive, r.Base.HeapLive, r.Size) / 1024
+}
+func (r scaleResult) rssPeakKB() float64 {
+	return perObjectKB(r.Usage.MaxRSSKB, r.Base.MaxRSSKB, r.Size)
+}
+func (r scaleResult) rssLiveKB() float64 {
+	return perObjectKB(r.Usage.LiveRSSKB, r.Base.LiveRSSKB, r.Size)
+}
+func (r scaleResult) cpuPerObject() time.Duration {
+	return time.Duration(float64(r.Usage.CPU) / float64(r.Size))
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, p := range splitList(s) {
+		n, err := strconv.Atoi(strings.ReplaceAll(p, "_", ""))
+		if err != nil || n < 4 {
+			return nil, fmt.Errorf("--scale: %q is not a size of at least 4", p)
+		}
+		if len(out) > 0 && n <= out[len(out)-1] {
+			return nil, errors.New("--scale: sizes must grow")
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// runScale runs the scale benchmark and writes its table.
+func runScale(ctx context.Context, o *options, so scaleOptions, out io.Writer) ([]scaleResult, error) {
+	cpOpts := controlplane.Options{}
+	if o.verbose {
+		cpOpts.Logf = func(format string, args ...any) { fmt.Fprintf(out, "# cp: "+format+"\n", args...) }
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	cp, err := controlplane.Start(sctx, cpOpts)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	defer func() { _ = cp.Stop() }()
+	logDir, err := os.MkdirTemp("", "kgc-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(logDir)
+	e, closeEnv, err := newEnv(cp, o, logDir)
+	if err != nil {
+		return nil, err
+	}
+	defer closeEnv()
+	const ns = "scale"
+	if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+
+	// Baselines on the empty cluster.
+	base := map[string]usage{}
+	for _, coll := range so.collectors {
+		c, err := startChild(scaleFlags(e, coll, "empty"), logDir)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.waitSynced(ctx, o.timeout); err != nil {
+			_, _ = c.stop()
+			return nil, fmt.Errorf("%s on the empty cluster: %w", coll, err)
+		}
+		_ = e.proxy.waitQuiet(time.Second, 30*time.Second)
+		u, err := c.stop()
+		if err != nil {
+			return nil, fmt.Errorf("%s on the empty cluster: %w", coll, err)
+		}
+		base[coll] = u
+		fmt.Fprintf(out, "# scale empty %-8s heap peak %.1f MB, live %.1f MB; RSS peak %.1f MB, live %.1f MB; CPU %.2fs\n", coll,
+			mb(u.HeapPeak), mb(u.HeapLive), float64(u.MaxRSSKB)/1024, float64(u.LiveRSSKB)/1024, u.CPU.Seconds())
+	}
+
+	var results []scaleResult
+	groups := 0
+	for _, size := range so.sizes {
+		want := size / 4
+		began := time.Now()
+		for groups < want {
+			batch := min(want-groups, 20000)
+			if err := createGroups(ctx, e, ns, groups, batch); err != nil {
+				return results, err
+			}
+			groups += batch
+		}
+		fmt.Fprintf(out, "# scale %d: populated %d objects in %s\n", size, groups*4, time.Since(began).Round(time.Second))
+		for _, coll := range so.collectors {
+			if coll == collectorUpstream && size > so.upstreamMax {
+				continue
+			}
+			r, err := scaleCell(ctx, e, ns, size, coll)
+			if err != nil {
+				return results, fmt.Errorf("%s at %d: %w", coll, size, err)
+			}
+			r.Base = base[coll]
+			results = append(results, r)
+			fmt.Fprintf(out, "# scale %-8d %-8s ready %7.2fs useful %7.2fs CPU %6.2fs (%5.1f µs/object) GETs %6d; heap peak %5.3f live %5.3f KB/object; RSS peak %5.3f live %5.3f KB/object%s\n",
+				r.Size, r.Collector, r.Ready.Seconds(), r.Useful.Seconds(), r.Usage.CPU.Seconds(), float64(r.cpuPerObject())/1e3, r.GETs,
+				r.heapPeakKB(), r.heapLiveKB(), r.rssPeakKB(), r.rssLiveKB(), noteOf(r.Note))
+		}
+	}
+	return results, nil
+}
+
+func noteOf(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
+}
+
+func mb(b int64) float64 { return float64(b) / (1 << 20) }
+
+func scaleFlags(e *env, coll, label string) collectorFlags {
+	b := e.opts.budgets["unthrottled"]
+	f := collectorFlags{Collector: coll, Server: e.proxy.URL, QPS: b.qps, Burst: b.burst, Workers: e.opts.workers, MaxWrites: e.opts.kgcMaxWrites}
+	name := sanitize(fmt.Sprintf("scale-%s-%s", label, coll))
+	if e.opts.cpuProfile != "" {
+		f.CPUProfile = filepath.Join(e.opts.cpuProfile, name+".pprof")
+	}
+	if e.opts.memProfile != "" {
+		f.MemProfile = filepath.Join(e.opts.memProfile, name+".alloc.pprof")
+	}
+	return f
+}
+
+// createGroups creates groups [from, from+n): each an owner and three
+// dependents ("gNNNNNNN-dep-J" sorts before "gNNNNNNN-owner").
+func createGroups(ctx context.Context, e *env, ns string, from, n int) error {
+	owners := make([]cmSpec, n)
+	for i := range n {
+		owners[i] = cmSpec{name: fmt.Sprintf("g%07d-owner", from+i)}
+	}
+	uids, err := createAll(ctx, e.client, ns, owners)
+	if err != nil {
+		return err
+	}
+	deps := make([]cmSpec, 0, 3*n)
+	for i := range n {
+		on := owners[i].name
+		for j := range 3 {
+			deps = append(deps, cmSpec{name: fmt.Sprintf("g%07d-dep-%d", from+i, j), owners: []metav1.OwnerReference{ownerRef(on, uids[on], false)}})
+		}
+	}
+	_, err = createAll(ctx, e.client, ns, deps)
+	return err
+}
+
+// scaleCell starts coll on the populated cluster and measures it.
+func scaleCell(ctx context.Context, e *env, ns string, size int, coll string) (scaleResult, error) {
+	r := scaleResult{Size: size, Collector: coll}
+	probeOwner, probeDep := "probe-"+coll+"-owner", "probe-"+coll+"-dep"
+	if coll != collectorBare {
+		uids, err := createAll(ctx, e.client, ns, []cmSpec{{name: probeOwner}})
+		if err != nil {
+			return r, err
+		}
+		if _, err := createAll(ctx, e.client, ns, []cmSpec{{name: probeDep, owners: []metav1.OwnerReference{ownerRef(probeOwner, uids[probeOwner], false)}}}); err != nil {
+			return r, err
+		}
+	}
+	before := e.proxy.snapshot()
+	c, err := startChild(scaleFlags(e, coll, strconv.Itoa(size)), e.logDir)
+	if err != nil {
+		return r, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_, _ = c.stop()
+		}
+	}()
+	if r.Ready, err = c.waitSynced(ctx, e.opts.timeout); err != nil {
+		return r, err
+	}
+	if coll != collectorBare {
+		bg := metav1.DeletePropagationBackground
+		if err := e.client.CoreV1().ConfigMaps(ns).Delete(ctx, probeOwner, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+			return r, err
+		}
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, e.opts.timeout, true, func(ctx context.Context) (bool, error) {
+			_, err := e.client.CoreV1().ConfigMaps(ns).Get(ctx, probeDep, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return false, err
+		})
+		if err != nil {
+			return r, fmt.Errorf("the probe cascade: %w", err)
+		}
+		r.Useful = time.Since(c.start)
+	}
+	if err := e.proxy.waitQuiet(2*time.Second, e.opts.timeout); err != nil {
+		r.Note = "GETs counted while the collector was still busy"
+	}
+	r.GETs = e.proxy.snapshot().sub(before).ByVerb[verbGet]
+	stopped = true
+	r.Usage, err = c.stop()
+	return r, err
+}
+
+// runBareRole is the bare-client baseline's child: it pages every
+// ConfigMap's metadata with client-go's metadata client, prints "synced",
+// and waits for its stdin to close.
+func runBareRole(ctx context.Context, f collectorFlags) error {
+	md, err := metadata.NewForConfig(&rest.Config{Host: f.Server, QPS: float32(f.QPS), Burst: f.Burst})
+	if err != nil {
+		return err
+	}
+	opts := metav1.ListOptions{Limit: 5000}
+	objects := 0
+	for {
+		l, err := md.Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).List(ctx, opts)
+		if err != nil {
+			return err
+		}
+		objects += len(l.Items)
+		if l.Continue == "" {
+			break
+		}
+		opts.Continue = l.Continue
+	}
+	if objects == 0 {
+		return nil // the empty cluster
+	}
+	return nil
+}
+
+// writeScaleTable writes the scale benchmark's Markdown table.
+func writeScaleTable(w io.Writer, rs []scaleResult, machine string) {
+	fmt.Fprintf(w, "Start on a populated cluster, by size (%s; one run each; unthrottled client; objects are ConfigMaps, one owner per three dependents; ready = process start → synced, useful = a probe Background cascade issued at sync has completed; growth over the same process on the empty cluster):\n\n", machine)
+	fmt.Fprintln(w, "| objects | collector | ready s | ready / bare | useful s | CPU s | CPU µs/object | heap peak KB/object | heap live KB/object | RSS peak KB/object | RSS live KB/object | GETs |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	bare := map[int]time.Duration{}
+	for _, r := range rs {
+		if r.Collector == collectorBare {
+			bare[r.Size] = r.Ready
+		}
+	}
+	for _, r := range rs {
+		frac, useful := "–", "–"
+		if b := bare[r.Size]; b > 0 && r.Collector != collectorBare {
+			frac = fmt.Sprintf("%.2f", r.Ready.Seconds()/b.Seconds())
+		}
+		if r.Useful > 0 {
+			useful = fmt.Sprintf("%.2f", r.Useful.Seconds())
+		}
+		gets := strconv.FormatInt(r.GETs, 10)
+		if r.Collector == collectorBare {
+			gets = "–"
+		}
+		fmt.Fprintf(w, "| %s | %s | %.2f | %s | %s | %.2f | %.1f | %.3f | %.3f | %.3f | %.3f | %s |\n",
+			fnum(float64(r.Size), 0), r.Collector, r.Ready.Seconds(), frac, useful, r.Usage.CPU.Seconds(), float64(r.cpuPerObject())/1e3,
+			r.heapPeakKB(), r.heapLiveKB(), r.rssPeakKB(), r.rssLiveKB(), gets)
+	}
+}
