@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync"
@@ -446,23 +447,13 @@ func (b *Breaker) Status(graphSize, limit int) Status {
 			if c := x.Since.Compare(y.Since); c != 0 {
 				return c
 			}
-			return compareUID(x.UID, y.UID)
+			return cmp.Compare(x.UID, y.UID)
 		})
 		if limit > 0 && len(st.Held) > limit {
 			st.Held = st.Held[:limit]
 		}
 	}
 	return st
-}
-
-func compareUID(a, b types.UID) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // HeldBySignal counts the held objects by the signal that holds them.

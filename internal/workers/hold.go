@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -222,7 +223,7 @@ func (w *Workers) RestoreHolds() []RestoreHold {
 		if c := a.Since.Compare(b.Since); c != 0 {
 			return c
 		}
-		return compareUIDs(a.UID, b.UID)
+		return cmp.Compare(a.UID, b.UID)
 	})
 	return out
 }
@@ -239,14 +240,4 @@ func (w *Workers) RestoreHeld(uid types.UID) (RestoreHold, bool) {
 func (w *Workers) stillHeld(h RestoreHold) bool {
 	obj, ok := w.graph.Object(h.UID)
 	return ok && !obj.Deleting && len(obj.References(h.Owner.UID)) > 0
-}
-
-func compareUIDs(a, b types.UID) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

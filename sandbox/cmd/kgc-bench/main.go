@@ -279,23 +279,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		results, err := runScale(ctx, &o, so, stdout)
 		machine := machineLine() + fmt.Sprintf(", load average at the end %s", loadAverage())
 		fmt.Fprintln(stdout)
-		writeScaleTable(stdout, results, machine)
-		if o.markdown != "" {
-			f, ferr := os.Create(o.markdown)
-			if ferr == nil {
-				writeScaleTable(f, results, machine)
-				ferr = f.Close()
-			}
-			if ferr != nil {
-				fmt.Fprintln(stderr, "markdown:", ferr)
-				return 1
-			}
-		}
-		if err != nil {
-			fmt.Fprintln(stderr, "kgc-bench:", err)
-			return 1
-		}
-		return 0
+		return report(stdout, stderr, o.markdown, err, func(w io.Writer) { writeScaleTable(w, results, machine) })
 	}
 	results, err := orchestrate(ctx, &o, stdout)
 	machine := machineLine()
@@ -305,11 +289,17 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, benchLine(r))
 	}
 	fmt.Fprintln(stdout)
-	writeTable(stdout, results, o.budgetList, machine)
-	if o.markdown != "" {
-		f, ferr := os.Create(o.markdown)
+	return report(stdout, stderr, o.markdown, err, func(w io.Writer) { writeTable(w, results, o.budgetList, machine) })
+}
+
+// report writes a run's table to stdout, and to the Markdown file when one
+// was asked for, and returns the exit code for the run's error.
+func report(stdout, stderr io.Writer, markdown string, err error, table func(io.Writer)) int {
+	table(stdout)
+	if markdown != "" {
+		f, ferr := os.Create(markdown)
 		if ferr == nil {
-			writeTable(f, results, o.budgetList, machine)
+			table(f)
 			ferr = f.Close()
 		}
 		if ferr != nil {
@@ -416,16 +406,26 @@ func orchestrate(ctx context.Context, o *options, out io.Writer) ([]result, erro
 	return results, errors.Join(errs...)
 }
 
-func scenarioRun(ctx context.Context, o *options, sc string, run int, logDir string, out io.Writer) ([]result, error) {
+// startControlPlane starts a bare control plane (etcd + kube-apiserver)
+// for one run, its log on out with --verbose.
+func startControlPlane(ctx context.Context, o *options, out io.Writer) (*controlplane.ControlPlane, error) {
 	cpOpts := controlplane.Options{}
 	if o.verbose {
 		cpOpts.Logf = func(format string, args ...any) { fmt.Fprintf(out, "# cp: "+format+"\n", args...) }
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
 	cp, err := controlplane.Start(sctx, cpOpts)
-	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	return cp, nil
+}
+
+func scenarioRun(ctx context.Context, o *options, sc string, run int, logDir string, out io.Writer) ([]result, error) {
+	cp, err := startControlPlane(ctx, o, out)
+	if err != nil {
+		return nil, err
 	}
 	defer func() { _ = cp.Stop() }()
 	e, closeEnv, err := newEnv(cp, o, logDir)

@@ -17,8 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-
-	"github.com/kgc-dev/kgc/sandbox/controlplane"
 )
 
 // The scale benchmark (--scale N,M,…; make bench-scale): one control plane
@@ -105,15 +103,9 @@ func parseSizes(s string) ([]int, error) {
 
 // runScale runs the scale benchmark and writes its table.
 func runScale(ctx context.Context, o *options, so scaleOptions, out io.Writer) ([]scaleResult, error) {
-	cpOpts := controlplane.Options{}
-	if o.verbose {
-		cpOpts.Logf = func(format string, args ...any) { fmt.Fprintf(out, "# cp: "+format+"\n", args...) }
-	}
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	cp, err := controlplane.Start(sctx, cpOpts)
-	cancel()
+	cp, err := startControlPlane(ctx, o, out)
 	if err != nil {
-		return nil, fmt.Errorf("control plane: %w", err)
+		return nil, err
 	}
 	defer func() { _ = cp.Stop() }()
 	logDir, err := os.MkdirTemp("", "kgc-bench-")
