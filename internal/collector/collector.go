@@ -172,7 +172,7 @@ func New(cfg Config) (*Collector, error) {
 		c.shadow = &shadowMode{c: c}
 	}
 	if cfg.Namespaces != nil {
-		nc, err := namespaces.New(namespaces.Config{API: cfg.Namespaces, Observed: c.observedIn, Metrics: cfg.Metrics, Clock: cfg.Clock})
+		nc, err := namespaces.New(namespaces.Config{API: cfg.Namespaces, Observed: c.observedIn, Metrics: cfg.Metrics, Clock: cfg.Clock, History: cfg.History})
 		if err != nil {
 			return nil, err
 		}

@@ -21,6 +21,13 @@ const (
 	OpUnblock          = "unblock_owner_references"
 	OpOrphan           = "orphan_dependent"
 	OpRemoveFinalizer  = "remove_finalizer"
+	// The namespace lifecycle's writes (Options.NamespaceLifecycle): a
+	// DELETECOLLECTION of one resource in a deleting namespace (Object
+	// names the resource's kind and the namespace, no object), and the
+	// removal of a namespace's "kubernetes" finalizer. Its per-object
+	// DELETEs (where DELETECOLLECTION is refused) are OpDelete.
+	OpDeleteCollection  = "delete_collection"
+	OpFinalizeNamespace = "finalize_namespace"
 )
 
 // Outcomes of a write (the outcome label of kgc_operations_total).

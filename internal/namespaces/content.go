@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kgc-dev/kgc/internal/history"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -133,6 +134,11 @@ func (c *Controller) emptyResource(ctx context.Context, r resource, ns string) r
 func (c *Controller) deleteAndConfirm(ctx context.Context, r resource, ns string) result {
 	if r.deleteCollection {
 		err := c.api.DeleteCollection(ctx, r.gvr, ns)
+		c.wrote(ctx, history.Record{
+			Operation: history.OpDeleteCollection, Policy: string(metav1.DeletePropagationBackground),
+			Object: history.Object{APIVersion: r.gvr.GroupVersion().String(), Kind: r.kind, Namespace: ns},
+			Reason: namespaceDeleting(ns) + ": every object of this resource in it is deleted at once",
+		}, err)
 		switch {
 		case err == nil:
 		case notServed(err):
@@ -169,6 +175,12 @@ func (c *Controller) deleteAndConfirm(ctx context.Context, r resource, ns string
 				continue
 			}
 			err := c.api.DeleteInNamespace(ctx, r.gvr, ns, it.Name, it.UID)
+			c.wrote(ctx, history.Record{
+				Operation: history.OpDelete, Policy: string(metav1.DeletePropagationBackground),
+				Object:        history.Object{APIVersion: r.gvr.GroupVersion().String(), Kind: r.kind, Namespace: ns, Name: it.Name, UID: it.UID},
+				Reason:        namespaceDeleting(ns) + " (one by one: DELETECOLLECTION is not allowed here)",
+				Preconditions: history.Preconditions{UID: it.UID},
+			}, err)
 			if err != nil && !notServed(err) && !apierrors.IsConflict(err) {
 				return result{err: err}
 			}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/history"
 	"github.com/kgc-dev/kgc/internal/metrics"
 )
 
@@ -72,6 +73,11 @@ type Config struct {
 	Metrics *metrics.Metrics
 	// Clock is optional (the real clock).
 	Clock clock.WithTicker
+	// History, optional, keeps the record of the lifecycle's deletions
+	// and finalizer removals beside the collector's writes
+	// (docs/history.md); each is also logged at the default verbosity.
+	// Status condition updates are neither.
+	History *history.Ring
 }
 
 // Controller is the namespace lifecycle: a Sink for the graph builder's
@@ -340,8 +346,15 @@ func (c *Controller) sync(ctx context.Context, name string) outcome {
 
 	fin := ns.DeepCopy()
 	fin.Spec.Finalizers = slices.DeleteFunc(fin.Spec.Finalizers, func(f corev1.FinalizerName) bool { return f == FinalizerKubernetes })
-	if _, err := c.api.FinalizeNamespace(ctx, fin); err != nil && !apierrors.IsNotFound(err) {
-		return outcome{outcome: metrics.NamespaceFailed, err: fmt.Errorf("removing the %s finalizer: %w", FinalizerKubernetes, err)}
+	_, ferr := c.api.FinalizeNamespace(ctx, fin)
+	c.wrote(ctx, history.Record{
+		Operation: history.OpFinalizeNamespace, Finalizer: string(FinalizerKubernetes),
+		Object:        history.Object{APIVersion: "v1", Kind: "Namespace", Name: name, UID: ns.UID},
+		Reason:        "nothing is left in the namespace: every resource in it was listed empty by a quorum read",
+		Preconditions: history.Preconditions{UID: ns.UID, ResourceVersion: ns.ResourceVersion},
+	}, ferr)
+	if ferr != nil && !apierrors.IsNotFound(ferr) {
+		return outcome{outcome: metrics.NamespaceFailed, err: fmt.Errorf("removing the %s finalizer: %w", FinalizerKubernetes, ferr)}
 	}
 	c.cfg.Metrics.NamespaceFinalized(c.clock.Since(first))
 	c.forget(name, ns.UID)
