@@ -110,7 +110,7 @@ type Trip struct {
 func (t Trip) Because() string {
 	switch t.Signal {
 	case Unobserved:
-		return fmt.Sprintf("%d deletions within %s rested on owners kgc never observed alive (a quorum read found nothing, or another object, at a UID the graph never held), more than the limit of %d: the restore / rollback signature",
+		return fmt.Sprintf("%d owners kgc never observed alive (a quorum read found nothing, or another object, at a UID the graph never held) were found gone within %s, each with dependents to delete, more than the limit of %d: the restore / rollback signature",
 			t.Count, time.Duration(t.Window), t.Limit)
 	case Dangling:
 		return fmt.Sprintf("%d owners that kgc did not delete itself were found gone within %s, each with dependents to delete, more than %d (the larger of the dangling fraction of the graph's %d objects and the minimum)",
