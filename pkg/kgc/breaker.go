@@ -94,6 +94,13 @@ func (c *Collector) breakerState() metrics.BreakerState {
 		for sig, n := range b.HeldBySignal() {
 			st.Held[string(sig)] = n
 		}
+	} else {
+		// Off: every signal is shown untripped with limit 0 (a limit of
+		// 0 turns a signal off), so that the documented series exist
+		// whether or not the breaker runs.
+		for _, sig := range breaker.Signals {
+			st.Signals = append(st.Signals, metrics.BreakerSignal{Signal: string(sig)})
+		}
 	}
 	st.Held[metrics.HeldRestored] = len(c.c.RestoreHolds())
 	return st
