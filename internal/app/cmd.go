@@ -183,6 +183,7 @@ func Run(ctx context.Context, o *RunOptions) error {
 		WriteHistorySize:      writeHistorySize(o.WriteHistorySize),
 		Breaker:               o.Breaker.lib(o.LeaderElection),
 		HoldRestored:          o.Breaker.HoldRestored,
+		OrphanJournal:         o.orphanJournal(),
 		DryRun:                o.Shadow.DryRun,
 		ShadowWindow:          o.Shadow.Window,
 	})

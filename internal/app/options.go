@@ -33,6 +33,8 @@ type RunOptions struct {
 	HTTPAddress           string
 	NamespaceLifecycle    bool
 	WriteHistorySize      int
+	OrphanJournal         bool
+	OrphanJournalTTL      time.Duration
 	Shadow                ShadowOptions // shadow.go
 	LeaderElection        LeaderElectionOptions
 	Breaker               BreakerRunOptions
@@ -56,6 +58,8 @@ func NewRunOptions() *RunOptions {
 		StuckThreshold:        5 * time.Minute,
 		HTTPAddress:           ":10258",
 		WriteHistorySize:      kgc.DefaultWriteHistorySize,
+		OrphanJournal:         true,
+		OrphanJournalTTL:      10 * time.Minute,
 		Shadow:                ShadowOptions{Window: kgc.DefaultShadowWindow},
 		LeaderElection:        NewLeaderElectionOptions(),
 		Breaker:               NewBreakerRunOptions(),
@@ -84,6 +88,8 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address for /healthz, /readyz and the debug graph. Empty disables the server.")
 	fs.BoolVar(&o.NamespaceLifecycle, "namespace-lifecycle", o.NamespaceLifecycle, "Also do the namespace controller's job: empty deleted namespaces (Pods first), set their status conditions, and remove their kubernetes finalizer once nothing is left. For API servers without kube-controller-manager; leave it off where kube-controller-manager runs its namespace controller.")
 	fs.IntVar(&o.WriteHistorySize, "write-history-size", o.WriteHistorySize, "How many of its last writes (DELETEs and patches) kgc keeps in memory with why it made them (which owner was gone and how kgc knew, the policy, the preconditions, the outcome), served at /debug/controllers/garbage-collector-controller/history and read by kgc explain --server. 0 keeps none; every write is logged either way.")
+	fs.BoolVar(&o.OrphanJournal, "orphan-journal", o.OrphanJournal, "Remember the owners kgc orphaned (deleted with the Orphan policy) on the Lease <--leader-elect-resource-name>"+orphanJournalSuffix+" in --leader-elect-resource-namespace, so that a dependent seen only after its owner went (its resource unlisted past --unlisted-hold, or its watch lagging) is orphaned, not deleted, also by a restarted kgc or a new leader. Each orphan finalizer removal waits until its owner is written there. Off: the memory lives in the process only.")
+	fs.DurationVar(&o.OrphanJournalTTL, "orphan-journal-ttl", o.OrphanJournalTTL, "How long the orphan journal remembers an owner once every resource is listed and healthy (while one is not, it forgets none).")
 	o.Shadow.AddFlags(fs)
 	o.LeaderElection.AddFlags(fs)
 	o.Breaker.AddFlags(fs)
@@ -128,6 +134,9 @@ func (o *RunOptions) Validate() []error {
 	if o.WriteHistorySize < 0 {
 		errs = append(errs, fmt.Errorf("--write-history-size must not be negative (0 keeps no history), got %d", o.WriteHistorySize))
 	}
+	if o.OrphanJournalTTL <= 0 {
+		errs = append(errs, fmt.Errorf("--orphan-journal-ttl must be positive, got %s", o.OrphanJournalTTL))
+	}
 	if o.DiscoveryResyncPeriod < time.Second {
 		errs = append(errs, fmt.Errorf("--discovery-resync-period must be at least 1s, got %s", o.DiscoveryResyncPeriod))
 	}
@@ -165,3 +174,17 @@ func validateClientBudget(qps float32, burst int) []error {
 
 // errValidation wraps option errors so Execute can print usage hints.
 var errValidation = errors.New("invalid options")
+
+// orphanJournalSuffix names the orphan journal's Lease after the
+// leader-election Lease (a Lease of its own: the leader's renewals would
+// conflict with its writes).
+const orphanJournalSuffix = "-orphans"
+
+// orphanJournal returns the library's option for --orphan-journal.
+func (o *RunOptions) orphanJournal() *kgc.OrphanJournalOptions {
+	if !o.OrphanJournal {
+		return nil
+	}
+	return &kgc.OrphanJournalOptions{LeaseNamespace: o.LeaderElection.ResourceNamespace,
+		LeaseName: o.LeaderElection.ResourceName + orphanJournalSuffix, TTL: o.OrphanJournalTTL}
+}

@@ -54,6 +54,8 @@ func defaults() RunOptions {
 		StuckThreshold:        5 * time.Minute,
 		HTTPAddress:           ":10258",
 		WriteHistorySize:      10000,
+		OrphanJournal:         true,
+		OrphanJournalTTL:      10 * time.Minute,
 		Shadow:                ShadowOptions{Window: 3 * time.Minute},
 		LeaderElection:        NewLeaderElectionOptions(), // off: TestMain pins "not in a cluster"
 		Observability:         NewObservabilityOptions(),

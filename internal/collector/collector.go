@@ -23,6 +23,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/history"
 	"github.com/kgc-dev/kgc/internal/metrics"
 	"github.com/kgc-dev/kgc/internal/namespaces"
+	"github.com/kgc-dev/kgc/internal/orphanlog"
 	"github.com/kgc-dev/kgc/internal/rules"
 	"github.com/kgc-dev/kgc/internal/shadow"
 	"github.com/kgc-dev/kgc/internal/workers"
@@ -90,6 +91,12 @@ type Config struct {
 	// HoldRestored holds dependents with the restore signature
 	// (workers/hold.go).
 	HoldRestored bool
+	// OrphanStore keeps the journal of owners kgc orphaned across restarts
+	// (package orphanlog); nil keeps it in memory only. OrphanTTL bounds
+	// how long an entry is kept while every resource is listed and healthy
+	// (orphanlog.DefaultTTL when 0).
+	OrphanStore orphanlog.Store
+	OrphanTTL   time.Duration
 	// Clock drives the queues' backoff, the write log, foreground re-checks,
 	// periodic rediscovery and the monitors' backoff; nil is the real clock
 	// (tests inject a fake one: see testhooks.go).
@@ -120,6 +127,8 @@ type Collector struct {
 	startupLogEvery time.Duration
 	// shadow is shadow mode's comparison, nil unless DryRun (shadow.go).
 	shadow *shadowMode
+	// journal is the durable memory of the owners kgc orphaned.
+	journal *orphanlog.Journal
 }
 
 // New builds a Collector from cfg.
@@ -206,12 +215,31 @@ func New(cfg Config) (*Collector, error) {
 		Rules: cfg.Rules, Metrics: cfg.Metrics, History: cfg.History, Clock: cfg.Clock,
 		Breaker: cfg.Breaker, OnTrip: cfg.OnTrip, HoldRestored: cfg.HoldRestored,
 	}
+	// An entry of the journal is kept past its TTL while a resource that
+	// could hold a dependent of its owner has not been seen whole: never
+	// listed, or failing (its watch broken and its relist failing).
+	c.journal = orphanlog.New(orphanlog.Config{Store: cfg.OrphanStore, TTL: cfg.OrphanTTL, Clock: cfg.Clock, Keep: c.someResourceUnseen})
+	wcfg.Journal = c.journal
 	if c.shadow != nil {
 		c.shadow.init(cfg.Shadow, &wcfg)
 	}
 	c.workers = workers.New(wcfg, g)
 	return c, nil
 }
+
+// someResourceUnseen reports whether a monitored resource is not listed
+// yet or failing.
+func (c *Collector) someResourceUnseen() bool {
+	for _, st := range c.builder.MonitorStatus() {
+		if st.State() != discovery.StateSynced {
+			return true
+		}
+	}
+	return false
+}
+
+// Journal returns the memory of the owners kgc orphaned.
+func (c *Collector) Journal() *orphanlog.Journal { return c.journal }
 
 // Graph returns the collector's ownership graph (read-only use).
 func (c *Collector) Graph() *graph.Graph { return c.builder.Graph() }
@@ -306,10 +334,14 @@ func (c *Collector) Run(ctx context.Context) error {
 	// finish their calls instead of being cut off halfway.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
+	// The journal's writer stops once the workers' writes have ended
+	// (they may wait for their journal entries).
+	journalCtx, stopJournal := context.WithCancel(workCtx)
 	defer func() {
 		drain := time.AfterFunc(c.cfg.DrainTimeout, cancelWork)
 		c.builder.Stop()
 		c.workers.Stop()
+		stopJournal()
 		wg.Wait()
 		drain.Stop()
 		cancelWork()
@@ -403,6 +435,25 @@ func (c *Collector) Run(ctx context.Context) error {
 	if err != nil {
 		logger.Info("Starting workers before every monitor synced", "pending", pending)
 	}
+	// The journal of orphaned owners is read before any decision: a
+	// dependent whose owner an earlier kgc orphaned, found only now, must
+	// be orphaned, not deleted as dangling (package orphanlog). Until it
+	// is read nothing is decided; it is retried like discovery.
+	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := c.journal.Load(ctx); err != nil {
+			logger.Error(err, "Reading the journal of orphaned owners before starting workers; retrying (kgc needs get on it: see deploy/30-leader-election-role.yaml)")
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil //nolint:nilerr // ctx ended first: a clean stop
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.journal.Run(journalCtx)
+	}()
 	c.builder.WaitIdle()
 	c.synced.Store(true)
 	logger.Info("Monitors synced; starting workers", "workers", c.cfg.Workers, "maxWritesInFlight", c.cfg.MaxWritesInFlight, "nodes", c.Graph().Len())

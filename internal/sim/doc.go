@@ -110,9 +110,11 @@
 //     --unlisted-hold with that resource unlisted;
 //   - LimitRestartMemory: a dependent deleted on account of an owner
 //     orphaned under one of those two limits, by a collector started after
-//     the release (the owner memory does not survive a restart). The same
-//     deletion by the collector that released the owner is a violation:
-//     that one must orphan the dependent;
+//     the release and longer than the orphan journal's TTL after it (the
+//     journal, which every collector the Sim starts shares, keeps owners
+//     across restarts only that long once every resource is listed). The
+//     same deletion by the collector that released the owner, or within
+//     the TTL, is a violation: the dependent must be orphaned;
 //   - LimitStaleCycle: blockOwnerDeletion cleared to break a cycle of
 //     blocking references that no longer exists but did in the versions of
 //     its objects the collector was shown.

@@ -156,13 +156,18 @@ func TestUnlistedHoldExpiresForeground(t *testing.T) {
 	}
 }
 
-// The memory of orphaned owners does not survive a restart: the dependent
-// found by the next collector is collected as dangling, as upstream would.
+// The memory of orphaned owners survives a restart (the orphan journal):
+// the dependent found by the next collector is orphaned, not collected as
+// dangling as upstream (and kgc before the journal) would.
 func TestUnlistedHoldExpiresOrphanRestart(t *testing.T) {
-	s, _, d := unlistedHoldSchedule(t, metav1.DeletePropagationOrphan, true)
-	s.wantLimits(LimitUnlistedHold+" S2", LimitRestartMemory+" S2")
-	if s.Get(d) != nil {
-		t.Fatalf("the dependent survived although the restarted collector had no memory of its orphaned owner\n%s", s.Trace())
+	s, o, d := unlistedHoldSchedule(t, metav1.DeletePropagationOrphan, true)
+	s.wantLimits(LimitUnlistedHold + " S2")
+	m := s.Get(d)
+	if m == nil || len(m.OwnerReferences) != 0 {
+		t.Fatalf("the restarted collector did not orphan the dependent of an owner an earlier one orphaned: %v\n%s", m, s.Trace())
+	}
+	if _, ok := s.Journal.Entries()[o.UID]; !ok {
+		t.Fatalf("the orphaned owner is not in the journal's store\n%s", s.Trace())
 	}
 }
 
@@ -174,9 +179,9 @@ func TestUnlistedHoldExpiresOrphanRestart(t *testing.T) {
 // (Orphan: the dependent is orphaned when seen, by the owner memory;
 // Foreground: it is deleted), only the order S2/S3 ask for is not kept.
 //
-// With a collector restart before the dependent is seen, the owner memory
-// is gone, and the dependent of the Orphan owner is collected as dangling
-// (LimitRestartMemory), as upstream would.
+// With a collector restart before the dependent is seen, the next
+// collector reads the owner from the orphan journal and orphans the
+// dependent too (upstream, and kgc before the journal, deleted it).
 func TestWatchLagOrderingLimit(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -191,7 +196,7 @@ func TestWatchLagOrderingLimit(t *testing.T) {
 	}{
 		{"Foreground", metav1.DeletePropagationForeground, false, LimitWatchLag + " S3", []string{LimitWatchLag + " S3"}, false},
 		{"Orphan", metav1.DeletePropagationOrphan, false, LimitWatchLag + " S2", []string{LimitWatchLag + " S2"}, true},
-		{"OrphanRestart", metav1.DeletePropagationOrphan, true, LimitWatchLag + " S2", []string{LimitWatchLag + " S2", LimitRestartMemory + " S2"}, false},
+		{"OrphanRestart", metav1.DeletePropagationOrphan, true, LimitWatchLag + " S2", []string{LimitWatchLag + " S2"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScripted(t)

@@ -123,8 +123,10 @@ const (
 	LimitUnlistedHold = "unlisted-hold"
 	// LimitRestartMemory: a dependent deleted on account of an owner
 	// deleted with Orphan whose finalizer went under one of the limits
-	// above, by a collector started after that release: the memory of
-	// orphaned owners does not survive a restart.
+	// above, by a collector started after that release, more than the
+	// orphan journal's TTL (OrphanTTL) after it: the journal keeps an
+	// owner across restarts only that long once every resource is listed
+	// (package orphanlog).
 	LimitRestartMemory = "restart-memory"
 	// LimitStaleCycle: blockOwnerDeletion cleared on a reference to an
 	// owner in Foreground deletion to break a cycle of blocking references
@@ -162,11 +164,14 @@ type Server struct {
 	seen   map[types.UID]*metav1.ObjectMeta
 	listed map[schema.GroupResource]bool
 	// excused: (dependent, orphaned owner) pairs whose orphan finalizer
-	// went under a documented limit, and the collector start (starts) that
-	// released it: deleting the dependent later is a violation unless a
-	// restart came in between (LimitRestartMemory).
-	excused map[[2]types.UID]int
+	// went under a documented limit, with the collector start (starts)
+	// that released it and when: deleting the dependent later is a
+	// violation unless a restart came in between and the journal's TTL
+	// had passed (LimitRestartMemory).
+	excused map[[2]types.UID]excuse
 	starts  int
+	// OrphanTTL is the collectors' orphan journal TTL.
+	OrphanTTL time.Duration
 	// kgcWrote: the resourceVersion of kgc's last write to each object.
 	kgcWrote map[types.UID]int64
 
@@ -185,12 +190,18 @@ type Server struct {
 	Trace func(string)
 }
 
+// excuse is when an orphan finalizer went under a documented limit.
+type excuse struct {
+	start int
+	at    time.Time
+}
+
 // NewServer returns a server serving kinds.
 func NewServer(clk *Clock, kinds ...*Kind) *Server {
 	s := &Server{
 		rv: 100, kinds: make(map[schema.GroupResource]*resource),
 		objects: make(map[objKey]*metav1.ObjectMeta), snapshots: make(map[int][]metav1.ObjectMeta),
-		clock: clk, orphaned: make(map[types.UID]bool), excused: make(map[[2]types.UID]int),
+		clock: clk, orphaned: make(map[types.UID]bool), excused: make(map[[2]types.UID]excuse),
 		seen: make(map[types.UID]*metav1.ObjectMeta), listed: make(map[schema.GroupResource]bool),
 		kgcWrote: make(map[types.UID]int64),
 	}
@@ -371,7 +382,7 @@ func (s *Server) checkFinalizers(actor Actor, old, now *metav1.ObjectMeta) {
 			if orphanGone && now.DeletionTimestamp != nil {
 				s.violateLimit("S2", limit, "%s removed the orphan finalizer of %s/%s[%s] while %s still references it%s", actor, old.Namespace, old.Name, old.UID, describe(k, d), note)
 				if limit != "" {
-					s.excused[[2]types.UID{d.UID, old.UID}] = s.starts
+					s.excused[[2]types.UID{d.UID, old.UID}] = excuse{start: s.starts, at: s.clock.Now()}
 				}
 			}
 			// An object's reference to itself never blocks (kgc's semantics,
@@ -502,8 +513,8 @@ func (s *Server) checkDelete(k objKey, m *metav1.ObjectMeta) {
 			// Within one collector's run, an owner released under a
 			// documented limit is remembered as orphaned, and its
 			// dependents found later are orphaned, not deleted.
-			if at, ok := s.excused[[2]types.UID{m.UID, ref.UID}]; ok && at < s.starts {
-				s.violateLimit("S2", LimitRestartMemory, "kgc deleted %s, a dependent of %s, which was deleted with Orphan (its finalizer went under a documented limit before a collector restart)", describe(k, m), ref.UID)
+			if e, ok := s.excused[[2]types.UID{m.UID, ref.UID}]; ok && e.start < s.starts && s.clock.Now().Sub(e.at) > s.OrphanTTL {
+				s.violateLimit("S2", LimitRestartMemory, "kgc deleted %s, a dependent of %s, which was deleted with Orphan (its finalizer went under a documented limit before a collector restart, longer than the orphan journal's TTL ago)", describe(k, m), ref.UID)
 			} else {
 				s.violate("S2", "kgc deleted %s, a dependent of %s, which was deleted with Orphan", describe(k, m), ref.UID)
 			}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/collector"
+	"github.com/kgc-dev/kgc/internal/orphanlog"
 )
 
 // Finalizer is the foreign finalizer the simulated clients put on objects.
@@ -86,6 +87,11 @@ type Sim struct {
 	// Configure, when set, adjusts the config of every collector Start
 	// starts (a test that switches a fix off through a config knob).
 	Configure func(*collector.Config)
+	// Journal is the orphan journal's store, shared by every collector
+	// Start starts (it outlives restarts, as kgc's Lease does); OrphanTTL
+	// is their journal TTL.
+	Journal   *orphanlog.MemoryStore
+	OrphanTTL time.Duration
 
 	// The schedule applied through Apply, as it took effect, and the
 	// objects it created, by coordinates (schedule.go).
@@ -101,6 +107,7 @@ func New(seed uint64) *Sim {
 		Seed: seed, Clock: clk, Srv: NewServer(clk, Kinds()...),
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		Workers: 1, ResyncPeriod: 30 * time.Second, UnlistedHold: time.Minute,
+		Journal: &orphanlog.MemoryStore{}, OrphanTTL: orphanlog.DefaultTTL,
 		calls: map[string]int{}, names: map[objKey]Obj{},
 	}
 	s.mapper = s.Srv.Mapper()
@@ -192,6 +199,8 @@ func (s *Sim) Start() error {
 		ResyncPeriod: s.ResyncPeriod,
 		UnlistedHold: s.UnlistedHold,
 		Clock:        s.Clock,
+		OrphanStore:  s.Journal,
+		OrphanTTL:    s.OrphanTTL,
 	}
 	if s.Srv.listsHeld() {
 		// A held first list neither syncs nor fails: the workers start
@@ -213,6 +222,7 @@ func (s *Sim) Start() error {
 	// test's Configure set (a test switching the hold off wants the
 	// releases flagged).
 	s.Srv.UnlistedHold = s.UnlistedHold
+	s.Srv.OrphanTTL = s.OrphanTTL
 	s.Srv.ReleasedUnlisted = func(owner types.UID) (string, []string, time.Duration, bool) {
 		_, released := c.Held()
 		for i := len(released) - 1; i >= 0; i-- {

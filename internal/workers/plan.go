@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/history"
+	"github.com/kgc-dev/kgc/internal/orphanlog"
 	"github.com/kgc-dev/kgc/internal/rules"
 )
 
@@ -243,19 +245,56 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 		klog.FromContext(ctx).V(2).Info("Dependents orphaned; removing orphan finalizer", "object", owner.Identity.String())
 		// Recorded before the write: the owner's deletion may reach the
 		// graph, and a lagging dependent be checked, before this call
-		// returns. Only kgc's own removal counts: a client that deletes
-		// the owner again with another policy makes the apiserver drop
-		// the orphan finalizer, and then its dependents are garbage.
+		// returns — in this process, or in the next kgc after a restart
+		// (the journal: a dependent this decision missed, under the
+		// unlisted hold or a lagging watch, is seen only later, and must
+		// be orphaned then, not deleted as dangling). The removal waits
+		// until the journal's entry is durable; if it cannot be written,
+		// the finalizer stays and the owner is retried.
+		// Only kgc's own removal counts: a client that deletes the owner
+		// again with another policy makes the apiserver drop the orphan
+		// finalizer, and then its dependents are garbage.
+		if err := w.recordOrphaned(ctx, uid); err != nil {
+			return err
+		}
 		w.orphaned.Add(uid)
 		_, err := w.ops.ReplaceFinalizers(ctx, t, owner.Finalizers, a.Finalizers)
 		if err != nil && !apierrors.IsNotFound(err) {
-			w.orphaned.Delete(uid) // still orphaning, or no longer: not ours
+			// Still orphaning, or no longer: not ours.
+			w.orphaned.Delete(uid)
+			w.journal.Forget(uid)
 		}
 		w.wrote(ctx, &rec, err)
 		w.writes.record(uid, owner.ResourceVersion, err)
 		return conflictOrNil(err)
 	}}, nil
 }
+
+// journalWait bounds how long an orphan finalizer removal waits for its
+// journal entry to be written before it gives up and is retried.
+const journalWait = 30 * time.Second
+
+// recordOrphaned records owner in the journal before its orphan finalizer
+// is removed.
+func (w *Workers) recordOrphaned(ctx context.Context, owner types.UID) error {
+	ctx, cancel := context.WithTimeout(ctx, journalWait)
+	defer cancel()
+	if err := w.journal.Record(ctx, owner); err != nil {
+		w.journal.Forget(owner) // the finalizer stays: nothing to remember yet
+		return fmt.Errorf("recording the owner in the orphan journal before removing its orphan finalizer: %w", err)
+	}
+	return nil
+}
+
+// orphanMemory is what kgc knows of the owners it orphaned: this
+// process's own record (recent, long) and the journal (durable, shorter:
+// see package orphanlog), which also holds earlier processes' records.
+type orphanMemory struct {
+	recent  *recentSet[types.UID]
+	journal *orphanlog.Journal
+}
+
+func (m orphanMemory) Has(uid types.UID) bool { return m.recent.Has(uid) || m.journal.Has(uid) }
 
 // decideOrphan decides for an orphaning owner from the graph's
 // dependents (rules.DecideOrphan). uncertain is set when a dependent's

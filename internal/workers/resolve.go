@@ -65,7 +65,7 @@ type resolver struct {
 	absent *absentCache
 	// orphaned holds the UIDs of owners whose orphan finalizer kgc
 	// removed (see OwnerState Orphaned); nil: none.
-	orphaned *recentSet[types.UID]
+	orphaned interface{ Has(types.UID) bool }
 	// await parks dependent until the first list of gk, the resource of an
 	// owner the graph has not observed, is in the graph, and reports
 	// whether it did (awaitList.park); nil: never.

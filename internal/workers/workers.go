@@ -23,6 +23,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/history"
 	"github.com/kgc-dev/kgc/internal/metrics"
+	"github.com/kgc-dev/kgc/internal/orphanlog"
 	"github.com/kgc-dev/kgc/internal/rules"
 )
 
@@ -82,6 +83,12 @@ type Config struct {
 	DryRun bool
 	// Shadow receives every write decided in shadow mode; optional.
 	Shadow func(history.Record)
+	// Journal is the durable record of the owners kgc orphaned (package
+	// orphanlog): each orphan finalizer removal waits until its owner is
+	// recorded there, and owners recorded there by earlier kgc processes
+	// count as orphaned. The caller loads it before Start and runs it.
+	// nil: a journal in memory only.
+	Journal *orphanlog.Journal
 }
 
 // Workers are kgc's attempt-to-delete and attempt-to-orphan workers: they
@@ -111,8 +118,10 @@ type Workers struct {
 	fgReleased *recentSet[types.UID]
 	// orphaned: owners whose orphan finalizer kgc removed, recorded just
 	// before the write (planOrphanItem), read by the resolver (OwnerState
-	// Orphaned).
+	// Orphaned) together with journal, which holds them durably (and those
+	// earlier kgc processes orphaned) for a shorter time.
 	orphaned *recentSet[types.UID]
+	journal  *orphanlog.Journal
 	// holds: when each owner's finalizer removal was first held back for
 	// unlisted resources (negativeFactsReady).
 	holds sync.Map // types.UID -> HeldFinalizer
@@ -177,6 +186,9 @@ func New(cfg Config, g *graph.Graph) *Workers {
 	if w.unlisted == nil {
 		w.unlisted = func() []discovery.Resource { return nil }
 	}
+	if w.journal = cfg.Journal; w.journal == nil {
+		w.journal = orphanlog.New(orphanlog.Config{})
+	}
 	w.awaiting = newAwaitList(cfg.Listing, cfg.UnlistedHold, cfg.Clock, func(uid types.UID) { w.attemptToDelete.Add(uid) })
 	w.resolver = &resolver{
 		graph:            g,
@@ -185,7 +197,7 @@ func New(cfg Config, g *graph.Graph) *Workers {
 		list:             w.ops.List,
 		metrics:          cfg.Metrics,
 		absent:           newAbsentCache(16384),
-		orphaned:         w.orphaned,
+		orphaned:         orphanMemory{w.orphaned, w.journal},
 		invalidNamespace: w.reportInvalidNamespace,
 		await:            w.awaiting.park,
 	}

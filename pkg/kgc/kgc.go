@@ -60,6 +60,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/inspect"
 	"github.com/kgc-dev/kgc/internal/metrics"
 	"github.com/kgc-dev/kgc/internal/namespaces"
+	"github.com/kgc-dev/kgc/internal/orphanlog"
 	"github.com/kgc-dev/kgc/internal/rules"
 	"github.com/kgc-dev/kgc/internal/server"
 	"github.com/kgc-dev/kgc/internal/shadow"
@@ -195,6 +196,29 @@ type Options struct {
 	// effect and a change only a garbage collector would make waits for a
 	// matching decision. Default DefaultShadowWindow.
 	ShadowWindow time.Duration
+	// OrphanJournal keeps kgc's memory of the owners it orphaned (deleted
+	// with the Orphan policy, their orphan finalizer removed by kgc) on a
+	// Lease, so that it survives a restart or a change of leader: a
+	// dependent of such an owner that kgc sees only after the owner went
+	// (its resource was unlisted past UnlistedHold, or its watch lagged)
+	// is then orphaned, not deleted as dangling, by whichever kgc sees it
+	// (docs/correctness.md). nil keeps that memory in the process only;
+	// `kgc run` keeps it (OrphanJournalOptions).
+	OrphanJournal *OrphanJournalOptions
+}
+
+// OrphanJournalOptions name the Lease that holds the journal of orphaned
+// owners, in its annotation kgc.dev/orphaned-owners. It is created on the
+// first write; kgc needs get, create and update on it (the verbs its leader
+// election needs on its own Lease). Each orphan finalizer removal waits
+// until its owner is written there; writes are shared by the removals
+// waiting at the same time.
+type OrphanJournalOptions struct {
+	LeaseNamespace, LeaseName string
+	// TTL: how long an owner is remembered once every resource is listed
+	// and healthy (while one is not, every owner is kept). Default 10
+	// minutes, far longer than watch delivery lags.
+	TTL time.Duration
 }
 
 // DefaultShadowWindow is Options.ShadowWindow's default.
@@ -269,6 +293,14 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	}
 	if opts.ShadowWindow < 0 {
 		return nil, fmt.Errorf("kgc: ShadowWindow must not be negative, got %s", opts.ShadowWindow)
+	}
+	if j := opts.OrphanJournal; j != nil {
+		if j.LeaseNamespace == "" || j.LeaseName == "" {
+			return nil, fmt.Errorf("kgc: OrphanJournal needs a Lease namespace and name, got %q and %q", j.LeaseNamespace, j.LeaseName)
+		}
+		if j.TTL < 0 {
+			return nil, fmt.Errorf("kgc: OrphanJournal.TTL must not be negative, got %s", j.TTL)
+		}
 	}
 	// The metrics' sources read the collector and its mapper, built below.
 	// A scrape of the caller's registry may come while New runs, or after
@@ -408,7 +440,15 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	if opts.DryRun {
 		recorder = nil
 	}
+	var orphanStore orphanlog.Store
+	var orphanTTL time.Duration
+	if j := opts.OrphanJournal; j != nil {
+		orphanStore = &orphanlog.LeaseStore{Client: out.coordination, Namespace: j.LeaseNamespace, Name: j.LeaseName}
+		orphanTTL = j.TTL
+	}
 	out.c, err = collector.New(collector.Config{
+		OrphanStore:       orphanStore,
+		OrphanTTL:         orphanTTL,
 		Breaker:           brk,
 		OnTrip:            out.onTrip,
 		HoldRestored:      opts.HoldRestored,

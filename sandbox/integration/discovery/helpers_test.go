@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,6 +70,14 @@ func kgcLogger(t *testing.T) logr.Logger {
 // its metrics registry.
 func startKGC(t *testing.T, opts kgc.Options) (*kgc.Collector, string, *prometheus.Registry) {
 	t.Helper()
+	gc, label, reg, _ := startStoppableKGC(t, opts)
+	return gc, label, reg
+}
+
+// startStoppableKGC is startKGC that also returns a function stopping kgc
+// before the test ends (a restart).
+func startStoppableKGC(t *testing.T, opts kgc.Options) (*kgc.Collector, string, *prometheus.Registry, func()) {
+	t.Helper()
 	label := strconv.FormatInt(collectorSeq.Add(1), 10)
 	reg := prometheus.NewRegistry()
 	opts.Registerer = reg
@@ -86,21 +95,25 @@ func startKGC(t *testing.T, opts kgc.Options) (*kgc.Collector, string, *promethe
 			_ = gc.Run(ctx)
 		}()
 	})
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(waitTimeout):
-			t.Errorf("kgc did not stop within %s", waitTimeout)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(waitTimeout):
+				t.Errorf("kgc did not stop within %s", waitTimeout)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	syncCtx, cancelSync := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancelSync()
 	if err := gc.WaitForSync(syncCtx); err != nil {
 		t.Fatalf("kgc.WaitForSync: %v\nkgc's goroutines:\n%s", err, goroutineStacks(label))
 	}
 	t.Logf("kgc ready %s after Run", time.Since(began).Round(time.Millisecond))
-	return gc, label, reg
+	return gc, label, reg, stop
 }
 
 // startCollector runs the internal collector (for its test hooks) the way

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kgc-dev/kgc/internal/orphanlog"
 	"github.com/kgc-dev/kgc/pkg/kgc"
 )
 
@@ -27,17 +28,23 @@ import (
 //     Foreground owner only after its dependents are gone;
 //   - with a hold shorter than the outage, the Orphan owner goes when the
 //     hold ends, and its dependents, seen only later, are still orphaned,
-//     not deleted.
+//     not deleted;
+//   - the same with kgc restarted while the resource is still down: the
+//     next kgc reads the owner from the orphan journal (a Lease) and
+//     orphans its dependents too. Without the journal it deleted them as
+//     dangling, as upstream does (issue 14, the restart limit).
 //
 // Meanwhile Background cascades of healthy kinds go on: nothing waits for
 // the broken resource but the two finalizers.
 func TestFinalizersWaitForUnlistedResources(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		hold time.Duration
+		name    string
+		hold    time.Duration
+		restart bool
 	}{
-		{"hold longer than the outage", time.Hour},
-		{"hold shorter than the outage", 2 * time.Second},
+		{"hold longer than the outage", time.Hour, false},
+		{"hold shorter than the outage", 2 * time.Second, false},
+		{"hold shorter than the outage, kgc restarted during it", 2 * time.Second, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := newNamespace(t)
@@ -58,7 +65,9 @@ func TestFinalizersWaitForUnlistedResources(t *testing.T) {
 			deleteConfigMap(t, orphanOwner, metav1.DeletePropagationOrphan)
 			deleteConfigMap(t, fgOwner, metav1.DeletePropagationForeground)
 
-			gc, _, _ := startKGC(t, kgc.Options{Workers: 5, UnlistedHold: tc.hold, DiscoveryResyncPeriod: time.Second})
+			journal := &kgc.OrphanJournalOptions{LeaseNamespace: ns, LeaseName: "kgc-orphans"}
+			opts := kgc.Options{Workers: 5, UnlistedHold: tc.hold, DiscoveryResyncPeriod: time.Second, OrphanJournal: journal}
+			gc, _, _, stop := startStoppableKGC(t, opts)
 			srv := httptest.NewServer(gc.Handler())
 			defer srv.Close()
 
@@ -89,6 +98,16 @@ func TestFinalizersWaitForUnlistedResources(t *testing.T) {
 				})
 			}
 
+			if tc.restart {
+				// The orphan owner went while its dependents' resource
+				// was unlisted; a new kgc starts before it heals.
+				stop()
+				lease, err := kubeClient.CoordinationV1().Leases(ns).Get(context.Background(), journal.LeaseName, metav1.GetOptions{})
+				if err != nil || lease.Annotations[orphanlog.Annotation] == "" {
+					t.Fatalf("the orphan journal's Lease after the orphan owner went: %v, %v", lease, err)
+				}
+				startKGC(t, opts)
+			}
 			setConversion(t, s.name(), map[string]any{"strategy": "None"})
 			poll(t, "both owners to go once their dependents are listed", func() bool {
 				return configMapGone(ns, orphanOwner.Name) && configMapGone(ns, fgOwner.Name)

@@ -1,0 +1,335 @@
+// Package orphanlog is kgc's durable memory of the owners it orphaned: the
+// UIDs of owners deleted with the Orphan policy whose orphan finalizer kgc
+// removed, written down before each removal and read back when kgc starts.
+//
+// Why it exists. When kgc removes an owner's orphan finalizer it concludes
+// "no dependent references this owner any more" from its graph. Two known
+// limits make that conclusion early for some dependent D (docs/correctness.md,
+// "Known limits"): D's resource had never been listed when --unlisted-hold
+// ran out, or D's event was still on its resource's watch, behind the owner's.
+// Either way D is seen after the owner is gone, with a reference to an owner
+// that no longer exists. kgc must orphan D then (remove the reference), not
+// delete it as dangling — and it can only tell the two apart if it remembers
+// that the owner went with Orphan. A memory held in the process alone is lost
+// on a restart, a rolling upgrade or a leader change, and the next kgc deleted
+// D: data loss (S2). The journal closes that: an owner is recorded durably
+// before its finalizer is removed, so every kgc that may see D knows.
+//
+// Facts. An entry is written before the finalizer removal it covers
+// (Journal.Record blocks until its entry is durable), so no kgc can observe
+// the owner gone with Orphan without the entry existing. A removal that then
+// fails (the owner changed, the policy with it) forgets the entry again; a
+// crash between the two leaves an entry for an owner that may later go
+// another way, and its dependents are then orphaned instead of deleted: the
+// journal errs towards keeping objects.
+//
+// Bounds. An entry is kept for TTL after it was recorded (default 10 minutes:
+// far longer than any watch delivery lag), and for as long as some resource
+// that could hold dependents is unlisted or failing (Keep), since a dependent
+// there has not been seen; at most MaxEntries entries are kept (the oldest go
+// first, and the loss is logged).
+//
+// Writes. Records are group-committed: one writer goroutine writes every
+// entry pending at the time it starts, so a mass Orphan deletion of N owners
+// costs far fewer than N writes; each write is an Update conditional on the
+// version last read (a conflict re-reads and merges: entries are only ever
+// added by kgc processes, so the union is always right).
+package orphanlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Defaults.
+const (
+	DefaultTTL        = 10 * time.Minute
+	DefaultMaxEntries = 7000
+)
+
+// Store keeps the journal's entries somewhere that outlives a kgc process.
+type Store interface {
+	// Load returns the stored entries (UID -> when recorded) and the
+	// version to make the next Save conditional on ("" when nothing is
+	// stored yet).
+	Load(ctx context.Context) (map[types.UID]time.Time, string, error)
+	// Save replaces the stored entries if the store is still at version,
+	// and returns its new version; a conflict answers an error for which
+	// apierrors.IsConflict or apierrors.IsAlreadyExists is true.
+	Save(ctx context.Context, entries map[types.UID]time.Time, version string) (string, error)
+	// String names the store in logs.
+	String() string
+}
+
+// Config configures a Journal.
+type Config struct {
+	// Store, when nil, keeps the journal in memory only: Record returns at
+	// once, and a restart forgets (kgc as a library without a Lease).
+	Store Store
+	// TTL and MaxEntries bound the journal (defaults above).
+	TTL        time.Duration
+	MaxEntries int
+	// Keep, when it returns true, keeps every entry past its TTL: a
+	// resource that could hold dependents is unlisted or failing.
+	Keep func() bool
+	// Clock dates the entries (tests use a fake one); waits and retries use
+	// real time.
+	Clock clock.PassiveClock
+}
+
+// Journal is the memory of orphaned owners. Its methods are safe for
+// concurrent use; Load must be called before the first Has matters, and Run
+// must run for Record to return (with a Store).
+type Journal struct {
+	cfg Config
+
+	mu      sync.Mutex
+	entries map[types.UID]time.Time
+	version string
+	loaded  bool
+	// gen counts changes; durable is the gen last written; flushed is
+	// closed (and replaced) at each successful write.
+	gen, durable uint64
+	flushed      chan struct{}
+	stopped      bool
+	dropped      int // entries dropped for MaxEntries since the last log
+
+	kick chan struct{}
+}
+
+// New returns a journal; it holds nothing until Load.
+func New(cfg Config) *Journal {
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.MaxEntries <= 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Keep == nil {
+		cfg.Keep = func() bool { return false }
+	}
+	return &Journal{cfg: cfg, entries: map[types.UID]time.Time{}, flushed: make(chan struct{}), kick: make(chan struct{}, 1)}
+}
+
+// Durable reports whether the journal outlives the process.
+func (j *Journal) Durable() bool { return j.cfg.Store != nil }
+
+// Load reads the stored entries and merges them into the journal. Without
+// a Store it does nothing.
+func (j *Journal) Load(ctx context.Context) error {
+	if j.cfg.Store == nil {
+		j.mu.Lock()
+		j.loaded = true
+		j.mu.Unlock()
+		return nil
+	}
+	stored, version, err := j.cfg.Store.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the orphan journal %s: %w", j.cfg.Store, err)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.merge(stored)
+	j.version = version
+	j.loaded = true
+	return nil
+}
+
+// merge adds stored entries, keeping the later time of an entry held on
+// both sides. j.mu is held.
+func (j *Journal) merge(stored map[types.UID]time.Time) {
+	for uid, at := range stored {
+		if mine, ok := j.entries[uid]; !ok || at.After(mine) {
+			j.entries[uid] = at
+		}
+	}
+}
+
+// Len returns the number of entries.
+func (j *Journal) Len() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.entries)
+}
+
+// Has reports whether owner is recorded as orphaned by kgc.
+func (j *Journal) Has(owner types.UID) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	_, ok := j.entries[owner]
+	return ok
+}
+
+// Record records owner and returns once the entry is durable (at once
+// without a Store). An error means it may not be: the finalizer removal it
+// was to cover must not be made.
+func (j *Journal) Record(ctx context.Context, owner types.UID) error {
+	j.mu.Lock()
+	j.entries[owner] = j.cfg.Clock.Now()
+	j.gen++
+	want := j.gen
+	if j.cfg.Store == nil {
+		j.durable = want
+		j.mu.Unlock()
+		return nil
+	}
+	j.mu.Unlock()
+	select {
+	case j.kick <- struct{}{}:
+	default:
+	}
+	for {
+		j.mu.Lock()
+		done, stopped, ch := j.durable >= want, j.stopped, j.flushed
+		j.mu.Unlock()
+		switch {
+		case done:
+			return nil
+		case stopped:
+			return errors.New("the orphan journal is stopped")
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Forget removes owner (its finalizer removal failed); the removal is
+// written with the next write.
+func (j *Journal) Forget(owner types.UID) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if _, ok := j.entries[owner]; ok {
+		delete(j.entries, owner)
+		j.gen++
+	}
+}
+
+// prune drops entries past their TTL (unless Keep) and the oldest beyond
+// MaxEntries. j.mu is held.
+func (j *Journal) prune(now time.Time, keep bool) {
+	before := len(j.entries)
+	if !keep {
+		maps.DeleteFunc(j.entries, func(_ types.UID, at time.Time) bool { return now.Sub(at) > j.cfg.TTL })
+	}
+	if over := len(j.entries) - j.cfg.MaxEntries; over > 0 {
+		uids := slices.Collect(maps.Keys(j.entries))
+		slices.SortFunc(uids, func(a, b types.UID) int { return j.entries[a].Compare(j.entries[b]) })
+		for _, uid := range uids[:over] {
+			delete(j.entries, uid)
+		}
+		j.dropped += over
+	}
+	if len(j.entries) != before {
+		j.gen++
+	}
+}
+
+// Run writes recorded entries until ctx is done (with a Store; without one
+// it returns at once). Every pruneEvery it also drops expired entries.
+func (j *Journal) Run(ctx context.Context) {
+	defer func() {
+		j.mu.Lock()
+		j.stopped = true
+		close(j.flushed)
+		j.flushed = make(chan struct{})
+		j.mu.Unlock()
+	}()
+	if j.cfg.Store == nil {
+		<-ctx.Done()
+		return
+	}
+	logger := klog.FromContext(ctx).WithValues("journal", j.cfg.Store.String())
+	const pruneEvery = time.Minute
+	prune := time.NewTicker(pruneEvery)
+	defer prune.Stop()
+	backoff := time.Duration(0)
+	for {
+		var retry <-chan time.Time
+		if backoff > 0 {
+			retry = time.After(backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-j.kick:
+		case <-prune.C:
+		case <-retry:
+		}
+		err := j.flush(ctx, logger)
+		switch {
+		case err == nil:
+			backoff = 0
+		case ctx.Err() != nil:
+			return
+		default:
+			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
+			logger.Error(err, "Writing the orphan journal; orphan finalizer removals wait for it", "retryIn", backoff)
+		}
+	}
+}
+
+// flush writes the journal if it changed since the last write, re-reading
+// and merging on a conflict.
+func (j *Journal) flush(ctx context.Context, logger klog.Logger) error {
+	conflicts := 0
+	for {
+		j.mu.Lock()
+		j.prune(j.cfg.Clock.Now(), j.cfg.Keep())
+		if j.dropped > 0 {
+			logger.Info("Orphan journal full: the oldest entries were dropped from it; their dependents, if seen only after a restart, are deleted as dangling",
+				"dropped", j.dropped, "maxEntries", j.cfg.MaxEntries)
+			j.dropped = 0
+		}
+		if j.gen == j.durable {
+			j.mu.Unlock()
+			return nil
+		}
+		gen, version, entries := j.gen, j.version, maps.Clone(j.entries)
+		j.mu.Unlock()
+
+		newVersion, err := j.cfg.Store.Save(ctx, entries, version)
+		if err == nil {
+			j.mu.Lock()
+			j.version = newVersion
+			if gen > j.durable {
+				j.durable = gen
+			}
+			close(j.flushed)
+			j.flushed = make(chan struct{})
+			j.mu.Unlock()
+			conflicts = 0
+			continue // changes made meanwhile are written at once
+		}
+		if !(apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) || conflicts >= 5 {
+			return err
+		}
+		conflicts++
+		// Another writer (a previous leader still running, a restart
+		// racing with it): merge its entries and write the union.
+		stored, v, lerr := j.cfg.Store.Load(ctx)
+		if lerr != nil {
+			return lerr
+		}
+		j.mu.Lock()
+		j.merge(stored)
+		j.version = v
+		j.gen++
+		j.mu.Unlock()
+	}
+}
