@@ -218,7 +218,8 @@ func New(cfg Config) (*Collector, error) {
 	// An entry of the journal is kept past its TTL while a resource that
 	// could hold a dependent of its owner has not been seen whole: never
 	// listed, or failing (its watch broken and its relist failing).
-	c.journal = orphanlog.New(orphanlog.Config{Store: cfg.OrphanStore, TTL: cfg.OrphanTTL, Clock: cfg.Clock, Keep: c.someResourceUnseen})
+	c.journal = orphanlog.New(orphanlog.Config{Store: cfg.OrphanStore, TTL: cfg.OrphanTTL, Clock: cfg.Clock, Keep: c.someResourceUnseen,
+		OnWrite: cfg.Metrics.JournalWrite})
 	wcfg.Journal = c.journal
 	if c.shadow != nil {
 		c.shadow.init(cfg.Shadow, &wcfg)

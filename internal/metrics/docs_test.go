@@ -60,6 +60,7 @@ func exercise(t *testing.T, m *Metrics) {
 	m.NamespaceFinalized(1)
 	m.NamespacesTerminating(1)
 	m.BreakerTripped("unobserved-owners")
+	m.JournalWrite(JournalWritten, 3)
 	p := m.QueueMetricsProvider()
 	p.NewDepthMetric("q").Inc()
 	p.NewAddsMetric("q").Inc()

@@ -72,6 +72,7 @@ type Metrics struct {
 
 	breakerTrips *prometheus.CounterVec // breaker.go
 	shadow       shadowMetrics          // shadow.go
+	journal      journalMetrics         // journal.go
 
 	collectors []prometheus.Collector
 	reg        prometheus.Registerer
@@ -217,6 +218,7 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 	}
 	m.collectors = append(m.collectors, m.breakerCollectors(src)...)
 	m.collectors = append(m.collectors, m.shadow.init()...)
+	m.collectors = append(m.collectors, m.journal.init()...)
 	m.reg = reg
 	for i, c := range m.collectors {
 		if err := reg.Register(c); err != nil {

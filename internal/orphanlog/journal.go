@@ -85,6 +85,9 @@ type Config struct {
 	// Clock dates the entries (tests use a fake one); waits and retries use
 	// real time.
 	Clock clock.PassiveClock
+	// OnWrite, when set, is told the outcome of each write to the Store
+	// ("written", "conflict" or "error") and the entries it held.
+	OnWrite func(outcome string, entries int)
 }
 
 // Journal is the memory of orphaned owners. Its methods are safe for
@@ -120,6 +123,9 @@ func New(cfg Config) *Journal {
 	}
 	if cfg.Keep == nil {
 		cfg.Keep = func() bool { return false }
+	}
+	if cfg.OnWrite == nil {
+		cfg.OnWrite = func(string, int) {}
 	}
 	return &Journal{cfg: cfg, entries: map[types.UID]time.Time{}, flushed: make(chan struct{}), kick: make(chan struct{}, 1)}
 }
@@ -304,6 +310,14 @@ func (j *Journal) flush(ctx context.Context, logger klog.Logger) error {
 		j.mu.Unlock()
 
 		newVersion, err := j.cfg.Store.Save(ctx, entries, version)
+		switch {
+		case err == nil:
+			j.cfg.OnWrite("written", len(entries))
+		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+			j.cfg.OnWrite("conflict", len(entries))
+		default:
+			j.cfg.OnWrite("error", len(entries))
+		}
 		if err == nil {
 			j.mu.Lock()
 			j.version = newVersion
