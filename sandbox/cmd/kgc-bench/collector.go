@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -167,7 +168,10 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 		if os.Getenv("GOGC") == "" {
 			debug.SetGCPercent(kgc.RecommendedGCPercent)
 		}
-		c, err := kgc.New(cfg, kgc.Options{QPS: float32(f.QPS), Burst: f.Burst, Workers: f.Workers, MaxWritesInFlight: f.MaxWrites})
+		// With the orphan journal, as `kgc run` runs (its writes are
+		// counted with the rest).
+		c, err := kgc.New(cfg, kgc.Options{QPS: float32(f.QPS), Burst: f.Burst, Workers: f.Workers, MaxWritesInFlight: f.MaxWrites,
+			OrphanJournal: &kgc.OrphanJournalOptions{LeaseNamespace: metav1.NamespaceSystem, LeaseName: "kgc-bench-orphans"}})
 		if err != nil {
 			return err
 		}
