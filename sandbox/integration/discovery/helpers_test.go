@@ -95,17 +95,7 @@ func startStoppableKGC(t *testing.T, opts kgc.Options) (*kgc.Collector, string, 
 			_ = gc.Run(ctx)
 		}()
 	})
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case <-done:
-			case <-time.After(waitTimeout):
-				t.Errorf("kgc did not stop within %s", waitTimeout)
-			}
-		})
-	}
+	stop := sync.OnceFunc(func() { stopWithin(t, "kgc", cancel, done) })
 	t.Cleanup(stop)
 	syncCtx, cancelSync := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancelSync()
@@ -165,19 +155,23 @@ func startCollectorVia(t *testing.T, ft *faultproxy.Transport, resync time.Durat
 			_ = c.Run(ctx)
 		}()
 	})
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(waitTimeout):
-			t.Errorf("collector did not stop within %s", waitTimeout)
-		}
-	})
+	t.Cleanup(func() { stopWithin(t, "collector", cancel, done) })
 	if ft != nil {
 		t.Cleanup(ft.ReleaseWatches) // runs first: the collector's watches must be able to end
 	}
 	poll(t, "collector to sync", c.Synced)
 	return c, label
+}
+
+// stopWithin cancels what runs until done closes, and waits waitTimeout
+// for it to end.
+func stopWithin(t *testing.T, what string, cancel func(), done <-chan struct{}) {
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(waitTimeout):
+		t.Errorf("%s did not stop within %s", what, waitTimeout)
+	}
 }
 
 var profileRecord = regexp.MustCompile(`^(\d+) @ `)
