@@ -1,9 +1,12 @@
 package history
 
 import (
+	"context"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 )
 
 // Ring keeps the last Size records. A nil *Ring (size 0) keeps nothing.
@@ -93,4 +96,36 @@ func (r *Ring) Query(f Filter) (out []Record, dropped uint64) {
 		}
 	}
 	return out, dropped
+}
+
+// Finish completes rec, the record of one write that returned err, with
+// its outcome and time, logs it in one line (message) at the default
+// verbosity, and keeps it in r (nil keeps none). The caller decides the
+// outcome: what counts as a conflict differs between writers.
+func (r *Ring) Finish(ctx context.Context, message string, rec *Record, outcome string, at time.Time, err error) {
+	rec.Outcome, rec.Time = outcome, at
+	if err != nil {
+		rec.Error = err.Error()
+	}
+	if logger := klog.FromContext(ctx); logger.Enabled() {
+		// The same fields as the record; owners and preconditions are
+		// rendered only when the line is written.
+		kv := make([]any, 0, 18)
+		kv = append(kv, "operation", rec.Operation, "object", rec.Object, "reason", rec.Reason)
+		if len(rec.Owners) > 0 {
+			kv = append(kv, "owners", Owners(rec.Owners))
+		}
+		if rec.Policy != "" {
+			kv = append(kv, "policy", rec.Policy)
+		}
+		if rec.Finalizer != "" {
+			kv = append(kv, "finalizer", rec.Finalizer)
+		}
+		kv = append(kv, "preconditions", rec.Preconditions, "outcome", rec.Outcome)
+		if err != nil {
+			kv = append(kv, "err", rec.Error)
+		}
+		logger.Info(message, kv...)
+	}
+	r.Add(rec)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/history"
 )
@@ -13,24 +12,16 @@ import (
 // returned err: it logs it in one line at the default verbosity and keeps
 // it in Config.History, as the collector's workers do with theirs.
 func (c *Controller) wrote(ctx context.Context, rec history.Record, err error) {
+	outcome := history.OutcomeError
 	switch {
 	case err == nil:
-		rec.Outcome = history.OutcomeSuccess
+		outcome = history.OutcomeSuccess
 	case apierrors.IsNotFound(err):
-		rec.Outcome = history.OutcomeNotFound
+		outcome = history.OutcomeNotFound
 	case apierrors.IsConflict(err):
-		rec.Outcome = history.OutcomeConflict
-	default:
-		rec.Outcome = history.OutcomeError
-		rec.Error = err.Error()
+		outcome = history.OutcomeConflict
 	}
-	rec.Time = c.clock.Now()
-	kv := []any{"operation", rec.Operation, "object", rec.Object, "reason", rec.Reason, "preconditions", rec.Preconditions, "outcome", rec.Outcome}
-	if rec.Error != "" {
-		kv = append(kv, "err", rec.Error)
-	}
-	klog.FromContext(ctx).Info("Namespace lifecycle write", kv...)
-	c.cfg.History.Add(&rec)
+	c.cfg.History.Finish(ctx, "Namespace lifecycle write", &rec, outcome, c.clock.Now(), err)
 }
 
 // namespaceDeleting is the reason of every deletion the lifecycle makes.

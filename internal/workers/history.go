@@ -9,7 +9,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/apiops"
 	"github.com/kgc-dev/kgc/internal/history"
@@ -110,38 +109,14 @@ func outcomeOf(err error) string {
 // the write (kgc_operations_total), logs it in one line at the default
 // verbosity, and keeps it in the history ring (Config.History).
 func (w *Workers) wrote(ctx context.Context, rec *history.Record, err error) {
-	rec.Outcome = outcomeOf(err)
-	if rec.Outcome == history.OutcomeShadow {
+	outcome := outcomeOf(err)
+	if outcome == history.OutcomeShadow {
 		w.cfg.Metrics.ShadowDecision(rec.Operation)
 		err = nil // no call was made
 	} else {
-		w.cfg.Metrics.Operation(rec.Operation, rec.Outcome)
+		w.cfg.Metrics.Operation(rec.Operation, outcome)
 	}
-	rec.Time = w.now()
-	if err != nil {
-		rec.Error = err.Error()
-	}
-	if logger := klog.FromContext(ctx); logger.Enabled() {
-		// The same fields as the record; owners and preconditions are
-		// rendered only when the line is written.
-		kv := make([]any, 0, 18)
-		kv = append(kv, "operation", rec.Operation, "object", rec.Object, "reason", rec.Reason)
-		if len(rec.Owners) > 0 {
-			kv = append(kv, "owners", history.Owners(rec.Owners))
-		}
-		if rec.Policy != "" {
-			kv = append(kv, "policy", rec.Policy)
-		}
-		if rec.Finalizer != "" {
-			kv = append(kv, "finalizer", rec.Finalizer)
-		}
-		kv = append(kv, "preconditions", rec.Preconditions, "outcome", rec.Outcome)
-		if err != nil {
-			kv = append(kv, "err", rec.Error)
-		}
-		logger.Info("Garbage collector write", kv...)
-	}
-	w.cfg.History.Add(rec)
+	w.cfg.History.Finish(ctx, "Garbage collector write", rec, outcome, w.now(), err)
 }
 
 func (w *Workers) now() time.Time {
