@@ -219,7 +219,7 @@ func New(cfg Config) (*Collector, error) {
 	// could hold a dependent of its owner has not been seen whole: never
 	// listed, or failing (its watch broken and its relist failing).
 	c.journal = orphanlog.New(orphanlog.Config{Store: cfg.OrphanStore, TTL: cfg.OrphanTTL, Clock: cfg.Clock, Keep: c.someResourceUnseen,
-		OnWrite: cfg.Metrics.JournalWrite})
+		OnWrite: cfg.Metrics.JournalWrite, ReadOnly: cfg.DryRun})
 	wcfg.Journal = c.journal
 	if c.shadow != nil {
 		c.shadow.init(cfg.Shadow, &wcfg)

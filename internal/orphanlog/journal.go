@@ -85,6 +85,9 @@ type Config struct {
 	// Clock dates the entries (tests use a fake one); waits and retries use
 	// real time.
 	Clock clock.PassiveClock
+	// ReadOnly loads the Store and never writes it (shadow mode, which
+	// makes no write: it records nothing, and its pruning is not written).
+	ReadOnly bool
 	// OnWrite, when set, is told the outcome of each write to the Store
 	// ("written", "conflict" or "error") and the entries it held.
 	OnWrite func(outcome string, entries int)
@@ -183,6 +186,9 @@ func (j *Journal) Has(owner types.UID) bool {
 // without a Store). An error means it may not be: the finalizer removal it
 // was to cover must not be made.
 func (j *Journal) Record(ctx context.Context, owner types.UID) error {
+	if j.cfg.ReadOnly {
+		return errors.New("the orphan journal is read-only (shadow mode)")
+	}
 	j.mu.Lock()
 	j.entries[owner] = j.cfg.Clock.Now()
 	j.gen++
@@ -256,7 +262,7 @@ func (j *Journal) Run(ctx context.Context) {
 		j.flushed = make(chan struct{})
 		j.mu.Unlock()
 	}()
-	if j.cfg.Store == nil {
+	if j.cfg.Store == nil || j.cfg.ReadOnly {
 		<-ctx.Done()
 		return
 	}

@@ -274,3 +274,25 @@ func TestLeaseStore(t *testing.T) {
 		t.Errorf("stored %v", m)
 	}
 }
+
+// A read-only journal (shadow mode) loads the store and never writes it,
+// not even to prune.
+func TestReadOnly(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_800_000_000, 0))
+	store := &MemoryStore{}
+	if _, err := store.Save(context.Background(), map[types.UID]time.Time{uidN(1): clk.Now()}, ""); err != nil {
+		t.Fatal(err)
+	}
+	clk.SetTime(clk.Now().Add(time.Hour))
+	j := New(Config{Store: store, ReadOnly: true, TTL: time.Minute, Clock: clk})
+	if err := j.Load(context.Background()); err != nil || !j.Has(uidN(1)) {
+		t.Fatalf("Load: %v, has %v", err, j.Has(uidN(1)))
+	}
+	run(t, j)
+	if err := j.Record(context.Background(), uidN(2)); err == nil {
+		t.Fatal("a read-only journal recorded")
+	}
+	if s := store.Saves(); s != 1 {
+		t.Fatalf("a read-only journal wrote: %d saves", s)
+	}
+}
