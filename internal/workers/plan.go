@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 
@@ -259,8 +260,14 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 		}
 		w.orphaned.Add(uid)
 		_, err := w.ops.ReplaceFinalizers(ctx, t, owner.Finalizers, a.Finalizers)
-		if err != nil && !apierrors.IsNotFound(err) {
-			// Still orphaning, or no longer: not ours.
+		if writeRefused(err) {
+			// Still orphaning, or no longer: not ours. Only a refusal
+			// proves the finalizer is still there: after a timeout, a
+			// 5xx or a broken connection the removal may have landed,
+			// and the owner be gone through kgc's own write, so it stays
+			// remembered (at worst a stale entry orphans a dependent
+			// that a later Background deletion of the owner would have
+			// collected: the journal errs towards keeping objects).
 			w.orphaned.Delete(uid)
 			w.journal.Forget(uid)
 		}
@@ -268,6 +275,20 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 		w.writes.record(uid, owner.ResourceVersion, err)
 		return conflictOrNil(err)
 	}}, nil
+}
+
+// writeRefused reports whether err proves that the apiserver did not
+// apply a write: it answered with a 4xx status other than 404 (a
+// conflict or a failed test, an invalid or forbidden request, too many
+// requests). A timeout (504 "may still be processing"), another 5xx, a
+// broken connection or a cancelled context may follow a write that landed.
+func writeRefused(err error) bool {
+	var st apierrors.APIStatus
+	if err == nil || !errors.As(err, &st) {
+		return false
+	}
+	code := st.Status().Code
+	return code >= 400 && code < 500 && code != http.StatusNotFound && code != http.StatusRequestTimeout
 }
 
 // journalWait bounds how long an orphan finalizer removal waits for its
