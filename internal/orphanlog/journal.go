@@ -106,6 +106,15 @@ type Journal struct {
 	flushed      chan struct{}
 	stopped      bool
 	dropped      int // entries dropped for MaxEntries since the last log
+	// pending counts the Records of each owner still waiting for their
+	// write: prune never drops those (a Record that returns nil promises
+	// its entry is stored). latest is the latest time of any entry ever
+	// held: a new entry is dated no earlier, so that it is never "older"
+	// than entries read from the Store (whose times Encode rounds up, or
+	// another kgc's clock wrote) and dropped first when the journal is
+	// full.
+	pending map[types.UID]int
+	latest  time.Time
 
 	kick chan struct{}
 }
@@ -127,7 +136,7 @@ func New(cfg Config) *Journal {
 	if cfg.OnWrite == nil {
 		cfg.OnWrite = func(string, int) {}
 	}
-	return &Journal{cfg: cfg, entries: map[types.UID]time.Time{}, flushed: make(chan struct{}), kick: make(chan struct{}, 1)}
+	return &Journal{cfg: cfg, entries: map[types.UID]time.Time{}, pending: map[types.UID]int{}, flushed: make(chan struct{}), kick: make(chan struct{}, 1)}
 }
 
 // Durable reports whether the journal outlives the process.
@@ -161,6 +170,9 @@ func (j *Journal) merge(stored map[types.UID]time.Time) {
 		if mine, ok := j.entries[uid]; !ok || at.After(mine) {
 			j.entries[uid] = at
 		}
+		if at.After(j.latest) {
+			j.latest = at
+		}
 	}
 }
 
@@ -184,7 +196,12 @@ func (j *Journal) Has(owner types.UID) bool {
 // was to cover must not be made.
 func (j *Journal) Record(ctx context.Context, owner types.UID) error {
 	j.mu.Lock()
-	j.entries[owner] = j.cfg.Clock.Now()
+	at := j.cfg.Clock.Now()
+	if j.latest.After(at) {
+		at = j.latest
+	}
+	j.latest = at
+	j.entries[owner] = at
 	j.gen++
 	want := j.gen
 	if j.cfg.Store == nil {
@@ -192,7 +209,15 @@ func (j *Journal) Record(ctx context.Context, owner types.UID) error {
 		j.mu.Unlock()
 		return nil
 	}
+	j.pending[owner]++
 	j.mu.Unlock()
+	defer func() {
+		j.mu.Lock()
+		if j.pending[owner]--; j.pending[owner] <= 0 {
+			delete(j.pending, owner)
+		}
+		j.mu.Unlock()
+	}()
 	select {
 	case j.kick <- struct{}{}:
 	default:
@@ -227,15 +252,16 @@ func (j *Journal) Forget(owner types.UID) {
 }
 
 // prune drops entries past their TTL (unless Keep) and the oldest beyond
-// MaxEntries. j.mu is held.
+// MaxEntries, never one whose Record waits. j.mu is held.
 func (j *Journal) prune(now time.Time, keep bool) {
 	before := len(j.entries)
 	if !keep {
-		maps.DeleteFunc(j.entries, func(_ types.UID, at time.Time) bool { return now.Sub(at) > j.cfg.TTL })
+		maps.DeleteFunc(j.entries, func(uid types.UID, at time.Time) bool { return now.Sub(at) > j.cfg.TTL && j.pending[uid] == 0 })
 	}
 	if over := len(j.entries) - j.cfg.MaxEntries; over > 0 {
-		uids := slices.Collect(maps.Keys(j.entries))
+		uids := slices.DeleteFunc(slices.Collect(maps.Keys(j.entries)), func(uid types.UID) bool { return j.pending[uid] > 0 })
 		slices.SortFunc(uids, func(a, b types.UID) int { return j.entries[a].Compare(j.entries[b]) })
+		over = min(over, len(uids))
 		for _, uid := range uids[:over] {
 			delete(j.entries, uid)
 		}
