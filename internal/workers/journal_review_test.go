@@ -1,14 +1,19 @@
 package workers
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kgc-dev/kgc/internal/fakeapi"
+	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/orphanlog"
 )
 
@@ -75,5 +80,73 @@ func TestOrphanFinalizerRemovalRefusedIsForgotten(t *testing.T) {
 	}
 	if s.c.journal.Has("o-uid") || s.c.orphaned.Has("o-uid") {
 		t.Error("an owner whose finalizer removal was refused is still remembered as orphaned by kgc")
+	}
+}
+
+// blockingStore is a journal store whose writes hang (an apiserver that
+// does not answer the Lease update) until release is closed.
+type blockingStore struct {
+	*orphanlog.MemoryStore
+	release chan struct{}
+}
+
+func (b *blockingStore) Save(ctx context.Context, e map[types.UID]time.Time, v string) (string, error) {
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	return b.MemoryStore.Save(ctx, e, v)
+}
+
+// An orphan finalizer removal waiting for its journal entry must not hold
+// one of the MaxWritesInFlight slots that every write shares: with the
+// journal's Lease unwritable (an apiserver not answering, a Role without
+// create), owners waiting to lose their orphan finalizer took every slot
+// for up to 30 s each, again and again, and the deletion of unrelated
+// garbage starved.
+func TestJournalWaitHoldsNoWriteSlot(t *testing.T) {
+	srv := fakeapi.NewServer()
+	store := &blockingStore{MemoryStore: &orphanlog.MemoryStore{}, release: make(chan struct{})}
+	j := orphanlog.New(orphanlog.Config{Store: store})
+	_, ctx := ktesting.NewTestContext(t)
+	if err := j.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	jdone := make(chan struct{})
+	go func() { defer close(jdone); j.Run(ctx) }()
+	c := New(Config{Metadata: srv.Client, Mapper: fakeapi.NewMapper(), Workers: 1, MaxWritesInFlight: 1, Journal: j}, graph.New())
+	s := &stepper{t: t, srv: srv, c: c, ctx: ctx}
+	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationOrphan)
+	g := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "g", "g-uid", fakeapi.DeploymentRef("ghost", "ghost-uid")))
+	s.observe(fakeapi.Deployments, o)
+	c.Start(ctx, ctx)
+	defer func() {
+		close(store.release)
+		cancel()
+		c.Stop()
+		<-jdone
+	}()
+	// O's turn comes first and waits for the journal; then G's.
+	deadline := time.Now().Add(10 * time.Second)
+	for c.journal.Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the orphan finalizer removal never recorded its owner")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.observe(fakeapi.Deployments, fakeapi.Object("a", "ghost", "ghost-uid")) // the ghost owner: known absent
+	s.observe(fakeapi.ConfigMaps, g)
+	for {
+		if _, err := srv.Get(fakeapi.ConfigMaps, "a", "g"); apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			n, limit := c.WritesInFlight()
+			t.Fatalf("garbage not deleted while an orphan finalizer removal waits for the journal (writes in flight %d of %d)", n, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
