@@ -26,8 +26,10 @@
 // Bounds. An entry is kept for TTL after it was recorded (default 10 minutes:
 // far longer than any watch delivery lag), and for as long as some resource
 // that could hold dependents is unlisted or failing (Keep), since a dependent
-// there has not been seen; at most MaxEntries entries are kept (the oldest go
-// first, and the loss is logged).
+// there has not been seen, and for TTL after that (and after the process
+// started): the dependents of a resource just listed whole are decided a
+// little after its list lands. At most MaxEntries entries are kept (the
+// oldest go first, and the loss is logged).
 //
 // Writes. Records are group-committed: one writer goroutine writes every
 // entry pending at the time it starts, so a mass Orphan deletion of N owners
@@ -115,6 +117,12 @@ type Journal struct {
 	// full.
 	pending map[types.UID]int
 	latest  time.Time
+	// unseen is the last time some resource was not seen whole: Keep held
+	// at a prune, or the process had just started (Load). The TTL counts
+	// from it as well as from each entry's record: a dependent in a
+	// resource that just healed is queued when its list lands and decided
+	// a little later, and must still find its owner then.
+	unseen time.Time
 
 	kick chan struct{}
 }
@@ -160,6 +168,7 @@ func (j *Journal) Load(ctx context.Context) error {
 	j.merge(stored)
 	j.version = version
 	j.loaded = true
+	j.unseen = j.cfg.Clock.Now()
 	return nil
 }
 
@@ -251,12 +260,20 @@ func (j *Journal) Forget(owner types.UID) {
 	}
 }
 
-// prune drops entries past their TTL (unless Keep) and the oldest beyond
-// MaxEntries, never one whose Record waits. j.mu is held.
+// prune drops entries past their TTL (counted from their record and from
+// the last time some resource was unseen; none while Keep) and the oldest
+// beyond MaxEntries, never one whose Record waits. j.mu is held.
 func (j *Journal) prune(now time.Time, keep bool) {
 	before := len(j.entries)
-	if !keep {
-		maps.DeleteFunc(j.entries, func(uid types.UID, at time.Time) bool { return now.Sub(at) > j.cfg.TTL && j.pending[uid] == 0 })
+	if keep {
+		j.unseen = now
+	} else {
+		maps.DeleteFunc(j.entries, func(uid types.UID, at time.Time) bool {
+			if j.unseen.After(at) {
+				at = j.unseen
+			}
+			return now.Sub(at) > j.cfg.TTL && j.pending[uid] == 0
+		})
 	}
 	if over := len(j.entries) - j.cfg.MaxEntries; over > 0 {
 		uids := slices.DeleteFunc(slices.Collect(maps.Keys(j.entries)), func(uid types.UID) bool { return j.pending[uid] > 0 })

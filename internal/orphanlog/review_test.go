@@ -3,6 +3,7 @@ package orphanlog
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,5 +80,64 @@ func TestRecordIsNotPrunedWhileItWaits(t *testing.T) {
 	}
 	if _, ok := store.Entries()[x]; !ok {
 		t.Fatalf("Record(%s) returned nil, but the store does not hold it: %v", x, store.Entries())
+	}
+}
+
+// The TTL counts from when every resource was last seen whole, not only
+// from the record: a dependent in a resource that was failing (Keep) is
+// queued when the resource's list lands, and decided a little later; an
+// entry kept past its TTL by Keep must not be pruned the moment Keep turns
+// false, before that dependent's turn. Likewise after a restart: the new
+// process has seen nothing before its Load, so what it loads is kept for a
+// TTL from then (a resource that healed during the restart is listed
+// whole at once, and its dependents decided only afterwards).
+func TestTTLCountsFromWhenEverythingWasLastSeen(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	clk := clocktesting.NewFakePassiveClock(start)
+	store := &MemoryStore{}
+	if _, err := store.Save(context.Background(), map[types.UID]time.Time{uidN(1): start.Add(-time.Hour)}, ""); err != nil {
+		t.Fatal(err)
+	}
+	var keepMu sync.Mutex
+	keep := true
+	setKeep := func(k bool) { keepMu.Lock(); keep = k; keepMu.Unlock() }
+	j := New(Config{Store: store, TTL: time.Minute, Clock: clk, Keep: func() bool {
+		keepMu.Lock()
+		defer keepMu.Unlock()
+		return keep
+	}})
+	if err := j.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	run(t, j)
+	ctx := context.Background()
+	record := func(u types.UID) {
+		t.Helper()
+		if err := j.Record(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Loaded an hour after it was recorded: kept for a TTL from the Load.
+	setKeep(false)
+	clk.SetTime(start.Add(30 * time.Second))
+	record(uidN(2))
+	if !j.Has(uidN(1)) {
+		t.Fatal("an entry loaded at start was pruned before a TTL had passed since the start")
+	}
+	// A resource fails for long, then heals: kept for a TTL from then.
+	setKeep(true)
+	clk.SetTime(start.Add(10 * time.Minute))
+	record(uidN(3))
+	setKeep(false)
+	clk.SetTime(start.Add(10*time.Minute + 30*time.Second))
+	record(uidN(4))
+	if !j.Has(uidN(1)) || !j.Has(uidN(2)) {
+		t.Fatal("entries kept by Keep were pruned the moment it turned false")
+	}
+	clk.SetTime(start.Add(11*time.Minute + time.Second))
+	record(uidN(5))
+	if j.Has(uidN(1)) || j.Has(uidN(2)) || j.Has(uidN(3)) || !j.Has(uidN(4)) {
+		t.Fatalf("a TTL after the last unseen moment: has 1 %v, 2 %v, 3 %v, 4 %v; want only 4 (and 5)",
+			j.Has(uidN(1)), j.Has(uidN(2)), j.Has(uidN(3)), j.Has(uidN(4)))
 	}
 }
