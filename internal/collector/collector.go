@@ -229,8 +229,13 @@ func New(cfg Config) (*Collector, error) {
 }
 
 // someResourceUnseen reports whether a monitored resource is not listed
-// yet or failing.
+// yet or failing, or a group version cannot be discovered (an APIService
+// whose backend is down: its resources have no monitor, and their objects
+// have never been seen).
 func (c *Collector) someResourceUnseen() bool {
+	if len(c.builder.DiscoveryFailures()) > 0 {
+		return true
+	}
 	for _, st := range c.builder.MonitorStatus() {
 		if st.State() != discovery.StateSynced {
 			return true

@@ -26,8 +26,10 @@
 // Bounds. An entry is kept for TTL after it was recorded (default 10 minutes:
 // far longer than any watch delivery lag), and for as long as some resource
 // that could hold dependents is unlisted or failing (Keep), since a dependent
-// there has not been seen; at most MaxEntries entries are kept (the oldest go
-// first, and the loss is logged).
+// there has not been seen, and for TTL after that (and after the process
+// started): the dependents of a resource just listed whole are decided a
+// little after its list lands. At most MaxEntries entries are kept (the
+// oldest go first, and the loss is logged).
 //
 // Writes. Records are group-committed: one writer goroutine writes every
 // entry pending at the time it starts, so a mass Orphan deletion of N owners
@@ -109,6 +111,21 @@ type Journal struct {
 	flushed      chan struct{}
 	stopped      bool
 	dropped      int // entries dropped for MaxEntries since the last log
+	// pending counts the Records of each owner still waiting for their
+	// write: prune never drops those (a Record that returns nil promises
+	// its entry is stored). latest is the latest time of any entry ever
+	// held: a new entry is dated no earlier, so that it is never "older"
+	// than entries read from the Store (whose times Encode rounds up, or
+	// another kgc's clock wrote) and dropped first when the journal is
+	// full.
+	pending map[types.UID]int
+	latest  time.Time
+	// unseen is the last time some resource was not seen whole: Keep held
+	// at a prune, or the process had just started (Load). The TTL counts
+	// from it as well as from each entry's record: a dependent in a
+	// resource that just healed is queued when its list lands and decided
+	// a little later, and must still find its owner then.
+	unseen time.Time
 
 	kick chan struct{}
 }
@@ -130,7 +147,7 @@ func New(cfg Config) *Journal {
 	if cfg.OnWrite == nil {
 		cfg.OnWrite = func(string, int) {}
 	}
-	return &Journal{cfg: cfg, entries: map[types.UID]time.Time{}, flushed: make(chan struct{}), kick: make(chan struct{}, 1)}
+	return &Journal{cfg: cfg, entries: map[types.UID]time.Time{}, pending: map[types.UID]int{}, flushed: make(chan struct{}), kick: make(chan struct{}, 1)}
 }
 
 // Durable reports whether the journal outlives the process.
@@ -154,6 +171,7 @@ func (j *Journal) Load(ctx context.Context) error {
 	j.merge(stored)
 	j.version = version
 	j.loaded = true
+	j.unseen = j.cfg.Clock.Now()
 	return nil
 }
 
@@ -163,6 +181,9 @@ func (j *Journal) merge(stored map[types.UID]time.Time) {
 	for uid, at := range stored {
 		if mine, ok := j.entries[uid]; !ok || at.After(mine) {
 			j.entries[uid] = at
+		}
+		if at.After(j.latest) {
+			j.latest = at
 		}
 	}
 }
@@ -190,7 +211,12 @@ func (j *Journal) Record(ctx context.Context, owner types.UID) error {
 		return errors.New("the orphan journal is read-only (shadow mode)")
 	}
 	j.mu.Lock()
-	j.entries[owner] = j.cfg.Clock.Now()
+	at := j.cfg.Clock.Now()
+	if j.latest.After(at) {
+		at = j.latest
+	}
+	j.latest = at
+	j.entries[owner] = at
 	j.gen++
 	want := j.gen
 	if j.cfg.Store == nil {
@@ -198,7 +224,15 @@ func (j *Journal) Record(ctx context.Context, owner types.UID) error {
 		j.mu.Unlock()
 		return nil
 	}
+	j.pending[owner]++
 	j.mu.Unlock()
+	defer func() {
+		j.mu.Lock()
+		if j.pending[owner]--; j.pending[owner] <= 0 {
+			delete(j.pending, owner)
+		}
+		j.mu.Unlock()
+	}()
 	select {
 	case j.kick <- struct{}{}:
 	default:
@@ -232,16 +266,25 @@ func (j *Journal) Forget(owner types.UID) {
 	}
 }
 
-// prune drops entries past their TTL (unless Keep) and the oldest beyond
-// MaxEntries. j.mu is held.
+// prune drops entries past their TTL (counted from their record and from
+// the last time some resource was unseen; none while Keep) and the oldest
+// beyond MaxEntries, never one whose Record waits. j.mu is held.
 func (j *Journal) prune(now time.Time, keep bool) {
 	before := len(j.entries)
-	if !keep {
-		maps.DeleteFunc(j.entries, func(_ types.UID, at time.Time) bool { return now.Sub(at) > j.cfg.TTL })
+	if keep {
+		j.unseen = now
+	} else {
+		maps.DeleteFunc(j.entries, func(uid types.UID, at time.Time) bool {
+			if j.unseen.After(at) {
+				at = j.unseen
+			}
+			return now.Sub(at) > j.cfg.TTL && j.pending[uid] == 0
+		})
 	}
 	if over := len(j.entries) - j.cfg.MaxEntries; over > 0 {
-		uids := slices.Collect(maps.Keys(j.entries))
+		uids := slices.DeleteFunc(slices.Collect(maps.Keys(j.entries)), func(uid types.UID) bool { return j.pending[uid] > 0 })
 		slices.SortFunc(uids, func(a, b types.UID) int { return j.entries[a].Compare(j.entries[b]) })
+		over = min(over, len(uids))
 		for _, uid := range uids[:over] {
 			delete(j.entries, uid)
 		}

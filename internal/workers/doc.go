@@ -4,7 +4,9 @@
 // an owner, a quorum GET or a shared LIST where it cannot), decide with
 // package rules, and hand the writes that carry the decision out to a
 // bounded pool of write slots (package apiops makes the calls). Planning
-// never writes.
+// never writes to the cluster's objects; its one write is kgc's own: the
+// orphan journal's entry, made durable before an orphan finalizer removal
+// is handed to a write slot (planOrphanItem).
 //
 // plan.go decides (planDeleteItem, planOrphanItem) and returns writes;
 // workers.go runs the queues and hands the writes to the write slots;

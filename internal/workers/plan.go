@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 
@@ -191,7 +192,8 @@ func (w *Workers) plan(ctx context.Context, it *rules.Item, a rules.Action, y wh
 // decision out: one ownerReference patch per dependent that still
 // references it, each taking a write slot like every other write; or, once
 // none does, the removal of its orphan finalizer. Nothing has been written
-// when it returns. After the patches succeed the owner is decided again at
+// to an object when it returns; before it returns a finalizer removal, it
+// waits until its owner is durable in the orphan journal. After the patches succeed the owner is decided again at
 // once (errAgain), and then finds every dependent orphaned: the write log
 // records what each patch removed, so the graph need not have caught up.
 //
@@ -233,6 +235,19 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 	if err != nil {
 		return nil, err
 	}
+	// The owner is written to the journal before its finalizer removal is
+	// even handed to a write slot: the wait (a Lease write, up to
+	// journalWait when the journal cannot be written) holds up this
+	// orphan worker only, not one of the MaxWritesInFlight slots every
+	// write shares (a journal outage took them all, and deletions of
+	// unrelated garbage starved). If the removal then never starts
+	// (shutdown), the entry stays, as after a crash: the journal errs
+	// towards keeping objects.
+	if !w.cfg.DryRun {
+		if err := w.recordOrphaned(ctx, uid); err != nil {
+			return nil, err
+		}
+	}
 	rec := history.Record{
 		Operation: history.OpRemoveFinalizer, Object: history.ObjectOf(owner.Identity),
 		Reason: finalizerReason(rules.FinalizerOrphan, why{unlisted: unlisted}), Finalizer: rules.FinalizerOrphan,
@@ -248,19 +263,23 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 		// returns — in this process, or in the next kgc after a restart
 		// (the journal: a dependent this decision missed, under the
 		// unlisted hold or a lagging watch, is seen only later, and must
-		// be orphaned then, not deleted as dangling). The removal waits
-		// until the journal's entry is durable; if it cannot be written,
-		// the finalizer stays and the owner is retried.
+		// be orphaned then, not deleted as dangling). The journal's entry
+		// was made durable before this write was returned (above); if it
+		// could not be written, the finalizer stays and the owner is
+		// retried.
 		// Only kgc's own removal counts: a client that deletes the owner
 		// again with another policy makes the apiserver drop the orphan
 		// finalizer, and then its dependents are garbage.
-		if err := w.recordOrphaned(ctx, uid); err != nil {
-			return err
-		}
 		w.orphaned.Add(uid)
 		_, err := w.ops.ReplaceFinalizers(ctx, t, owner.Finalizers, a.Finalizers)
-		if err != nil && !apierrors.IsNotFound(err) {
-			// Still orphaning, or no longer: not ours.
+		if writeRefused(err) {
+			// Still orphaning, or no longer: not ours. Only a refusal
+			// proves the finalizer is still there: after a timeout, a
+			// 5xx or a broken connection the removal may have landed,
+			// and the owner be gone through kgc's own write, so it stays
+			// remembered (at worst a stale entry orphans a dependent
+			// that a later Background deletion of the owner would have
+			// collected: the journal errs towards keeping objects).
 			w.orphaned.Delete(uid)
 			w.journal.Forget(uid)
 		}
@@ -268,6 +287,20 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 		w.writes.record(uid, owner.ResourceVersion, err)
 		return conflictOrNil(err)
 	}}, nil
+}
+
+// writeRefused reports whether err proves that the apiserver did not
+// apply a write: it answered with a 4xx status other than 404 (a
+// conflict or a failed test, an invalid or forbidden request, too many
+// requests). A timeout (504 "may still be processing"), another 5xx, a
+// broken connection or a cancelled context may follow a write that landed.
+func writeRefused(err error) bool {
+	var st apierrors.APIStatus
+	if err == nil || !errors.As(err, &st) {
+		return false
+	}
+	code := st.Status().Code
+	return code >= 400 && code < 500 && code != http.StatusNotFound && code != http.StatusRequestTimeout
 }
 
 // journalWait bounds how long an orphan finalizer removal waits for its

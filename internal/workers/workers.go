@@ -301,7 +301,8 @@ func (w *Workers) Recheck(ctx context.Context) {
 func (w *Workers) WritesInFlight() (n, limit int) { return len(w.slots), cap(w.slots) }
 
 // planner decides an item and returns the API writes that carry the
-// decision out, if any; it never writes itself.
+// decision out, if any; it never writes to an object itself (the orphan
+// journal, kgc's own Lease, is written by planOrphanItem).
 type planner func(context.Context, types.UID) ([]write, error)
 
 // one adapts a planner of at most one write.

@@ -1,0 +1,49 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientdiscovery "k8s.io/client-go/discovery"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/kgc-dev/kgc/internal/fakeapi"
+)
+
+// The orphan journal keeps its entries past their TTL while a resource
+// that could hold dependents has not been seen whole (Keep). A group
+// version discovery cannot read (an APIService whose backend is down) has
+// no monitor at all, so its objects have never been seen: a dependent
+// there of an owner kgc orphaned, found once the group comes back after a
+// restart, must still find the owner in the journal.
+func TestJournalKeepsEntriesWhileAGroupIsUndiscoverable(t *testing.T) {
+	srv := fakeapi.NewServer()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	gv := schema.GroupVersion{Group: "metrics.example.com", Version: "v1"}
+	disc := &fakeapi.Discovery{Lists: fakeapi.ResourceLists(), Err: &clientdiscovery.ErrGroupDiscoveryFailed{
+		Groups: map[schema.GroupVersion]error{gv: errors.New("the server is currently unable to handle the request")},
+	}}
+	e := &testEnv{srv: srv, disc: disc, mapper: fakeapi.NewMapper(), recorder: &fakeapi.Recorder{}, ctx: ctx}
+	c, err := New(Config{
+		Metadata: srv.Client, Discovery: disc, Mapper: e.mapper, Workers: 1,
+		Ignored: []schema.GroupResource{fakeapi.Events.GroupResource()}, ResyncPeriod: time.Hour, SyncTimeout: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.c = c
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	e.waitFor(t, "workers to start", c.Synced)
+	if len(c.DiscoveryFailures()) == 0 {
+		t.Fatal("discovery reports no failure (the test's premise)")
+	}
+	if c.someResourceUnseen() == false {
+		t.Error("the journal would forget owners past their TTL while a group version is undiscoverable")
+	}
+}
