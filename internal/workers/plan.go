@@ -193,9 +193,10 @@ func (w *Workers) plan(ctx context.Context, it *rules.Item, a rules.Action, y wh
 // references it, each taking a write slot like every other write; or, once
 // none does, the removal of its orphan finalizer. Nothing has been written
 // to an object when it returns; before it returns a finalizer removal, it
-// waits until its owner is durable in the orphan journal. After the patches succeed the owner is decided again at
-// once (errAgain), and then finds every dependent orphaned: the write log
-// records what each patch removed, so the graph need not have caught up.
+// waits until its owner is durable in the orphan journal. After the
+// patches succeed the owner is decided again at once (errAgain), and then
+// finds every dependent orphaned: the write log records what each patch
+// removed, so the graph need not have caught up.
 //
 // Each patch removes the references by the owner's UID and carries the
 // dependent's uid (apiops.RemoveOwnerReference), so whatever else changed
