@@ -111,13 +111,36 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 		// Once the finalizer is gone, an owner that other finalizers keep
 		// is solid again: a dependent's DELETE decided while it was
 		// waiting must not land after this (deleteItem checks fgReleased
-		// under the same lock). Recorded before the write, forgotten if
-		// it fails.
-		defer w.deletions.lock(it.Identity.UID)()
-		w.fgReleased.Add(it.Identity.UID)
+		// under the same lock). Recorded before the write (released), and
+		// after it, under the same lock, settled by its answer:
+		//   - success, or 404 (the owner is gone): released stays;
+		//   - a refusal (writeRefused: a 4xx other than 404/408) proves
+		//     the patch did not land: released is forgotten;
+		//   - any other failure (504 "may still be processing", another
+		//     5xx, a broken connection, a cancelled context) may follow
+		//     a patch that landed, or one that did not. Keeping the owner
+		//     released would make a blocking dependent's DELETE wait for
+		//     an owner that waits for it (a deadlock, if the patch did
+		//     not land); forgetting it would let a DELETE decided while
+		//     the owner waited land after the owner became solid (S1, if
+		//     it did). The owner is marked uncertain instead, and the next
+		//     DELETE resting on it waiting reads it first
+		//     (confirmStillWaiting).
+		// A refusal leaves an earlier attempt's uncertainty as it was: it
+		// says nothing about that attempt (a failed finalizer test may be
+		// its very effect).
+		owner := it.Identity.UID
+		defer w.deletions.lock(owner)()
+		w.fgReleased.Add(owner)
 		_, err := w.ops.ReplaceFinalizers(ctx, t, it.Finalizers, a.Finalizers)
-		if err != nil && !apierrors.IsNotFound(err) {
-			w.fgReleased.Delete(it.Identity.UID)
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			w.fgUncertain.Delete(owner)
+		case writeRefused(err):
+			w.fgReleased.Delete(owner)
+		default:
+			w.fgReleased.Delete(owner)
+			w.fgUncertain.Add(owner)
 		}
 		w.wrote(ctx, &rec, err)
 		return err
@@ -164,7 +187,7 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 	}
 	rec := dependentRecord(history.OpDelete, it, y, deleteReason(it, y, a.Policy), nil)
 	rec.Policy = string(a.Policy)
-	return w.deleteItem(ctx, t, refs, it.Finalizers, a.Policy, a.Waiting, &rec)
+	return w.deleteItem(ctx, it.Identity, t, refs, it.Finalizers, a.Policy, a.Waiting, &rec)
 }
 
 // deleteConflictRetries bounds how often one write re-reads an object whose
@@ -188,10 +211,13 @@ const deleteConflictRetries = 3
 // leaves an owner that other finalizers keep solid again. A DELETE decided
 // while such an owner was waiting is therefore not sent once kgc has
 // released it (the item is decided again: kept while the owner stays).
+// A waiting owner whose release was answered ambiguously (fgUncertain)
+// may or may not have been released: it is read first
+// (confirmStillWaiting).
 //
 // Every DELETE sent is recorded (wrote) from rec, with the preconditions
 // it carried.
-func (w *Workers) deleteItem(ctx context.Context, t apiops.Target, refs []metav1.OwnerReference, finalizers []string, policy metav1.DeletionPropagation, waiting []types.UID, rec *history.Record) error {
+func (w *Workers) deleteItem(ctx context.Context, dependent rules.Identity, t apiops.Target, refs []metav1.OwnerReference, finalizers []string, policy metav1.DeletionPropagation, waiting []types.UID, rec *history.Record) error {
 	if w.cfg.DryRun {
 		r := *rec
 		r.Preconditions = history.Preconditions{UID: t.UID, ResourceVersion: t.ResourceVersion}
@@ -201,6 +227,13 @@ func (w *Workers) deleteItem(ctx context.Context, t apiops.Target, refs []metav1
 	for _, o := range waiting {
 		if w.fgReleased.Has(o) {
 			return errRetry
+		}
+	}
+	for _, o := range waiting {
+		if w.fgUncertain.Has(o) {
+			if err := w.confirmStillWaiting(ctx, dependent, refs, o, rec); err != nil {
+				return err
+			}
 		}
 	}
 	send := func() error {
@@ -241,6 +274,75 @@ func (w *Workers) deleteItem(ctx context.Context, t apiops.Target, refs []metav1
 		err = send()
 	}
 	return err
+}
+
+// confirmStillWaiting reads owner, a waiting owner of dependent (named
+// in refs) whose foregroundDeletion finalizer removal was answered
+// ambiguously, with a quorum GET, and returns nil if it is still waiting:
+// the removal did not land, and the DELETE decided while it waited may be
+// sent. Otherwise it returns errRetry, and the dependent is decided again
+// from what the owner now is. The caller holds owner's deletion lock
+// (shared) and dependent's (exclusive).
+//
+// Why the GET is fresh enough: it is sent after the ambiguous removal
+// returned, and under owner's deletion lock, which kgc's own removal
+// takes exclusively; so no removal by kgc can land between the GET and
+// the DELETE, and the removal that was answered ambiguously was sent
+// before the GET. foregroundDeletion is never added back once removed, so
+// an owner read with it has not lost it before the GET. What the GET cannot
+// see is a removal still being processed by the apiserver when it reads
+// (its answer, a 504, was sent while the handler's write was still in
+// flight to etcd): a window of an etcd commit, past the read. Closing
+// that would take a write to the owner; the window is the same as for any
+// confirmation read (docs/correctness.md, "Known limits").
+//
+// What it found:
+//   - still waiting (same UID, deletionTimestamp, foregroundDeletion):
+//     the removal did not land; the owner is no longer uncertain (a
+//     retried removal marks it again, under the exclusive lock);
+//   - solid (same UID, no foregroundDeletion): the removal landed — or
+//     the finalizer went otherwise; either way it is not waiting, and
+//     never will be again: released, for every later DELETE too;
+//   - gone (404, or another UID): nothing of it can be released any more
+//     (UIDs are never reused), so it is no longer uncertain; the DELETE
+//     would not break S1, but it was decided, and its policy chosen, from
+//     the owner waiting (Foreground for an object with dependents, never
+//     held by the deletion breaker), so the dependent is decided again
+//     with the owner gone;
+//   - anything else (the GET failed, the owner's kind no longer maps):
+//     still uncertain, and the dependent is retried.
+//
+// The read replaces the decision's evidence for owner in the DELETE's
+// record (rec).
+func (w *Workers) confirmStillWaiting(ctx context.Context, dependent rules.Identity, refs []metav1.OwnerReference, owner types.UID, rec *history.Record) error {
+	i := slices.IndexFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == owner })
+	if i < 0 {
+		return errRetry // not a reference of refs: the decision is not this item's
+	}
+	f, err := w.resolver.confirm(ctx, dependent, &refs[i]) // counted as LookupConfirm
+	if err != nil {
+		return err
+	}
+	switch f.State {
+	case rules.Waiting:
+		w.fgUncertain.Delete(owner)
+		for j := range rec.Owners {
+			if rec.Owners[j].UID == owner {
+				rec.Owners[j].Evidence = history.EvidenceOf(f.Evidence)
+			}
+		}
+		return nil
+	case rules.Solid:
+		w.fgReleased.Add(owner)
+		w.fgUncertain.Delete(owner)
+	case rules.Dangling, rules.Orphaned:
+		w.fgUncertain.Delete(owner)
+	default:
+		return errRetry
+	}
+	klog.FromContext(ctx).V(2).Info("Owner whose release was answered ambiguously is no longer waiting; deciding again",
+		"object", dependent.String(), "owner", owner, "state", f.State.String())
+	return errRetry
 }
 
 // equalRefs reports whether two ownerReference lists are the same list.

@@ -26,8 +26,8 @@ import (
 //     kgc never spins on a decision nothing will carry out.
 //   - Nothing that stands for kgc's own writes is recorded: the write log
 //     (writes.go) forgets the object, so the next change to it — or to
-//     anything its decision rests on — is decided afresh; the orphaned
-//     and fgReleased sets stay empty; the orphaning owner is not decided
+//     anything its decision rests on — is decided afresh; the orphaned,
+//     fgReleased and fgUncertain sets stay empty; the orphaning owner is not decided
 //     again at once (errAgain), since its dependents still reference it.
 //     Steps that rest on an earlier write (an owner's orphan finalizer
 //     after its dependents were orphaned, a Foreground owner's finalizer

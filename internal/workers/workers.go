@@ -116,6 +116,11 @@ type Workers struct {
 	// fgReleased: owners whose foregroundDeletion finalizer kgc removed
 	// (deleteItem).
 	fgReleased *recentSet[types.UID]
+	// fgUncertain: owners whose foregroundDeletion finalizer removal was
+	// answered ambiguously (a timeout, a 5xx, a broken connection): it
+	// may have landed. A DELETE resting on such an owner waiting reads
+	// the owner first (confirmStillWaiting).
+	fgUncertain *recentSet[types.UID]
 	// orphaned: owners whose orphan finalizer kgc removed, recorded just
 	// before the write (planOrphanItem), read by the resolver (OwnerState
 	// Orphaned) together with journal, which holds them durably (and those
@@ -175,6 +180,9 @@ func New(cfg Config, g *graph.Graph) *Workers {
 		// after it went.
 		orphaned:   newRecentSet[types.UID](65536),
 		fgReleased: newRecentSet[types.UID](65536),
+		// Ambiguous answers are rare, and an entry goes at the owner's
+		// next confirmation.
+		fgUncertain: newRecentSet[types.UID](4096),
 		// Owners whose dependents are still to be decided: a cascade's
 		// inner owners (ReplicaSets), not its leaves.
 		deletedByKGC: newRecentSet[types.UID](65536),

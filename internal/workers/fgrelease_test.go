@@ -1,0 +1,352 @@
+package workers
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/kgc-dev/kgc/internal/fakeapi"
+	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/metrics"
+)
+
+// The removal of an owner's foregroundDeletion finalizer, answered in each
+// of the three ways that matter (the patch landed but its answer was lost;
+// the answer was lost and the patch did not land; the apiserver refused
+// it), and the DELETE of a dependent decided while the owner waited.
+
+// lostAnswer is the apiserver's answer to a write whose handler timed out:
+// the write may still land.
+func lostAnswer() error {
+	return apierrors.NewTimeoutError("the server was unable to return a response in the time allotted, but may still be processing the request", 0)
+}
+
+// meteredStepper is a stepper whose workers count their owner lookups on
+// reg.
+func newMeteredStepper(t *testing.T, srv *fakeapi.Server) (*stepper, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Sources{
+		Graph:             func() metrics.GraphCounts { return metrics.GraphCounts{} },
+		Monitors:          func() []metrics.MonitorState { return nil },
+		DiscoveryFailures: func() []string { return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{Metadata: srv.Client, Mapper: fakeapi.NewMapper(), Workers: 1, Metrics: m}, graph.New())
+	t.Cleanup(func() {
+		c.attemptToDelete.ShutDown()
+		c.attemptToOrphan.ShutDown()
+	})
+	_, ctx := ktesting.NewTestContext(t)
+	return &stepper{t: t, srv: srv, c: c, ctx: ctx}, reg
+}
+
+// confirmLookups returns kgc_owner_lookup_requests_total{verb="confirm"}.
+func confirmLookups(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "kgc_owner_lookup_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "verb" && l.GetValue() == metrics.LookupConfirm {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatal("no kgc_owner_lookup_requests_total{verb=\"confirm\"}")
+	return 0
+}
+
+// answerFinalizerPatchOnce makes the next finalizer patch of a deployment
+// fail with answer, after applying it to the server if land is set; later
+// patches go through.
+func answerFinalizerPatchOnce(srv *fakeapi.Server, land bool, answer error) {
+	done := false
+	srv.Client.PrependReactor("patch", "deployments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if done {
+			return false, nil, nil
+		}
+		done = true
+		if land {
+			p := a.(clienttesting.PatchActionImpl)
+			if _, err := srv.Patch(p.GetResource(), p.GetNamespace(), p.GetName(), p.GetPatchType(), p.GetPatch()); err != nil {
+				return true, nil, err
+			}
+		}
+		return true, nil, answer
+	})
+}
+
+// ownerGets returns how many GETs kgc sent for the deployment name.
+func ownerGets(srv *fakeapi.Server, name string) int {
+	gets, _, _ := srv.KGCActions()
+	n := 0
+	for _, g := range gets {
+		if g.GetResource() == fakeapi.Deployments && g.GetName() == name {
+			n++
+		}
+	}
+	return n
+}
+
+// deletedNames returns the names kgc sent a DELETE for.
+func deletedNames(srv *fakeapi.Server) []string {
+	_, deletes, _ := srv.KGCActions()
+	var out []string
+	for _, d := range deletes {
+		out = append(out, d.GetName())
+	}
+	return out
+}
+
+// (1) O, deleted Foreground, also carries a finalizer of its own; its
+// dependent D (not blocking) is decided for deletion while O waits. kgc
+// then removes O's foregroundDeletion finalizer; the patch lands but its
+// answer is lost. O, kept by its other finalizer, is solid again: D's
+// DELETE decided while O waited must not be sent (S1). (The reviewer's
+// reproduction: before the fix the DELETE was sent.)
+func TestForegroundReleaseAnsweredAmbiguouslyStillStopsDependentDeletes(t *testing.T) {
+	srv := fakeapi.NewServer()
+	s, reg := newMeteredStepper(t, srv)
+	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+	srv.SetFinalizers(t, fakeapi.Deployments, "a", "o", "example.com/keep")
+	ref := fakeapi.DeploymentRef("o", "o-uid")
+	ref.BlockOwnerDeletion = nil
+	d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", ref))
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.Deployments, o)
+	s.observe(fakeapi.ConfigMaps, d)
+
+	wd, err := s.c.planDeleteItem(s.ctx, "d-uid")
+	if err != nil || wd == nil {
+		t.Fatalf("D: no DELETE decided while its owner waits: %v", err)
+	}
+	answerFinalizerPatchOnce(srv, true, lostAnswer())
+	wo, err := s.c.planDeleteItem(s.ctx, "o-uid")
+	if err != nil || wo == nil {
+		t.Fatalf("O: no finalizer removal decided: %v", err)
+	}
+	if err := wo(s.ctx); !apierrors.IsTimeout(err) {
+		t.Fatalf("O's finalizer removal: %v, want the lost answer", err)
+	}
+	if cur := s.mustGet(fakeapi.Deployments, o); slices.Contains(cur.Finalizers, metav1.FinalizerDeleteDependents) {
+		t.Fatalf("the foregroundDeletion finalizer is still there (the test's premise): %v", cur.Finalizers)
+	}
+	if err := wd(s.ctx); !errors.Is(err, errRetry) {
+		t.Errorf("D's DELETE: %v, want errRetry (decided again)", err)
+	}
+	if deletes := deletedNames(srv); len(deletes) != 0 {
+		t.Fatalf("DELETE %v sent for a dependent of an owner that is solid again (its foregroundDeletion finalizer released by kgc, answered ambiguously)", deletes)
+	}
+	if n := ownerGets(srv, "o"); n != 1 {
+		t.Errorf("%d GETs of O, want 1 (the confirmation)", n)
+	}
+	if n := confirmLookups(t, reg); n != 1 {
+		t.Errorf("confirm lookups %v, want 1", n)
+	}
+	if !s.c.fgReleased.Has("o-uid") || s.c.fgUncertain.Has("o-uid") {
+		t.Errorf("O released %v, uncertain %v: want released, not uncertain (the GET found it solid)", s.c.fgReleased.Has("o-uid"), s.c.fgUncertain.Has("o-uid"))
+	}
+	// D decided again once the graph has O's update: O keeps it.
+	s.observe(fakeapi.Deployments, o)
+	if err := s.deleteStep("d-uid"); err != nil {
+		t.Fatal(err)
+	}
+	s.mustGet(fakeapi.ConfigMaps, d)
+	if deletes := deletedNames(srv); len(deletes) != 0 {
+		t.Fatalf("DELETE %v sent for a dependent its solid owner keeps", deletes)
+	}
+}
+
+// (2) The same, but the answer is lost and the patch did not land: O still
+// waits. The dependents are blocking (O waits for them): kgc's graph did
+// not show them yet when it decided O's finalizer (a lagging watch). Their
+// DELETEs must go out — refusing them until O's release is settled would
+// never end, since O waits for them — after one confirming GET of O in
+// all: the first DELETE's confirmation settles O for the next.
+func TestForegroundReleaseAnsweredAmbiguouslyNotLandedDeletesDependents(t *testing.T) {
+	srv := fakeapi.NewServer()
+	s, reg := newMeteredStepper(t, srv)
+	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+	srv.SetFinalizers(t, fakeapi.Deployments, "a", "o", "example.com/keep")
+	d1 := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d1", "d1-uid", fakeapi.DeploymentRef("o", "o-uid")))
+	d2 := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d2", "d2-uid", fakeapi.DeploymentRef("o", "o-uid")))
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.Deployments, o) // D1's and D2's events are still on their watch
+
+	answerFinalizerPatchOnce(srv, false, lostAnswer())
+	if err := s.deleteStep("o-uid"); !apierrors.IsTimeout(err) {
+		t.Fatalf("O's step: %v, want the lost answer", err)
+	}
+	if cur := s.mustGet(fakeapi.Deployments, o); !slices.Contains(cur.Finalizers, metav1.FinalizerDeleteDependents) {
+		t.Fatalf("the foregroundDeletion finalizer is gone (the test's premise): %v", cur.Finalizers)
+	}
+	if s.c.fgReleased.Has("o-uid") || !s.c.fgUncertain.Has("o-uid") {
+		t.Errorf("O released %v, uncertain %v after an ambiguous answer: want uncertain only", s.c.fgReleased.Has("o-uid"), s.c.fgUncertain.Has("o-uid"))
+	}
+	s.observe(fakeapi.ConfigMaps, d1)
+	s.observe(fakeapi.ConfigMaps, d2)
+	for _, uid := range []string{"d1-uid", "d2-uid"} {
+		if err := s.deleteStep(types.UID(uid)); err != nil {
+			t.Fatalf("%s: %v", uid, err)
+		}
+	}
+	if got := deletedNames(srv); !slices.Equal(got, []string{"d1", "d2"}) {
+		t.Fatalf("DELETEs %v, want d1 and d2: the blocking dependents of an owner still waiting must go", got)
+	}
+	if n := ownerGets(srv, "o"); n != 1 {
+		t.Errorf("%d GETs of O, want 1 (one confirmation settles O)", n)
+	}
+	if n := confirmLookups(t, reg); n != 1 {
+		t.Errorf("confirm lookups %v, want 1", n)
+	}
+	if s.c.fgUncertain.Has("o-uid") {
+		t.Error("O still uncertain after a GET found it waiting")
+	}
+	// And the cascade ends: O's finalizer goes once its dependents are gone.
+	s.observe(fakeapi.ConfigMaps, d1)
+	s.observe(fakeapi.ConfigMaps, d2)
+	if err := s.deleteStep("o-uid"); err != nil {
+		t.Fatal(err)
+	}
+	if cur := s.mustGet(fakeapi.Deployments, o); slices.Contains(cur.Finalizers, metav1.FinalizerDeleteDependents) {
+		t.Fatalf("O still carries foregroundDeletion after its dependents went: %v", cur.Finalizers)
+	}
+	if !s.c.fgReleased.Has("o-uid") {
+		t.Error("O's successful release was not recorded")
+	}
+}
+
+// (3) A removal the apiserver refused (409) did not land: O still waits,
+// and D's DELETE decided while it waits goes out as before, without a
+// GET.
+func TestForegroundReleaseRefusedDeletesDependentWithoutRead(t *testing.T) {
+	srv := fakeapi.NewServer()
+	s, reg := newMeteredStepper(t, srv)
+	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+	srv.SetFinalizers(t, fakeapi.Deployments, "a", "o", "example.com/keep")
+	ref := fakeapi.DeploymentRef("o", "o-uid")
+	ref.BlockOwnerDeletion = nil
+	d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", ref))
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.Deployments, o)
+	s.observe(fakeapi.ConfigMaps, d)
+
+	wd, err := s.c.planDeleteItem(s.ctx, "d-uid")
+	if err != nil || wd == nil {
+		t.Fatalf("D: no DELETE decided while its owner waits: %v", err)
+	}
+	answerFinalizerPatchOnce(srv, false, fakeapi.Conflict(fakeapi.Deployments, "o", "finalizers"))
+	wo, err := s.c.planDeleteItem(s.ctx, "o-uid")
+	if err != nil || wo == nil {
+		t.Fatalf("O: no finalizer removal decided: %v", err)
+	}
+	if err := wo(s.ctx); !apierrors.IsConflict(err) && !errors.Is(err, errRetry) {
+		t.Fatalf("O's finalizer removal: %v, want the conflict", err)
+	}
+	if s.c.fgReleased.Has("o-uid") || s.c.fgUncertain.Has("o-uid") {
+		t.Fatalf("O released %v, uncertain %v after a refusal: want neither", s.c.fgReleased.Has("o-uid"), s.c.fgUncertain.Has("o-uid"))
+	}
+	if err := wd(s.ctx); err != nil {
+		t.Fatalf("D's DELETE: %v", err)
+	}
+	if got := deletedNames(srv); !slices.Equal(got, []string{"d"}) {
+		t.Fatalf("DELETEs %v, want d", got)
+	}
+	if n := ownerGets(srv, "o"); n != 0 {
+		t.Errorf("%d GETs of O, want none after a refusal", n)
+	}
+	if n := confirmLookups(t, reg); n != 0 {
+		t.Errorf("confirm lookups %v, want 0", n)
+	}
+}
+
+// (4) The answer is lost, the patch landed, and O, with no other
+// finalizer, went: D's DELETE decided while O waited is not sent as
+// decided (its policy and the breaker rest on O waiting); D is decided
+// again with O gone, and deleted.
+func TestForegroundReleaseAnsweredAmbiguouslyOwnerGone(t *testing.T) {
+	srv := fakeapi.NewServer()
+	s, reg := newMeteredStepper(t, srv)
+	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+	ref := fakeapi.DeploymentRef("o", "o-uid")
+	ref.BlockOwnerDeletion = nil
+	d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", ref))
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.Deployments, o)
+	s.observe(fakeapi.ConfigMaps, d)
+
+	wd, err := s.c.planDeleteItem(s.ctx, "d-uid")
+	if err != nil || wd == nil {
+		t.Fatalf("D: no DELETE decided while its owner waits: %v", err)
+	}
+	answerFinalizerPatchOnce(srv, true, lostAnswer())
+	wo, err := s.c.planDeleteItem(s.ctx, "o-uid")
+	if err != nil || wo == nil {
+		t.Fatalf("O: no finalizer removal decided: %v", err)
+	}
+	_ = wo(s.ctx)
+	if _, err := srv.Get(fakeapi.Deployments, "a", "o"); !apierrors.IsNotFound(err) {
+		t.Fatalf("O is not gone (the test's premise): %v", err)
+	}
+	if err := wd(s.ctx); !errors.Is(err, errRetry) {
+		t.Errorf("D's DELETE: %v, want errRetry (decided again)", err)
+	}
+	if deletes := deletedNames(srv); len(deletes) != 0 {
+		t.Fatalf("DELETE %v sent as decided while O waited", deletes)
+	}
+	if s.c.fgUncertain.Has("o-uid") {
+		t.Error("O still uncertain after a GET found it gone")
+	}
+	s.observe(fakeapi.Deployments, o)
+	if err := s.deleteStep("d-uid"); err != nil {
+		t.Fatal(err)
+	}
+	if got := deletedNames(srv); !slices.Equal(got, []string{"d"}) {
+		t.Fatalf("DELETEs %v, want d (its owner is gone)", got)
+	}
+	if n := confirmLookups(t, reg); n != 1 {
+		t.Errorf("confirm lookups %v, want 1", n)
+	}
+}
+
+// (5) A refusal after an ambiguous answer leaves O uncertain: the refusal
+// proves only that its own patch did not land (the earlier one may have,
+// and be why the finalizer test failed).
+func TestForegroundReleaseRefusalKeepsEarlierUncertainty(t *testing.T) {
+	srv := fakeapi.NewServer()
+	s, _ := newMeteredStepper(t, srv)
+	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+	srv.SetFinalizers(t, fakeapi.Deployments, "a", "o", "example.com/keep")
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.Deployments, o)
+
+	answerFinalizerPatchOnce(srv, false, lostAnswer())
+	if err := s.deleteStep("o-uid"); !apierrors.IsTimeout(err) {
+		t.Fatalf("O's first step: %v, want the lost answer", err)
+	}
+	answerFinalizerPatchOnce(srv, false, fakeapi.Conflict(fakeapi.Deployments, "o", "finalizers"))
+	if err := s.deleteStep("o-uid"); err != nil && !errors.Is(err, errRetry) {
+		t.Fatalf("O's second step: %v", err)
+	}
+	if s.c.fgReleased.Has("o-uid") || !s.c.fgUncertain.Has("o-uid") {
+		t.Fatalf("O released %v, uncertain %v: want uncertain only", s.c.fgReleased.Has("o-uid"), s.c.fgUncertain.Has("o-uid"))
+	}
+}
