@@ -77,7 +77,9 @@ func (w *Workers) removeConfirmed(ctx context.Context, it *rules.Item, t apiops.
 //     (negativeFactsReady).
 //   - DeleteItem carries the item's uid and resourceVersion; on a 409 it is
 //     retried only if a quorum read shows the same ownerReferences and
-//     finalizers (deleteItem).
+//     finalizers (deleteItem). Its waiting owners are waiting unless kgc
+//     released them (fgReleased); one whose release was answered
+//     ambiguously is read first (confirmStillWaiting).
 //
 // Each write is also announced at V(2) before it is sent (the lines tests
 // and operators grep for); its record is logged at V(0) once it returned.
