@@ -180,9 +180,10 @@ func New(cfg Config, g *graph.Graph) *Workers {
 		// after it went.
 		orphaned:   newRecentSet[types.UID](65536),
 		fgReleased: newRecentSet[types.UID](65536),
-		// Ambiguous answers are rare, and an entry goes at the owner's
-		// next confirmation.
-		fgUncertain: newRecentSet[types.UID](4096),
+		// Filled only by ambiguous answers, emptied by each confirmation;
+		// as large as fgReleased so that an owner is never forgotten
+		// sooner (forgetting one lets a DELETE go without the read).
+		fgUncertain: newRecentSet[types.UID](65536),
 		// Owners whose dependents are still to be decided: a cascade's
 		// inner owners (ReplicaSets), not its leaves.
 		deletedByKGC: newRecentSet[types.UID](65536),
