@@ -179,11 +179,15 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 		go func() { defer close(ch); _ = c.Run(ctx) }()
 		done = ch
 		waitSynced = c.WaitForSync
-	case collectorBare:
+	case collectorBare, collectorBareStream:
 		ch := make(chan struct{})
 		close(ch)
 		done = ch
-		waitSynced = func(ctx context.Context) error { return runBareRole(ctx, f) }
+		role := runBareRole
+		if f.Collector == collectorBareStream {
+			role = runBareStreamRole
+		}
+		waitSynced = func(ctx context.Context) error { return role(ctx, f) }
 	case collectorUpstream:
 		synced, ch, err := startUpstream(ctx, cfg, f.Workers)
 		if err != nil {

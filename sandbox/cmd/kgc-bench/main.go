@@ -137,7 +137,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		unB    = fs.Int("unthrottled-burst", 10000, "burst of the unthrottled budget")
 		scale  = fs.String("scale", "", "run the scale benchmark instead (scale.go): comma-separated cluster sizes in objects, growing (e.g. 100000,300000,1000000); every collector starts on one control plane populated to each size in turn")
 		scaleU = fs.Int("scale-upstream-max", 300000, "scale benchmark: the largest size upstream's collector is started on")
-		scaleC = fs.String("scale-collectors", "bare,kgc,upstream", "scale benchmark: collectors (bare: a plain metadata client paging the objects)")
+		scaleC = fs.String("scale-collectors", "bare,kgc,upstream", "scale benchmark: collectors (bare: a plain metadata client paging the objects; bare-stream: the same client with one streaming watch list)")
 	)
 	fs.StringVar(&cf.Collector, "collector", "", "internal: collector of the collector role")
 	fs.StringVar(&cf.Server, "server", "", "internal: apiserver URL of the collector role")
@@ -271,7 +271,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		so := scaleOptions{sizes: sizes, upstreamMax: *scaleU, collectors: splitList(*scaleC)}
 		for _, c := range so.collectors {
-			if c != collectorUpstream && c != collectorKGC && c != collectorBare {
+			if c != collectorUpstream && c != collectorKGC && !isBare(c) {
 				fmt.Fprintf(stderr, "unknown collector %q\n", c)
 				return 2
 			}

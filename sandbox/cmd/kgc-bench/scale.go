@@ -13,8 +13,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 )
@@ -43,8 +45,16 @@ import (
 // time from its start until it is stopped, after the probe and a quiet
 // period. GETs are the collector's GET requests until then.
 
-// Collector of the bare-client baseline.
-const collectorBare = "bare"
+// Collectors of the bare-client baselines: paging with LIST (bare), and
+// one streaming watch list (bare-stream: WATCH with sendInitialEvents,
+// served from the apiserver's watch cache without pages), the cheaper
+// protocol kgc's monitors could use.
+const (
+	collectorBare       = "bare"
+	collectorBareStream = "bare-stream"
+)
+
+func isBare(c string) bool { return c == collectorBare || c == collectorBareStream }
 
 type scaleOptions struct {
 	sizes       []int
@@ -223,7 +233,7 @@ func createGroups(ctx context.Context, e *env, ns string, from, n int) error {
 func scaleCell(ctx context.Context, e *env, ns string, size int, coll string) (scaleResult, error) {
 	r := scaleResult{Size: size, Collector: coll}
 	probeOwner, probeDep := "probe-"+coll+"-owner", "probe-"+coll+"-dep"
-	if coll != collectorBare {
+	if !isBare(coll) {
 		uids, err := createAll(ctx, e.client, ns, []cmSpec{{name: probeOwner}})
 		if err != nil {
 			return r, err
@@ -246,7 +256,7 @@ func scaleCell(ctx context.Context, e *env, ns string, size int, coll string) (s
 	if r.Ready, err = c.waitSynced(ctx, e.opts.timeout); err != nil {
 		return r, err
 	}
-	if coll != collectorBare {
+	if !isBare(coll) {
 		bg := metav1.DeletePropagationBackground
 		if err := e.client.CoreV1().ConfigMaps(ns).Delete(ctx, probeOwner, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
 			return r, err
@@ -312,18 +322,48 @@ func writeScaleTable(w io.Writer, rs []scaleResult, machine string) {
 	}
 	for _, r := range rs {
 		frac, useful := "–", "–"
-		if b := bare[r.Size]; b > 0 && r.Collector != collectorBare {
+		if b := bare[r.Size]; b > 0 && !isBare(r.Collector) {
 			frac = fmt.Sprintf("%.2f", r.Ready.Seconds()/b.Seconds())
 		}
 		if r.Useful > 0 {
 			useful = fmt.Sprintf("%.2f", r.Useful.Seconds())
 		}
 		gets := strconv.FormatInt(r.GETs, 10)
-		if r.Collector == collectorBare {
+		if isBare(r.Collector) {
 			gets = "–"
 		}
 		fmt.Fprintf(w, "| %s | %s | %.2f | %s | %s | %.2f | %.1f | %.3f | %.3f | %.3f | %.3f | %s |\n",
 			fnum(float64(r.Size), 0), r.Collector, r.Ready.Seconds(), frac, useful, r.Usage.CPU.Seconds(), float64(r.cpuPerObject())/1e3,
 			r.heapPeakKB(), r.heapLiveKB(), r.rssPeakKB(), r.rssLiveKB(), gets)
 	}
+}
+
+// runBareStreamRole is the streaming baseline's child: one WATCH of every
+// ConfigMap's metadata with sendInitialEvents (the apiserver's WatchList,
+// on by default since 1.34), until the bookmark that ends the initial
+// events; it prints "synced" (its caller) and waits for its stdin to close.
+func runBareStreamRole(ctx context.Context, f collectorFlags) error {
+	md, err := metadata.NewForConfig(&rest.Config{Host: f.Server, QPS: float32(f.QPS), Burst: f.Burst})
+	if err != nil {
+		return err
+	}
+	send := true
+	w, err := md.Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).Watch(ctx, metav1.ListOptions{
+		SendInitialEvents: &send, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true,
+	})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		switch ev.Type {
+		case watch.Error:
+			return fmt.Errorf("watch list: %v", ev.Object)
+		case watch.Bookmark:
+			if m, err := meta.Accessor(ev.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+				return nil
+			}
+		}
+	}
+	return errors.New("watch list: the stream ended before its initial events did")
 }
