@@ -107,6 +107,26 @@ func ownerGets(srv *fakeapi.Server, name string) int {
 }
 
 // deletedNames returns the names kgc sent a DELETE for.
+// waitingOwnerWithDecidedDependent creates O, which carries a finalizer
+// of its own, and its dependent D (not blocking), deletes O Foreground,
+// shows both to the graph, and returns D's DELETE decided while O waits.
+func waitingOwnerWithDecidedDependent(t *testing.T, s *stepper, srv *fakeapi.Server) (o, d *metav1.PartialObjectMetadata, wd write) {
+	t.Helper()
+	o = srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
+	srv.SetFinalizers(t, fakeapi.Deployments, "a", "o", "example.com/keep")
+	ref := fakeapi.DeploymentRef("o", "o-uid")
+	ref.BlockOwnerDeletion = nil
+	d = srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", ref))
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.Deployments, o)
+	s.observe(fakeapi.ConfigMaps, d)
+	wd, err := s.c.planDeleteItem(s.ctx, "d-uid")
+	if err != nil || wd == nil {
+		t.Fatalf("D: no DELETE decided while its owner waits: %v", err)
+	}
+	return o, d, wd
+}
+
 func deletedNames(srv *fakeapi.Server) []string {
 	_, deletes, _ := srv.KGCActions()
 	var out []string
@@ -125,19 +145,7 @@ func deletedNames(srv *fakeapi.Server) []string {
 func TestForegroundReleaseAnsweredAmbiguouslyStillStopsDependentDeletes(t *testing.T) {
 	srv := fakeapi.NewServer()
 	s, reg := newMeteredStepper(t, srv)
-	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
-	srv.SetFinalizers(t, fakeapi.Deployments, "a", "o", "example.com/keep")
-	ref := fakeapi.DeploymentRef("o", "o-uid")
-	ref.BlockOwnerDeletion = nil
-	d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", ref))
-	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationForeground)
-	s.observe(fakeapi.Deployments, o)
-	s.observe(fakeapi.ConfigMaps, d)
-
-	wd, err := s.c.planDeleteItem(s.ctx, "d-uid")
-	if err != nil || wd == nil {
-		t.Fatalf("D: no DELETE decided while its owner waits: %v", err)
-	}
+	o, d, wd := waitingOwnerWithDecidedDependent(t, s, srv)
 	answerFinalizerPatchOnce(srv, true, lostAnswer())
 	wo, err := s.c.planDeleteItem(s.ctx, "o-uid")
 	if err != nil || wo == nil {
@@ -240,19 +248,7 @@ func TestForegroundReleaseAnsweredAmbiguouslyNotLandedDeletesDependents(t *testi
 func TestForegroundReleaseRefusedDeletesDependentWithoutRead(t *testing.T) {
 	srv := fakeapi.NewServer()
 	s, reg := newMeteredStepper(t, srv)
-	o := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "o", "o-uid"))
-	srv.SetFinalizers(t, fakeapi.Deployments, "a", "o", "example.com/keep")
-	ref := fakeapi.DeploymentRef("o", "o-uid")
-	ref.BlockOwnerDeletion = nil
-	d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d", "d-uid", ref))
-	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationForeground)
-	s.observe(fakeapi.Deployments, o)
-	s.observe(fakeapi.ConfigMaps, d)
-
-	wd, err := s.c.planDeleteItem(s.ctx, "d-uid")
-	if err != nil || wd == nil {
-		t.Fatalf("D: no DELETE decided while its owner waits: %v", err)
-	}
+	_, _, wd := waitingOwnerWithDecidedDependent(t, s, srv)
 	answerFinalizerPatchOnce(srv, false, fakeapi.Conflict(fakeapi.Deployments, "o", "finalizers"))
 	wo, err := s.c.planDeleteItem(s.ctx, "o-uid")
 	if err != nil || wo == nil {
