@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -445,12 +447,22 @@ func (c *Collector) Run(ctx context.Context) error {
 	// dependent whose owner an earlier kgc orphaned, found only now, must
 	// be orphaned, not deleted as dangling (package orphanlog). Until it
 	// is read nothing is decided; it is retried like discovery.
-	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		if err := c.journal.Load(ctx); err != nil {
-			logger.Error(err, "Reading the journal of orphaned owners before starting workers; retrying (kgc needs get on it: see deploy/30-leader-election-role.yaml)")
-			return false, nil
+	// Retried with backoff (1 s, doubling, up to 30 s): every attempt is
+	// logged, with what to do about it.
+	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Steps: math.MaxInt32, Cap: 30 * time.Second}
+	err = wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		err := c.journal.Load(ctx)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, orphanlog.ErrUnreadable):
+			logger.Error(err, "The journal of orphaned owners cannot be read; no worker starts until it can. Fix or remove its annotation ("+orphanlog.Annotation+"): removing it forgets the owners it names, whose late dependents are then deleted as dangling")
+		case apierrors.IsForbidden(err):
+			logger.Error(err, "The journal of orphaned owners may not be read; no worker starts until it can. kgc needs get, create and update on its Lease (deploy/30-leader-election-role.yaml), or run with --orphan-journal=false")
+		default:
+			logger.Error(err, "Reading the journal of orphaned owners before starting workers; retrying")
 		}
-		return true, nil
+		return false, nil
 	})
 	if err != nil {
 		return nil //nolint:nilerr // ctx ended first: a clean stop

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -300,5 +301,22 @@ func TestReadOnly(t *testing.T) {
 	}
 	if s := store.Saves(); s != 1 {
 		t.Fatalf("a read-only journal wrote: %d saves", s)
+	}
+}
+
+// A Lease whose annotation cannot be read answers ErrUnreadable, so that
+// kgc can say what to do about it.
+func TestLeaseStoreUnreadable(t *testing.T) {
+	cs := fake.NewClientset()
+	s := &LeaseStore{Client: cs.CoordinationV1(), Namespace: "kgc-system", Name: "kgc-orphans"}
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kgc-system", Name: "kgc-orphans", Annotations: map[string]string{Annotation: "v9\n1 x"}}}
+	if _, err := cs.CoordinationV1().Leases("kgc-system").Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Load(context.Background()); !errors.Is(err, ErrUnreadable) {
+		t.Fatalf("Load of an unreadable annotation: %v, want ErrUnreadable", err)
+	}
+	if err := New(Config{Store: s}).Load(context.Background()); !errors.Is(err, ErrUnreadable) {
+		t.Fatalf("Journal.Load: %v, want ErrUnreadable", err)
 	}
 }

@@ -3,6 +3,7 @@ package orphanlog
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -22,6 +23,10 @@ import (
 
 // Annotation is where LeaseStore keeps the entries.
 const Annotation = "kgc.dev/orphaned-owners"
+
+// ErrUnreadable is what Load answers (wrapped) for a journal whose stored
+// form cannot be read: a corrupt annotation, or one a newer kgc wrote.
+var ErrUnreadable = errors.New("the orphan journal cannot be read")
 
 // LeaseStore keeps the journal in an annotation of a coordination.k8s.io
 // Lease of its own (not the leader-election Lease: its renewals every few
@@ -52,7 +57,7 @@ func (s *LeaseStore) Load(ctx context.Context) (map[types.UID]time.Time, string,
 	}
 	entries, err := Decode(l.Annotations[Annotation])
 	if err != nil {
-		return nil, "", fmt.Errorf("annotation %s of %s: %w", Annotation, s, err)
+		return nil, "", fmt.Errorf("%w: annotation %s of %s: %w", ErrUnreadable, Annotation, s, err)
 	}
 	s.keep(l)
 	return entries, versionOf(l), nil
