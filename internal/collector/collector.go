@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -446,26 +445,28 @@ func (c *Collector) Run(ctx context.Context) error {
 	// The journal of orphaned owners is read before any decision: a
 	// dependent whose owner an earlier kgc orphaned, found only now, must
 	// be orphaned, not deleted as dangling (package orphanlog). Until it
-	// is read nothing is decided; it is retried like discovery.
-	// Retried with backoff (1 s, doubling, up to 30 s): every attempt is
-	// logged, with what to do about it.
-	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Steps: math.MaxInt32, Cap: 30 * time.Second}
-	err = wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+	// is read nothing is decided; it is retried with backoff (1 s,
+	// doubling, up to 30 s), every attempt logged with what to do.
+	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
 		err := c.journal.Load(ctx)
-		switch {
-		case err == nil:
-			return true, nil
-		case errors.Is(err, orphanlog.ErrUnreadable):
-			logger.Error(err, "The journal of orphaned owners cannot be read; no worker starts until it can. Fix or remove its annotation ("+orphanlog.Annotation+"): removing it forgets the owners it names, whose late dependents are then deleted as dangling")
-		case apierrors.IsForbidden(err):
-			logger.Error(err, "The journal of orphaned owners may not be read; no worker starts until it can. kgc needs get, create and update on its Lease (deploy/30-leader-election-role.yaml), or run with --orphan-journal=false")
-		default:
-			logger.Error(err, "Reading the journal of orphaned owners before starting workers; retrying")
+		if err == nil {
+			break
 		}
-		return false, nil
-	})
-	if err != nil {
-		return nil //nolint:nilerr // ctx ended first: a clean stop
+		switch {
+		case ctx.Err() != nil:
+			return nil // a clean stop
+		case errors.Is(err, orphanlog.ErrUnreadable):
+			logger.Error(err, "The journal of orphaned owners cannot be read; no worker starts until it can. Fix or remove its annotation ("+orphanlog.Annotation+"): removing it forgets the owners it names, whose late dependents are then deleted as dangling", "retryIn", delay)
+		case apierrors.IsForbidden(err):
+			logger.Error(err, "The journal of orphaned owners may not be read; no worker starts until it can. kgc needs get, create and update on its Lease (deploy/30-leader-election-role.yaml), or run with --orphan-journal=false", "retryIn", delay)
+		default:
+			logger.Error(err, "Reading the journal of orphaned owners before starting workers", "retryIn", delay)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
 	}
 	wg.Add(1)
 	go func() {

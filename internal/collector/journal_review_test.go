@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kgc-dev/kgc/internal/fakeapi"
+	"github.com/kgc-dev/kgc/internal/orphanlog"
 )
 
 // The orphan journal keeps its entries past their TTL while a resource
@@ -46,4 +47,38 @@ func TestJournalKeepsEntriesWhileAGroupIsUndiscoverable(t *testing.T) {
 	if c.someResourceUnseen() == false {
 		t.Error("the journal would forget owners past their TTL while a group version is undiscoverable")
 	}
+}
+
+// No worker starts until the orphan journal has been read: a store that
+// fails keeps the collector unsynced (and retrying), and it starts once
+// the store answers.
+func TestWorkersWaitForTheOrphanJournal(t *testing.T) {
+	srv := fakeapi.NewServer()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	store := &orphanlog.MemoryStore{}
+	store.SetFail(errors.New("etcdserver: request timed out"))
+	disc := &fakeapi.Discovery{Lists: fakeapi.ResourceLists()}
+	e := &testEnv{srv: srv, disc: disc, mapper: fakeapi.NewMapper(), recorder: &fakeapi.Recorder{}, ctx: ctx}
+	c, err := New(Config{
+		Metadata: srv.Client, Discovery: disc, Mapper: e.mapper, Workers: 1, OrphanStore: store,
+		Ignored: []schema.GroupResource{fakeapi.Events.GroupResource()}, ResyncPeriod: time.Hour, SyncTimeout: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.c = c
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// Once the monitors have settled, workers would start within
+	// milliseconds; give them 300 ms to (wrongly) do so. The journal's
+	// first retry is a second away.
+	e.waitFor(t, "monitors to settle", c.builder.Settled)
+	time.Sleep(300 * time.Millisecond)
+	if c.Synced() {
+		t.Fatal("workers started although the orphan journal could not be read")
+	}
+	store.SetFail(nil)
+	e.waitFor(t, "workers to start once the journal is read", c.Synced)
 }
