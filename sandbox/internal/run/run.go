@@ -234,9 +234,13 @@ func sandboxCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		Workers:            cfg.workers,
 		NamespaceLifecycle: cfg.namespaceLifecycle,
 		DryRun:             cfg.shadow,
-		Logger:             newLogger(stderr, cfg.v),
-		Registerer:         prometheus.NewRegistry(),
-		Profiling:          true,
+		// As `kgc run` keeps it (its default Lease name and namespace
+		// without leader election): the sandbox's state outlives a
+		// restart, and so must the memory of the owners kgc orphaned.
+		OrphanJournal: &kgc.OrphanJournalOptions{LeaseNamespace: "kube-system", LeaseName: "kgc-orphans"},
+		Logger:        newLogger(stderr, cfg.v),
+		Registerer:    prometheus.NewRegistry(),
+		Profiling:     true,
 	})
 	if err != nil {
 		return fmt.Errorf("creating kgc: %w", err)
