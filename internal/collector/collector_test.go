@@ -43,6 +43,26 @@ type testEnv struct {
 // ends, and waits for it to sync and for its informers to watch.
 func startCollector(t *testing.T, srv *fakeapi.Server, opts ...func(*Config)) *testEnv {
 	t.Helper()
+	e := launchCollector(t, srv, opts...)
+	c := e.c
+	e.waitFor(t, "collector to sync", func() bool { return c.Synced() })
+	e.waitFor(t, "informers to watch", func() bool {
+		watching := map[schema.GroupVersionResource]bool{}
+		for _, a := range srv.Client.Actions() {
+			if w, ok := a.(clienttesting.WatchActionImpl); ok {
+				watching[w.GetResource()] = true
+			}
+		}
+		return watching[fakeapi.ConfigMaps] && watching[fakeapi.Deployments] && watching[fakeapi.Namespaces]
+	})
+	return e
+}
+
+// launchCollector runs a collector with 2 workers against srv (opts
+// adjust its config; a *fakeapi.Discovery given there becomes e.disc)
+// until the test ends, without waiting for anything.
+func launchCollector(t *testing.T, srv *fakeapi.Server, opts ...func(*Config)) *testEnv {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	e := &testEnv{srv: srv, disc: &fakeapi.Discovery{Lists: fakeapi.ResourceLists()}, mapper: fakeapi.NewMapper(), recorder: &fakeapi.Recorder{}, ctx: ctx}
@@ -58,6 +78,9 @@ func startCollector(t *testing.T, srv *fakeapi.Server, opts ...func(*Config)) *t
 	}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if d, ok := cfg.Discovery.(*fakeapi.Discovery); ok {
+		e.disc = d
 	}
 	c, err := New(cfg)
 	if err != nil {
@@ -76,16 +99,6 @@ func startCollector(t *testing.T, srv *fakeapi.Server, opts ...func(*Config)) *t
 		case <-time.After(testTimeout):
 			t.Errorf("Run did not return within %s of cancellation", testTimeout)
 		}
-	})
-	e.waitFor(t, "collector to sync", func() bool { return c.Synced() })
-	e.waitFor(t, "informers to watch", func() bool {
-		watching := map[schema.GroupVersionResource]bool{}
-		for _, a := range srv.Client.Actions() {
-			if w, ok := a.(clienttesting.WatchActionImpl); ok {
-				watching[w.GetResource()] = true
-			}
-		}
-		return watching[fakeapi.ConfigMaps] && watching[fakeapi.Deployments] && watching[fakeapi.Namespaces]
 	})
 	return e
 }

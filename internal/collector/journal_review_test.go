@@ -1,14 +1,12 @@
 package collector
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientdiscovery "k8s.io/client-go/discovery"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kgc-dev/kgc/internal/fakeapi"
 	"github.com/kgc-dev/kgc/internal/orphanlog"
@@ -21,25 +19,12 @@ import (
 // there of an owner kgc orphaned, found once the group comes back after a
 // restart, must still find the owner in the journal.
 func TestJournalKeepsEntriesWhileAGroupIsUndiscoverable(t *testing.T) {
-	srv := fakeapi.NewServer()
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
 	gv := schema.GroupVersion{Group: "metrics.example.com", Version: "v1"}
 	disc := &fakeapi.Discovery{Lists: fakeapi.ResourceLists(), Err: &clientdiscovery.ErrGroupDiscoveryFailed{
 		Groups: map[schema.GroupVersion]error{gv: errors.New("the server is currently unable to handle the request")},
 	}}
-	e := &testEnv{srv: srv, disc: disc, mapper: fakeapi.NewMapper(), recorder: &fakeapi.Recorder{}, ctx: ctx}
-	c, err := New(Config{
-		Metadata: srv.Client, Discovery: disc, Mapper: e.mapper, Workers: 1,
-		Ignored: []schema.GroupResource{fakeapi.Events.GroupResource()}, ResyncPeriod: time.Hour, SyncTimeout: time.Hour,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.c = c
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	e := launchCollector(t, fakeapi.NewServer(), func(c *Config) { c.Discovery = disc })
+	c := e.c
 	e.waitFor(t, "workers to start", c.Synced)
 	if len(c.DiscoveryFailures()) == 0 {
 		t.Fatal("discovery reports no failure (the test's premise)")
@@ -53,24 +38,10 @@ func TestJournalKeepsEntriesWhileAGroupIsUndiscoverable(t *testing.T) {
 // fails keeps the collector unsynced (and retrying), and it starts once
 // the store answers.
 func TestWorkersWaitForTheOrphanJournal(t *testing.T) {
-	srv := fakeapi.NewServer()
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
 	store := &orphanlog.MemoryStore{}
 	store.SetFail(errors.New("etcdserver: request timed out"))
-	disc := &fakeapi.Discovery{Lists: fakeapi.ResourceLists()}
-	e := &testEnv{srv: srv, disc: disc, mapper: fakeapi.NewMapper(), recorder: &fakeapi.Recorder{}, ctx: ctx}
-	c, err := New(Config{
-		Metadata: srv.Client, Discovery: disc, Mapper: e.mapper, Workers: 1, OrphanStore: store,
-		Ignored: []schema.GroupResource{fakeapi.Events.GroupResource()}, ResyncPeriod: time.Hour, SyncTimeout: time.Hour,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.c = c
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	e := launchCollector(t, fakeapi.NewServer(), func(c *Config) { c.OrphanStore = store })
+	c := e.c
 	// Once the monitors have settled, workers would start within
 	// milliseconds; give them 300 ms to (wrongly) do so. The journal's
 	// first retry is a second away.
