@@ -104,7 +104,6 @@ type Journal struct {
 	mu      sync.Mutex
 	entries map[types.UID]time.Time
 	version string
-	loaded  bool
 	// gen counts changes; durable is the gen last written; flushed is
 	// closed (and replaced) at each successful write.
 	gen, durable uint64
@@ -157,9 +156,6 @@ func (j *Journal) Durable() bool { return j.cfg.Store != nil }
 // a Store it does nothing.
 func (j *Journal) Load(ctx context.Context) error {
 	if j.cfg.Store == nil {
-		j.mu.Lock()
-		j.loaded = true
-		j.mu.Unlock()
 		return nil
 	}
 	stored, version, err := j.cfg.Store.Load(ctx)
@@ -170,7 +166,6 @@ func (j *Journal) Load(ctx context.Context) error {
 	defer j.mu.Unlock()
 	j.merge(stored)
 	j.version = version
-	j.loaded = true
 	j.unseen = j.cfg.Clock.Now()
 	return nil
 }
