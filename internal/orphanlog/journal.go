@@ -47,6 +47,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kgc-dev/kgc/internal/metrics"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -91,7 +92,7 @@ type Config struct {
 	// makes no write: it records nothing, and its pruning is not written).
 	ReadOnly bool
 	// OnWrite, when set, is told the outcome of each write to the Store
-	// ("written", "conflict" or "error") and the entries it held.
+	// (metrics.JournalWritten, JournalConflict or JournalError) and the entries it held.
 	OnWrite func(outcome string, entries int)
 }
 
@@ -356,11 +357,11 @@ func (j *Journal) flush(ctx context.Context, logger klog.Logger) error {
 		newVersion, err := j.cfg.Store.Save(ctx, entries, version)
 		switch {
 		case err == nil:
-			j.cfg.OnWrite("written", len(entries))
+			j.cfg.OnWrite(metrics.JournalWritten, len(entries))
 		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
-			j.cfg.OnWrite("conflict", len(entries))
+			j.cfg.OnWrite(metrics.JournalConflict, len(entries))
 		default:
-			j.cfg.OnWrite("error", len(entries))
+			j.cfg.OnWrite(metrics.JournalError, len(entries))
 		}
 		if err == nil {
 			j.mu.Lock()
