@@ -184,6 +184,7 @@ func Run(ctx context.Context, o *RunOptions) error {
 		Breaker:               o.Breaker.lib(o.LeaderElection),
 		HoldRestored:          o.Breaker.HoldRestored,
 		OrphanJournal:         o.orphanJournal(),
+		PagedLists:            !o.StreamingLists,
 		DryRun:                o.Shadow.DryRun,
 		ShadowWindow:          o.Shadow.Window,
 	})

@@ -35,6 +35,7 @@ type RunOptions struct {
 	WriteHistorySize      int
 	OrphanJournal         bool
 	OrphanJournalTTL      time.Duration
+	StreamingLists        bool
 	Shadow                ShadowOptions // shadow.go
 	LeaderElection        LeaderElectionOptions
 	Breaker               BreakerRunOptions
@@ -60,6 +61,7 @@ func NewRunOptions() *RunOptions {
 		WriteHistorySize:      kgc.DefaultWriteHistorySize,
 		OrphanJournal:         true,
 		OrphanJournalTTL:      10 * time.Minute,
+		StreamingLists:        true,
 		Shadow:                ShadowOptions{Window: kgc.DefaultShadowWindow},
 		LeaderElection:        NewLeaderElectionOptions(),
 		Breaker:               NewBreakerRunOptions(),
@@ -89,6 +91,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.NamespaceLifecycle, "namespace-lifecycle", o.NamespaceLifecycle, "Also do the namespace controller's job: empty deleted namespaces (Pods first), set their status conditions, and remove their kubernetes finalizer once nothing is left. For API servers without kube-controller-manager; leave it off where kube-controller-manager runs its namespace controller.")
 	fs.IntVar(&o.WriteHistorySize, "write-history-size", o.WriteHistorySize, "How many of its last writes (DELETEs and patches) kgc keeps in memory with why it made them (which owner was gone and how kgc knew, the policy, the preconditions, the outcome), served at /debug/controllers/garbage-collector-controller/history and read by kgc explain --server. 0 keeps none; every write is logged either way.")
 	fs.BoolVar(&o.OrphanJournal, "orphan-journal", o.OrphanJournal, "Remember the owners kgc orphaned (deleted with the Orphan policy) on the Lease <--leader-elect-resource-name>"+orphanJournalSuffix+" in --leader-elect-resource-namespace, so that a dependent seen only after its owner went (its resource unlisted past --unlisted-hold, or its watch lagging) is orphaned, not deleted, also by a restarted kgc or a new leader. kgc starts no worker until it has read that Lease (get), and each orphan finalizer removal waits until its owner is written there (create, update). Off: the memory lives in the process only.")
+	fs.BoolVar(&o.StreamingLists, "streaming-lists", o.StreamingLists, "List each resource as one streaming list (a watch with sendInitialEvents: kube-apiserver's WatchList, on by default since 1.34; several times faster than pages at a million objects), falling back to pages where the server refuses or ignores it. Off: every list is paged.")
 	fs.DurationVar(&o.OrphanJournalTTL, "orphan-journal-ttl", o.OrphanJournalTTL, "How long the orphan journal remembers an owner once every resource is listed and healthy and every API group discoverable (while one is not, it forgets none).")
 	o.Shadow.AddFlags(fs)
 	o.LeaderElection.AddFlags(fs)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -86,6 +87,14 @@ type monitor struct {
 	// is called before each page is requested (Monitors.SetListGate).
 	pages PageLister
 	gate  func(context.Context)
+	// stream, when set (the PageLister is also a StreamLister), lists by
+	// streaming first (streamList). noStream: the server refused or
+	// ignored a streaming list of this resource, which is listed by pages
+	// from then on; paging: a streaming list failed otherwise, and the
+	// resource is listed by pages until one completes (a LIST reports
+	// the error).
+	stream           StreamLister
+	noStream, paging bool
 	// sweep: relists (and, for a restarted resource or after a first list
 	// that failed part way, the first list) end with a Relisted event.
 	sweep bool
@@ -342,6 +351,7 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		observe:    m.observe,
 		pages:      m.pages,
 		gate:       m.gate,
+		stream:     streamListerOf(m.pages),
 		sweep:      m.started[r.GroupKind()],
 		cancel:     cancel,
 		done:       make(chan struct{}),
@@ -442,8 +452,32 @@ func (mon *monitor) run(ctx context.Context) {
 	// has nothing to watch, and is listed again until it is served again
 	// (a CRD recreated under the same name while discovery still lists it).
 	notServed := newNotServedBackoff()
-	rv := ""
+	rv, ok := "", true
 	for ctx.Err() == nil {
+		if rv == "" && mon.streams() {
+			start := mon.clock.Now()
+			next, events, listed, err := mon.streamList(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if listed {
+				// The list completed and its stream went on as a watch:
+				// it ended as a watch ends.
+				backoff, notServed = newMonitorBackoff(), newNotServedBackoff()
+				if rv, ok = mon.watched(ctx, logger, start, next, events, err, &backoff, &notServed, retry); !ok {
+					return
+				}
+				continue
+			}
+			// Listed by pages at once: a LIST reports why the resource
+			// cannot be read (a conversion webhook's error, a 404), and
+			// pages are what kgc did before streaming.
+			if mon.noStream {
+				logger.Info("The server does not stream lists of this resource; listing it by pages", "err", fmt.Sprint(err))
+			} else {
+				logger.V(2).Info("Streaming list failed; listing by pages", "err", fmt.Sprint(err))
+			}
+		}
 		if rv == "" {
 			var err error
 			var served bool
@@ -466,31 +500,41 @@ func (mon *monitor) run(ctx context.Context) {
 		}
 		start := mon.clock.Now()
 		next, events, err := mon.watch(ctx, rv)
-		switch {
-		case ctx.Err() != nil:
+		if rv, ok = mon.watched(ctx, logger, start, next, events, err, &backoff, &notServed, retry); !ok {
 			return
-		case errors.Is(err, errWatchNotServed):
-			logger.V(2).Info("Resource not served (its watch answers 404); listing again")
-			if !sleep(ctx, mon.clock, notServed.Step()) {
-				return
-			}
-		case err != nil:
-			if !retry(err, "watch") {
-				return
-			}
-		case next == "":
-			logger.V(2).Info("Watch expired; listing again", "resourceVersion", rv)
-		case events == 0 && mon.clock.Since(start) < time.Second:
-			// A watch the server ends at once, again and again, would
-			// otherwise spin.
-			if !sleep(ctx, mon.clock, backoff.Step()) {
-				return
-			}
-		default:
-			backoff = newMonitorBackoff()
 		}
-		rv = next
 	}
+}
+
+// watched handles the end of a watch that started at start, saw events
+// events, and returned next and err (see watch): it returns the
+// resourceVersion to go on from ("" to list again), after backing off as
+// the ending calls for, and false once ctx is done.
+func (mon *monitor) watched(ctx context.Context, logger klog.Logger, start time.Time, next string, events int, err error, backoff, notServed *wait.Backoff, retry func(error, string) bool) (string, bool) {
+	switch {
+	case ctx.Err() != nil:
+		return "", false
+	case errors.Is(err, errWatchNotServed):
+		logger.V(2).Info("Resource not served (its watch answers 404); listing again")
+		if !sleep(ctx, mon.clock, notServed.Step()) {
+			return "", false
+		}
+	case err != nil:
+		if !retry(err, "watch") {
+			return "", false
+		}
+	case next == "":
+		logger.V(2).Info("Watch expired; listing again")
+	case events == 0 && mon.clock.Since(start) < time.Second:
+		// A watch the server ends at once, again and again, would
+		// otherwise spin.
+		if !sleep(ctx, mon.clock, backoff.Step()) {
+			return "", false
+		}
+	default:
+		*backoff = newMonitorBackoff()
+	}
+	return next, true
 }
 
 // list lists the resource page by page, hands each object to observe as
@@ -565,6 +609,7 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 		}
 		mon.progressed()
 		if page.continueToken == "" {
+			mon.paging = false // the next list may stream again
 			mon.gen = gen
 			if mon.sweep {
 				// The list's resourceVersion is the evidence of the
@@ -647,7 +692,7 @@ func (mon *monitor) listed(gen uint32) {
 // old or too new for the server) and how many events it saw. A watch that
 // ends without an error (its timeout, a server restart) is resumed.
 func (mon *monitor) watch(ctx context.Context, rv string) (next string, events int, err error) {
-	timeout := int64(monitorWatchTimeout.Seconds() * (1 + rand.Float64()))
+	timeout := watchTimeoutSeconds()
 	w, err := mon.res.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
 	if err != nil {
 		switch {
@@ -660,39 +705,70 @@ func (mon *monitor) watch(ctx context.Context, rv string) (next string, events i
 	}
 	defer w.Stop()
 	mon.progressed()
-	for {
-		var ev watch.Event
+	return mon.follow(rv, 0, func(ev *streamEvent) error {
+		var we watch.Event
 		var ok bool
 		select {
 		case <-ctx.Done():
-			return rv, events, nil
-		case ev, ok = <-w.ResultChan():
+			return io.EOF
+		case we, ok = <-w.ResultChan():
 		}
 		if !ok {
-			return rv, events, nil
+			return io.EOF
 		}
-		if ev.Type == watch.Error {
-			err := apierrors.FromObject(ev.Object)
-			switch {
-			case mustRelist(err):
-				return "", events, nil
-			case apierrors.IsNotFound(err):
-				return "", events, errWatchNotServed
+		*ev = streamEvent{typ: we.Type}
+		if we.Type == watch.Error {
+			ev.err = apierrors.FromObject(we.Object)
+			return nil
+		}
+		pom, isMeta := we.Object.(*metav1.PartialObjectMetadata)
+		if !isMeta {
+			return fmt.Errorf("watch of %s: unexpected %T in a %s event", mon.resource.GVR, we.Object, we.Type)
+		}
+		ev.rv = pom.ResourceVersion
+		if we.Type != watch.Bookmark {
+			ev.obj = leanObject(pom, mon.apiVersion, mon.resource.Kind)
+		}
+		return nil
+	})
+}
+
+// watchTimeoutSeconds is a watch's timeout: the server ends it after a
+// random time between monitorWatchTimeout and twice that.
+func watchTimeoutSeconds() int64 {
+	return int64(monitorWatchTimeout.Seconds() * (1 + rand.Float64()))
+}
+
+// follow hands each event next reads to observe, from a watch that has
+// seen events events and is at resourceVersion rv, until next returns
+// io.EOF (the watch ended: resumed from the resourceVersion returned), an
+// error (returned), or an Error event (410 Gone or a version too new:
+// "", to list again; 404: errWatchNotServed).
+func (mon *monitor) follow(rv string, events int, next func(*streamEvent) error) (string, int, error) {
+	var ev streamEvent
+	for {
+		if err := next(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				return rv, events, nil
 			}
 			return rv, events, err
 		}
-		pom, isMeta := ev.Object.(*metav1.PartialObjectMetadata)
-		if !isMeta {
-			return rv, events, fmt.Errorf("watch of %s: unexpected %T in a %s event", mon.resource.GVR, ev.Object, ev.Type)
-		}
-		switch ev.Type {
+		switch ev.typ {
+		case watch.Error:
+			switch {
+			case mustRelist(ev.err):
+				return "", events, nil
+			case apierrors.IsNotFound(ev.err):
+				return "", events, errWatchNotServed
+			}
+			return rv, events, ev.err
 		case watch.Added, watch.Modified:
-			mon.observe(graph.Event{Type: graph.Upsert, Object: leanObject(pom, mon.apiVersion, mon.resource.Kind), Gen: mon.gen})
+			mon.observe(graph.Event{Type: graph.Upsert, Object: ev.obj, Gen: mon.gen})
 		case watch.Deleted:
-			mon.observe(graph.Event{Type: graph.Delete, Object: leanObject(pom, mon.apiVersion, mon.resource.Kind), Gen: mon.gen})
+			mon.observe(graph.Event{Type: graph.Delete, Object: ev.obj, Gen: mon.gen})
 		}
-		if pom.ResourceVersion != "" {
-			rv = pom.ResourceVersion
+		if ev.rv != "" {
+			rv = ev.rv
 		}
 		events++
 		mon.progressed()

@@ -98,30 +98,9 @@ func (p *listPage) reset() {
 // decodePageFast reads a protobuf PartialObjectMetadataList in its
 // envelope (a runtime.Unknown after the k8s prefix).
 func decodePageFast(body []byte, apiVersion, kind string, page *listPage) error {
-	if !bytes.HasPrefix(body, protobufPrefix) {
-		return errNotFast
-	}
-	var raw []byte
-	var rawSet bool
-	var typeKind []byte
-	err := fields(body[len(protobufPrefix):], func(num int, wt int, v []byte, _ uint64) error {
-		switch {
-		case num == 1 && wt == wireBytes: // typeMeta
-			return fields(v, func(num int, wt int, v []byte, _ uint64) error {
-				if num == 2 && wt == wireBytes {
-					typeKind = v
-				}
-				return nil
-			})
-		case num == 2 && wt == wireBytes: // raw
-			raw, rawSet = v, true
-		case num == 3 && wt == wireBytes && len(v) > 0: // contentEncoding: none is ever set
-			return errNotFast
-		}
-		return nil
-	})
-	if err != nil || !rawSet || string(typeKind) != "PartialObjectMetadataList" {
-		return errNotFast
+	raw, err := unwrapUnknown(body, "PartialObjectMetadataList")
+	if err != nil {
+		return err
 	}
 	page.reset()
 	err = fields(raw, func(num int, wt int, v []byte, _ uint64) error {

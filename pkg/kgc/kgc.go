@@ -205,6 +205,13 @@ type Options struct {
 	// (docs/correctness.md). nil keeps that memory in the process only;
 	// `kgc run` keeps it (OrphanJournalOptions).
 	OrphanJournal *OrphanJournalOptions
+	// PagedLists lists every resource by pages (LIST with limit and
+	// continue), never as a streaming list. By default kgc lists each
+	// resource as one streaming list (a WATCH with sendInitialEvents,
+	// kube-apiserver's WatchList feature; several times faster than
+	// paging at a million objects) and falls back to pages by itself where
+	// the server refuses or ignores it (docs/scaling.md).
+	PagedLists bool
 }
 
 // OrphanJournalOptions name the Lease that holds the journal of orphaned
@@ -390,9 +397,13 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("kgc: metadata client: %w", err)
 	}
-	pages, err := kgcdiscovery.NewRESTPageLister(cfg, httpClient)
+	var pages kgcdiscovery.PageLister
+	pages, err = kgcdiscovery.NewRESTPageLister(cfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("kgc: list client: %w", err)
+	}
+	if opts.PagedLists {
+		pages = kgcdiscovery.PagesOnly(pages)
 	}
 	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
 	if err != nil {

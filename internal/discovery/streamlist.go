@@ -1,0 +1,278 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/clock"
+
+	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
+)
+
+// Streaming lists.
+//
+// kube-apiserver pages a LIST from etcd (or its watch cache) at a cost per
+// object that grows with the collection: a bare metadata client paging a
+// million ConfigMaps took 53–72 s on the 2-core benchmark machine, and kgc
+// could be useful no sooner. The same objects come in 8.7 s as one
+// streaming list: a WATCH with sendInitialEvents=true (KEP-3157, the
+// WatchList feature, on by default since 1.34), which sends every object
+// as a synthetic ADDED event from the watch cache, then a BOOKMARK
+// annotated k8s.io/initial-events-end at the resourceVersion of that
+// state, and then goes on as an ordinary watch.
+//
+// A monitor lists so whenever its PageLister is also a StreamLister, with
+// the same meaning as a paged list:
+//   - The initial events carry the new list generation (as a list's pages
+//     do), and the end bookmark completes the list: the Relisted sweep,
+//     with the bookmark's resourceVersion as the evidence of what the list
+//     did not see, then the Listed marker (S4: "listed" once the graph
+//     builder applied it). Nothing before that bookmark completes it.
+//   - resourceVersion "" with resourceVersionMatch=NotOlderThan asks for a
+//     consistent state, as the paged list's "" does.
+//   - The list gate holds the stream every streamBatch events, as it holds
+//     a paged list before each page; TCP flow control holds the server.
+//   - The watch resumes from the bookmark's resourceVersion, never from an
+//     initial event's: those are each object's last write, in key order,
+//     and resuming from one would skip what happened after it.
+//   - A stream that fails before its end bookmark is a paged list that
+//     failed part way: what it delivered stays (newer states of their
+//     objects) and the next complete list sweeps.
+//
+// And it falls back to pages, which kgc always had:
+//   - for good (noStream), when the server refuses a streaming list (400
+//     or 422: an apiserver older than 1.27, or one with WatchList off, or
+//     an aggregated API that does not know sendInitialEvents), or ignores
+//     it: the stream ends, or sends nothing for streamStall, before its
+//     end bookmark (an old server answers with the objects as ADDED
+//     events and no bookmark);
+//   - until a paged list completes (paging), when it fails otherwise: the
+//     lists are paged, so the error kgc reports and backs off on is a
+//     LIST's (a conversion webhook's message; a 404, which makes the
+//     resource not served), and a resource whose watch cache is
+//     initializing (429 at once: WatchList does not retry) is read from
+//     etcd. Once a paged list completed, the next list (after a 410)
+//     streams again.
+//
+// The paged list stays the reference: kgc's decisions do not depend on
+// how a resource was listed.
+
+// streamListerOf returns pl as a StreamLister, or nil.
+func streamListerOf(pl PageLister) StreamLister {
+	sl, _ := pl.(StreamLister)
+	return sl
+}
+
+// streamBatch is how many initial events a streaming list hands on between
+// the list gate's checks and progress updates (a paged list's page).
+const streamBatch = monitorListPageSize
+
+// streamStall is how long a streaming list may receive nothing before its
+// end bookmark (the time spent at the list gate not counted) before it is
+// given up as ignored: a server that honours sendInitialEvents sends the
+// first event, or an error, within seconds (kube-apiserver waits at most 3
+// s for its watch cache to be fresh), and the bookmark right after the
+// last initial event.
+const streamStall = 15 * time.Second
+
+// errStreamIgnored: a streaming list ended, or stalled, before its end
+// bookmark.
+var errStreamIgnored = errors.New("the streaming list ended or stalled before the bookmark that ends its initial events (sendInitialEvents ignored?)")
+
+// streams reports whether the next list of the monitor streams.
+func (mon *monitor) streams() bool {
+	return mon.stream != nil && !mon.noStream && !mon.paging
+}
+
+// streamFailed records why a streaming list did not complete: refused or
+// ignored (refused) lists by pages for good, any other failure until a
+// paged list completes.
+func (mon *monitor) streamFailed(refused bool) {
+	if refused {
+		mon.noStream = true
+	} else {
+		mon.paging = true
+	}
+}
+
+// streamRefused reports whether err is the server refusing a streaming
+// list as a request it does not take (rather than failing it).
+func streamRefused(err error) bool {
+	return apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsMethodNotSupported(err) || apierrors.IsNotAcceptable(err)
+}
+
+// streamList lists the resource as one streaming list (see above) and,
+// once the list completed, follows the same stream as a watch (follow). It
+// returns listed false, with the reason, when the list did not complete
+// (the caller then lists by pages); otherwise the stream's end as watch
+// returns it.
+func (mon *monitor) streamList(ctx context.Context) (next string, events int, listed bool, err error) {
+	gen := nextListGen()
+	initial := !mon.everListed()
+	if initial {
+		mon.initialObjects.Store(0)
+	}
+	if mon.gate != nil {
+		mon.gate(ctx)
+		mon.touch()
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	send, timeout := true, watchTimeoutSeconds()
+	body, err := mon.stream.WatchList(sctx, mon.resource.GVR, metav1.ListOptions{
+		Watch: true, SendInitialEvents: &send, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+		AllowWatchBookmarks: true, TimeoutSeconds: &timeout,
+	})
+	if err != nil {
+		mon.streamFailed(streamRefused(err))
+		return "", 0, false, err
+	}
+	defer body.Close()
+	dec := newWatchDecoder(body, mon.apiVersion, mon.resource.Kind)
+	dog := mon.watchdog(sctx, cancel)
+	defer dog.stop()
+
+	delivered := false // an initial event reached the graph
+	fail := func(err error, refused bool) (string, int, bool, error) {
+		if delivered {
+			mon.sweep = true // as for a paged list that failed part way
+		}
+		mon.streamFailed(refused)
+		return "", events, false, err
+	}
+	batch := 0
+	var ev streamEvent
+	for {
+		dog.arm()
+		err := dec.next(&ev)
+		dog.disarm()
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return "", events, false, ctx.Err()
+			case dog.fired() || errors.Is(err, io.EOF):
+				return fail(errStreamIgnored, true)
+			}
+			return fail(err, false)
+		}
+		events++
+		switch ev.typ {
+		case watch.Error:
+			return fail(ev.err, streamRefused(ev.err))
+		case watch.Added, watch.Modified:
+			mon.observe(graph.Event{Type: graph.Upsert, Object: ev.obj, Gen: gen})
+			delivered = true
+			batch++
+		case watch.Deleted:
+			// Not sent before the end bookmark by kube-apiserver; handed
+			// on all the same (a deletion is never wrong to apply).
+			mon.observe(graph.Event{Type: graph.Delete, Object: ev.obj, Gen: gen})
+		}
+		if ev.typ == watch.Bookmark && ev.initialEnd {
+			break
+		}
+		if batch >= streamBatch {
+			mon.handedOn(initial, batch)
+			batch = 0
+			if mon.gate != nil {
+				mon.gate(ctx)
+				mon.touch()
+			}
+		}
+	}
+	dog.stop()
+	mon.handedOn(initial, batch)
+	if ev.rv == "" {
+		// Nothing to resume the watch from, nor to date the sweep.
+		return fail(fmt.Errorf("the bookmark that ends the initial events of %s has no resourceVersion", mon.resource.GVR), true)
+	}
+	mon.gen = gen
+	if mon.sweep {
+		mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}, ResourceVersion: ev.rv}, Gen: gen})
+	}
+	mon.sweep = true
+	mon.listed(gen)
+	mon.mu.Lock()
+	mon.synced, mon.served = true, true
+	mon.mu.Unlock()
+	next, events, err = mon.follow(ev.rv, events, func(ev *streamEvent) error {
+		err := dec.next(ev)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
+			// A broken connection, as a watch's: resumed from rv (by the
+			// metadata client's watch).
+			return io.EOF
+		}
+		return err
+	})
+	return next, events, true, err
+}
+
+// handedOn counts n initial events handed on as a list page would.
+func (mon *monitor) handedOn(initial bool, n int) {
+	if initial {
+		mon.initialObjects.Add(int64(n))
+	}
+	mon.progressed()
+}
+
+// streamDog gives a streaming list up (cancels it) when it waits for the
+// server for streamStall in one go.
+type streamDog struct {
+	clock   clock.PassiveClock
+	base    time.Time
+	waiting atomic.Int64 // when the wait began, in nanoseconds since base; 0: not waiting
+	stalled atomic.Bool
+	done    chan struct{}
+	once    sync.Once
+}
+
+// watchdog starts a streamDog on the monitor's clock; cancel ends the
+// stream.
+func (mon *monitor) watchdog(ctx context.Context, cancel context.CancelFunc) *streamDog {
+	d := &streamDog{clock: mon.clock, base: mon.clock.Now(), done: make(chan struct{})}
+	go func() {
+		wait := streamStall
+		for {
+			t := mon.clock.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-d.done:
+				t.Stop()
+				return
+			case <-t.C():
+			}
+			wait = streamStall
+			if since := d.waiting.Load(); since != 0 {
+				waited := mon.clock.Since(d.base) - time.Duration(since)
+				if waited >= streamStall {
+					d.stalled.Store(true)
+					cancel()
+					return
+				}
+				wait = streamStall - waited
+			}
+		}
+	}()
+	return d
+}
+
+func (d *streamDog) arm() {
+	d.waiting.Store(max(1, int64(d.clock.Since(d.base))))
+}
+
+func (d *streamDog) disarm() { d.waiting.Store(0) }
+
+func (d *streamDog) fired() bool { return d.stalled.Load() }
+
+func (d *streamDog) stop() { d.once.Do(func() { close(d.done) }) }
