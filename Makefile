@@ -21,7 +21,7 @@ test-unit: ## Run the root module's unit tests only (fast, no control plane).
 test-integration: ## Run the integration tests against the sandbox control plane.
 	$(GO) test -race ./sandbox/...
 
-soak: ## Run the randomized model-based safety test for many seeds (env: KGC_MODEL_SEEDS=50, KGC_MODEL_OBJECTS=400, KGC_SEED, KGC_MODEL_CHAOS=restart,fail (add delay to see the watch-lag limit of docs/correctness.md), KGC_MODEL_RESTARTS=4).
+soak: ## Run the randomized model-based safety test for many seeds (env: KGC_MODEL_SEEDS=50, KGC_MODEL_OBJECTS=400, KGC_SEED, KGC_MODEL_CHAOS=restart,fail,pages (add delay to see the watch-lag limit of docs/correctness.md), KGC_MODEL_RESTARTS=4).
 	KGC_MODEL_SEEDS=$${KGC_MODEL_SEEDS:-50} KGC_MODEL_OBJECTS=$${KGC_MODEL_OBJECTS:-400} KGC_MODEL_RESTARTS=$${KGC_MODEL_RESTARTS:-4} \
 		$(GO) test -race -count=1 -timeout 4h -v -run '^TestModel$$' ./sandbox/integration/model/
 

@@ -51,11 +51,14 @@ import (
 // And it falls back to pages, which kgc always had:
 //   - for good (noStream), when the server refuses a streaming list (400
 //     or 422: an apiserver older than 1.27, or one with WatchList off, or
-//     an aggregated API that does not know sendInitialEvents), or ignores
-//     it: the stream ends, or sends nothing for streamStall, before its
-//     end bookmark (an old server answers with the objects as ADDED
-//     events and no bookmark);
-//   - until a paged list completes (paging), when it fails otherwise: the
+//     an aggregated API that does not know sendInitialEvents), or seems
+//     to ignore it: the stream sends nothing for streamStall before its
+//     end bookmark (a server that ignores it answers with the objects as
+//     ADDED events and no bookmark);
+//   - until a paged list completes (paging), when it fails otherwise
+//     (an error, a broken connection, a stream that ends before its end
+//     bookmark: kube-apiserver ends the watch of a client that reads too
+//     slowly, as one held by the list gate may): the
 //     lists are paged, so the error kgc reports and backs off on is a
 //     LIST's (a conversion webhook's message; a 404, which makes the
 //     resource not served), and a resource whose watch cache is
@@ -84,9 +87,12 @@ const streamBatch = monitorListPageSize
 // last initial event.
 const streamStall = 15 * time.Second
 
-// errStreamIgnored: a streaming list ended, or stalled, before its end
-// bookmark.
-var errStreamIgnored = errors.New("the streaming list ended or stalled before the bookmark that ends its initial events (sendInitialEvents ignored?)")
+// errStreamStalled, errStreamEnded: a streaming list stalled, or ended,
+// before its end bookmark.
+var (
+	errStreamStalled = fmt.Errorf("the streaming list sent nothing for %s before the bookmark that ends its initial events (sendInitialEvents ignored?)", streamStall)
+	errStreamEnded   = errors.New("the streaming list ended before the bookmark that ends its initial events")
+)
 
 // streams reports whether the next list of the monitor streams.
 func (mon *monitor) streams() bool {
@@ -159,8 +165,17 @@ func (mon *monitor) streamList(ctx context.Context) (next string, events int, li
 			switch {
 			case ctx.Err() != nil:
 				return "", events, false, ctx.Err()
-			case dog.fired() || errors.Is(err, io.EOF):
-				return fail(errStreamIgnored, true)
+			case dog.fired():
+				return fail(errStreamStalled, true)
+			case errors.Is(err, io.EOF):
+				// kube-apiserver also ends a watch whose client reads
+				// too slowly (its buffer for the watcher full: the list
+				// gate holding the stream while events arrive), so this
+				// lists by pages once, not for good. A server that
+				// ignores sendInitialEvents then costs a watch timeout
+				// per list (a relist only follows a 410), if it is busy
+				// enough never to stall.
+				return fail(errStreamEnded, false)
 			}
 			return fail(err, false)
 		}

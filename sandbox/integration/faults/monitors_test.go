@@ -30,11 +30,12 @@ import (
 // plane) creates: its lists hold exactly what a test made.
 const podTemplatesPath = "/api/v1/podtemplates"
 
-// TestFirstListFailedPartWay: kgc's first LIST of a resource fails after
-// its first page (served in pages of one object by the fault transport),
-// which held owner "a-ghost"; the owner is deleted while no complete list
-// ever succeeded (so no watch tells kgc); then the list completes without
-// it. The complete list must sweep the failed list's page: otherwise
+// TestFirstListFailedPartWay: kgc's first list of a resource fails after
+// its first object, owner "a-ghost": its streaming list breaks after one
+// event, and the paged LIST kgc falls back to (served in pages of one
+// object by the fault transport) fails after its first page. The owner is
+// deleted while no complete list ever succeeded (so no watch tells kgc);
+// then the list completes without it. The complete list must sweep the failed list's page: otherwise
 // "a-ghost" stays in kgc's graph as a live owner and its dependent is kept
 // forever (found by the simulator, seeds 102/131; unit test
 // TestMonitorFirstListFailedPartWaySweeps). The other PodTemplate and its
@@ -58,6 +59,10 @@ func TestFirstListFailedPartWay(t *testing.T) {
 	})
 	failed := failedPartWay(ft)
 	t.Logf("PodTemplates page 2 (continue) answered %d (injected) at %s", failed.Status, failed.Start.Format(time.StampMilli))
+	// kgc streamed first (its stream was broken after the owner's event).
+	if first := firstRequest(ft, podTemplatesPath); first == nil || first.Query.Get("sendInitialEvents") != "true" {
+		t.Errorf("kgc's first PodTemplates request %+v is not a streaming list", first)
+	}
 
 	// The owner goes while kgc cannot complete its list.
 	if err := kubeClient.CoreV1().PodTemplates(ns).Delete(ctx, ghost.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &ghost.uid}}); err != nil {
@@ -92,6 +97,16 @@ func TestFirstListFailedPartWay(t *testing.T) {
 func failedPartWay(ft *faultproxy.Transport) *faultproxy.Request {
 	for _, r := range ft.Requests() {
 		if r.Path == podTemplatesPath && !r.Watch && r.Query.Get("continue") != "" && r.Injected {
+			return &r
+		}
+	}
+	return nil
+}
+
+// firstRequest returns the first request recorded for path, or nil.
+func firstRequest(ft *faultproxy.Transport, path string) *faultproxy.Request {
+	for _, r := range ft.Requests() {
+		if r.Path == path {
 			return &r
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -35,9 +36,12 @@ import (
 //   - fail: at one of the collector's starts a custom resource's LIST and
 //     WATCH answer 500 or 503 for kgc for a few seconds, then heal
 //     (faultproxy.FailReads): a monitor failing at start.
+//   - pages: some of the collector's starts list by pages
+//     (kgc.Options.PagedLists) instead of streaming, so that both ways of
+//     listing meet the other kinds of chaos.
 //
-// KGC_MODEL_CHAOS selects the kinds ("restart,fail", the default;
-// "delay,restart,fail" adds the delays; "none" for none). The delays are
+// KGC_MODEL_CHAOS selects the kinds ("restart,fail,pages", the default;
+// "delay,restart,fail,pages" adds the delays; "none" for none). The delays are
 // not on by default: under a watch that lags behind another resource's,
 // kgc (like upstream) can release an owner before it has seen a dependent
 // in the lagging resource, which S2's and S3's order checks report
@@ -52,6 +56,8 @@ type chaosPlan struct {
 	restarts []restartPlan
 	// fail is nil when no resource fails.
 	fail *failPlan
+	// paged: bit n set, the collector's start number n lists by pages.
+	paged uint64
 }
 
 // restartPlan stops the collector before operation stopAt and starts a new
@@ -68,6 +74,10 @@ type failPlan struct {
 	dur     time.Duration
 }
 
+// listsByPages reports whether the collector's start number n lists by
+// pages (kgc.Options.PagedLists) instead of streaming.
+func (p chaosPlan) listsByPages(n int) bool { return n < 64 && p.paged&(1<<n) != 0 }
+
 func (p chaosPlan) String() string {
 	var parts []string
 	if len(p.delayed) > 0 {
@@ -83,6 +93,15 @@ func (p chaosPlan) String() string {
 	if p.fail != nil {
 		parts = append(parts, fmt.Sprintf("%s reads fail with %d for %s from start %d", p.fail.kind.gvr.Resource, p.fail.code, p.fail.dur, p.fail.atStart))
 	}
+	if p.paged != 0 {
+		var starts []string
+		for n := range len(p.restarts) + 1 {
+			if p.listsByPages(n) {
+				starts = append(starts, strconv.Itoa(n))
+			}
+		}
+		parts = append(parts, "lists by pages in collector starts "+strings.Join(starts, ", "))
+	}
 	if len(parts) == 0 {
 		return "none"
 	}
@@ -93,16 +112,16 @@ func (p chaosPlan) String() string {
 func chaosKinds(t *testing.T) map[string]bool {
 	v, ok := os.LookupEnv("KGC_MODEL_CHAOS")
 	if !ok {
-		v = "restart,fail"
+		v = "restart,fail,pages"
 	}
 	out := map[string]bool{}
 	for _, k := range strings.Split(v, ",") {
 		switch k = strings.TrimSpace(k); k {
 		case "", "none":
-		case "delay", "restart", "fail":
+		case "delay", "restart", "fail", "pages":
 			out[k] = true
 		default:
-			t.Fatalf("KGC_MODEL_CHAOS=%q: unknown kind %q (want delay, restart, fail or none)", v, k)
+			t.Fatalf("KGC_MODEL_CHAOS=%q: unknown kind %q (want delay, restart, fail, pages or none)", v, k)
 		}
 	}
 	return out
@@ -137,6 +156,10 @@ func planChaos(seed int64, ops int, kinds map[string]bool, maxRestarts int) chao
 			atStart: rng.IntN(len(p.restarts) + 1),
 			dur:     time.Duration(1000+rng.IntN(7000)) * time.Millisecond,
 		}
+	}
+	if kinds["pages"] {
+		// Drawn last, so that the draws above are a seed's as before.
+		p.paged = rng.Uint64() & (1<<(len(p.restarts)+1) - 1)
 	}
 	return p
 }
@@ -192,6 +215,7 @@ func (c *chaos) start() {
 		QPS:                   1000,
 		Burst:                 2000,
 		Logger:                testenv.Logger(fmt.Sprintf("kgc[seed %d #%d]", c.seed, n)),
+		PagedLists:            c.plan.listsByPages(n),
 	}, 90*time.Second)
 	if err != nil {
 		c.t.Fatalf("seed %d: start collector #%d: %v", c.seed, n, err)

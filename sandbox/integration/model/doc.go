@@ -44,8 +44,8 @@
 // seed is logged), KGC_MODEL_SEEDS the number of seeds (default 3),
 // KGC_MODEL_OBJECTS the size of each initial forest (default 150),
 // KGC_MODEL_OPS the number of operations per seed (default: as many as
-// objects), KGC_MODEL_CHAOS the chaos kinds (default "restart,fail";
-// "delay,restart,fail" adds delayed watches, which show a known limit of
+// objects), KGC_MODEL_CHAOS the chaos kinds (default "restart,fail,pages";
+// "delay,restart,fail,pages" adds delayed watches, which show a known limit of
 // docs/correctness.md; "none" for none) and KGC_MODEL_RESTARTS the most restarts per seed
 // (default 2). `make soak` runs many more seeds with larger forests.
 package model

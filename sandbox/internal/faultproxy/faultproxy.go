@@ -18,7 +18,9 @@
 //     answer an injected 5xx until healed, and their open watch streams are
 //     cut so that their clients relist into the failure (FailReads);
 //   - serve chosen resources' LISTs in small pages and fail the pages
-//     after the first, as a list that fails part way (PageLists);
+//     after the first, and break their streaming lists (a WATCH with
+//     sendInitialEvents) after as many events, as a list that fails part
+//     way (PageLists);
 //   - notice a watch that the apiserver answers with 410 Gone ("too old
 //     resource version"), whether as the HTTP status or as an ERROR event
 //     inside the stream;
@@ -26,7 +28,9 @@
 package faultproxy
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -214,8 +218,62 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	resp.Body = t.track(resp.Body, req.URL.Path, q)
+	if q.Get("sendInitialEvents") == "true" {
+		if rule := t.pageRule(req.URL.Path); rule != nil && rule.code != 0 {
+			resp.Body = &streamBreaker{rc: resp.Body, left: rule.limit}
+		}
+	}
 	return resp, nil
 }
+
+// streamBreaker passes the first left events of a watch stream (protobuf
+// frames, or JSON lines) and then fails the stream, as a connection that
+// broke in the middle of a streaming list.
+type streamBreaker struct {
+	rc   io.ReadCloser
+	br   *bufio.Reader
+	left int
+	buf  []byte // the rest of the current event
+}
+
+// errStreamBroken is what a broken stream's reader gets.
+var errStreamBroken = fmt.Errorf("faultproxy: streaming list broken: %w", io.ErrUnexpectedEOF)
+
+func (s *streamBreaker) Read(p []byte) (int, error) {
+	if s.br == nil {
+		s.br = bufio.NewReader(s.rc)
+	}
+	if len(s.buf) == 0 {
+		if s.left <= 0 {
+			return 0, errStreamBroken
+		}
+		first, err := s.br.Peek(1)
+		if err != nil {
+			return 0, err
+		}
+		if first[0] == '{' {
+			if s.buf, err = s.br.ReadBytes('\n'); err != nil {
+				return 0, err
+			}
+		} else {
+			var size [4]byte
+			if _, err := io.ReadFull(s.br, size[:]); err != nil {
+				return 0, err
+			}
+			s.buf = make([]byte, 4+binary.BigEndian.Uint32(size[:]))
+			copy(s.buf, size[:])
+			if _, err := io.ReadFull(s.br, s.buf[4:]); err != nil {
+				return 0, err
+			}
+		}
+		s.left--
+	}
+	n := copy(p, s.buf)
+	s.buf = s.buf[n:]
+	return n, nil
+}
+
+func (s *streamBreaker) Close() error { return s.rc.Close() }
 
 // decide returns the status to inject on req, or 0 to pass it through.
 func (t *Transport) decide(req *http.Request) int {
@@ -448,8 +506,10 @@ func (t *Transport) FailReads(match func(path string) bool, code int) (heal func
 // PageLists makes the LISTs of matching paths be served in pages of at
 // most limit objects (the request's limit is lowered to it), and, if code
 // is not 0, answers every page after the first (a request with a continue
-// token) with code, until undo: a list that fails part way, after its
-// client saw its first page. GETs of single objects are not affected.
+// token) with code, and breaks every streaming list (a WATCH with
+// sendInitialEvents=true) after its first limit events, until undo: a
+// list that fails part way, after its client saw its first objects. GETs
+// of single objects are not affected.
 func (t *Transport) PageLists(match func(path string) bool, limit, code int) (undo func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -467,15 +527,7 @@ func (t *Transport) PageLists(match func(path string) bool, limit, code int) (un
 // request to send (with its limit lowered) and its query, or the status
 // to answer instead.
 func (t *Transport) page(req *http.Request, q url.Values) (*http.Request, url.Values, int) {
-	t.mu.Lock()
-	var rule *pageRule
-	for _, r := range t.pages {
-		if r.match(req.URL.Path) {
-			rule = &r
-			break
-		}
-	}
-	t.mu.Unlock()
+	rule := t.pageRule(req.URL.Path)
 	if rule == nil {
 		return req, q, 0
 	}
@@ -490,6 +542,18 @@ func (t *Transport) page(req *http.Request, q url.Values) (*http.Request, url.Va
 	req = req.Clone(req.Context())
 	req.URL.RawQuery = q.Encode()
 	return req, q, 0
+}
+
+// pageRule returns the first page rule matching path, or nil.
+func (t *Transport) pageRule(path string) *pageRule {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range t.pages {
+		if r.match(path) {
+			return &r
+		}
+	}
+	return nil
 }
 
 // ResourcePath returns a matcher for the URL paths of one resource: its
