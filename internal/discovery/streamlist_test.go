@@ -704,3 +704,121 @@ func TestPagesOnlyNeverStreams(t *testing.T) {
 		t.Error("PagesOnly returned a StreamLister")
 	}
 }
+
+// A server that streams JSON (no protobuf: an aggregated API) is read as
+// well: the same events, the same list.
+func TestStreamListJSON(t *testing.T) {
+	s := &streamServer{stream: func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		for _, ev := range []struct {
+			typ watch.EventType
+			pom *metav1.PartialObjectMetadata
+		}{{watch.Added, cm("a", "30")}, {watch.Added, cm("b", "31")}, {watch.Bookmark, bookmark("40", true)}, {watch.Deleted, cm("b", "41")}} {
+			ev.pom.Kind, ev.pom.APIVersion = "PartialObjectMetadata", "meta.k8s.io/v1"
+			w.Write(jsonEvent(nopTB{}, ev.typ, ev.pom))
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done()
+	}}
+	m, rec := streamMonitor(t, s, streamMonitorOptions{})
+	waitTrace(t, rec, "Upsert a@30 g1", "Upsert b@31 g1", "Listed g1", "Delete b@41 g1")
+	if !m.HasSynced() || !slices.Equal(s.kinds(), []string{reqStream}) {
+		t.Errorf("synced %v, requests %q; want synced by the one streaming list", m.HasSynced(), s.kinds())
+	}
+}
+
+// Streams that fail in band: an ERROR event among the initial events (a
+// failure: pages until one completes), an end bookmark without a
+// resourceVersion (nothing to resume from: pages for good), a plain
+// bookmark (not the end: ignored, the list goes on).
+func TestStreamListInBand(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		send  func(sw *streamWriter)
+		kinds []string
+		trace []string
+	}{
+		{
+			name: "an ERROR 500 before the end bookmark",
+			send: func(sw *streamWriter) {
+				sw.event(watch.Added, cm("a", "30"))
+				sw.write(frame(nopTB{}, watch.Error, statusObject(nopTB{}, &metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError})))
+			},
+			kinds: []string{reqStream, reqList, reqWatch, reqStream},
+			trace: []string{"Upsert a@30 g1", "Upsert a@30 g2", "Relisted @42 g2", "Listed g2", "Upsert a@50 g3", "Relisted @60 g3", "Listed g3"},
+		},
+		{
+			name: "an end bookmark without a resourceVersion",
+			send: func(sw *streamWriter) {
+				sw.event(watch.Added, cm("a", "30"))
+				sw.end("")
+			},
+			kinds: []string{reqStream, reqList, reqWatch, reqList, reqWatch},
+			trace: []string{"Upsert a@30 g1", "Upsert a@30 g2", "Relisted @42 g2", "Listed g2", "Upsert a@30 g3", "Relisted @43 g3", "Listed g3"},
+		},
+		{
+			name: "a plain bookmark among the initial events",
+			send: func(sw *streamWriter) {
+				sw.event(watch.Added, cm("a", "30"))
+				sw.event(watch.Bookmark, bookmark("35", false))
+				sw.event(watch.Added, cm("b", "31"))
+				sw.end("40")
+			},
+			kinds: []string{reqStream, reqWatch, reqStream},
+			trace: []string{"Upsert a@30 g1", "Upsert b@31 g1", "Listed g1", "Upsert a@50 g2", "Relisted @60 g2", "Listed g2"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &streamServer{
+				stream: func(w http.ResponseWriter, r *http.Request, n int) {
+					sw := startStream(w)
+					if n == 1 {
+						tc.send(sw)
+						return
+					}
+					sw.event(watch.Added, cm("a", "50"))
+					sw.end("60")
+					<-r.Context().Done()
+				},
+				list: func(w http.ResponseWriter, r *http.Request, n int) {
+					answerPage(w, strconv.Itoa(41+n), cm("a", "30"))
+				},
+				watch: func(w http.ResponseWriter, r *http.Request, n int) {
+					if n == 1 {
+						answerExpired(w)
+						return
+					}
+					holdOpen(w, r)
+				},
+			}
+			_, rec := streamMonitor(t, s, streamMonitorOptions{})
+			waitTrace(t, rec, tc.trace...)
+			waitUntil(t, "requests", func() bool { return len(s.kinds()) >= len(tc.kinds) })
+			if k := s.kinds(); !slices.Equal(k, tc.kinds) {
+				t.Fatalf("requests %q, want %q", k, tc.kinds)
+			}
+		})
+	}
+}
+
+// A streaming list answered 404 (a CRD deleted) is listed by pages, whose
+// 404 is the complete empty list: the resource is swept and not served.
+func TestStreamListNotFound(t *testing.T) {
+	s := &streamServer{
+		stream: func(w http.ResponseWriter, r *http.Request, n int) {
+			answerStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound)
+		},
+		list: func(w http.ResponseWriter, r *http.Request, n int) {
+			answerStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound)
+		},
+	}
+	m, rec := streamMonitor(t, s, streamMonitorOptions{})
+	waitTrace(t, rec, "Relisted @ g1", "Listed g1")
+	if st := m.Status()[configMaps.GVR]; !st.Synced || !st.NotServed {
+		t.Errorf("status %+v, want synced and not served", st)
+	}
+	if k := s.kinds(); len(k) < 2 || k[0] != reqStream || k[1] != reqList {
+		t.Errorf("requests %q, want a streaming list, then a LIST", k)
+	}
+}
