@@ -135,7 +135,7 @@ func answerPage(w http.ResponseWriter, rv string, objs ...*metav1.PartialObjectM
 		l.Items = append(l.Items, *o)
 	}
 	w.Header().Set("Content-Type", contentTypeProtobuf)
-	w.Write(protobufBody(nopTB{}, l))
+	_, _ = w.Write(protobufBody(nopTB{}, l))
 }
 
 // nopTB lets protobufBody run on a server goroutine (its encoding does not
@@ -162,7 +162,7 @@ func startStream(w http.ResponseWriter) *streamWriter {
 }
 
 func (s *streamWriter) write(b []byte) {
-	s.w.Write(b)
+	_, _ = s.w.Write(b)
 	s.w.(http.Flusher).Flush()
 }
 
@@ -716,7 +716,7 @@ func TestStreamListJSON(t *testing.T) {
 			pom *metav1.PartialObjectMetadata
 		}{{watch.Added, cm("a", "30")}, {watch.Added, cm("b", "31")}, {watch.Bookmark, bookmark("40", true)}, {watch.Deleted, cm("b", "41")}} {
 			ev.pom.Kind, ev.pom.APIVersion = "PartialObjectMetadata", "meta.k8s.io/v1"
-			w.Write(jsonEvent(nopTB{}, ev.typ, ev.pom))
+			_, _ = w.Write(jsonEvent(nopTB{}, ev.typ, ev.pom))
 			w.(http.Flusher).Flush()
 		}
 		<-r.Context().Done()
