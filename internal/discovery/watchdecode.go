@@ -70,7 +70,8 @@ type watchDecoder struct {
 	// format: 0 until the first byte is read, then formatProtobuf or
 	// formatJSON.
 	format int
-	frame  []byte // protobuf: the current frame, reused
+	frame  []byte  // protobuf: the current frame, reused
+	size   [4]byte // protobuf: the current frame's length
 	json   *json.Decoder
 }
 
@@ -115,14 +116,13 @@ func (d *watchDecoder) next(ev *streamEvent) error {
 		}
 		return decodeEventSlow(je.Type, je.Object, d.apiVersion, d.kind, ev)
 	}
-	var size [4]byte
-	if _, err := io.ReadFull(d.r, size[:]); err != nil {
+	if _, err := io.ReadFull(d.r, d.size[:]); err != nil {
 		if errors.Is(err, io.EOF) {
 			return io.EOF
 		}
 		return fmt.Errorf("reading a watch event: %w", err)
 	}
-	n := binary.BigEndian.Uint32(size[:])
+	n := binary.BigEndian.Uint32(d.size[:])
 	if n > maxWatchFrame {
 		return fmt.Errorf("reading a watch event: a frame of %d bytes", n)
 	}
@@ -162,9 +162,13 @@ func decodeEventFast(frame []byte, apiVersion, kind string, ev *streamEvent) err
 	if err != nil || !objectSet {
 		return errNotFast
 	}
-	switch t := watch.EventType(typ); t {
-	case watch.Added, watch.Modified, watch.Deleted:
-		ev.typ = t
+	switch string(typ) { // compared without allocating
+	case string(watch.Added):
+		ev.typ = watch.Added
+	case string(watch.Modified):
+		ev.typ = watch.Modified
+	case string(watch.Deleted):
+		ev.typ = watch.Deleted
 	default:
 		return errNotFast
 	}
