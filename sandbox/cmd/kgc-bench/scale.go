@@ -312,19 +312,22 @@ func runBareRole(ctx context.Context, f collectorFlags) error {
 // writeScaleTable writes the scale benchmark's Markdown table.
 func writeScaleTable(w io.Writer, rs []scaleResult, machine string) {
 	fmt.Fprintf(w, "Start on a populated cluster, by size (%s; one run each; unthrottled client; objects are ConfigMaps, one owner per three dependents; ready = process start → synced, useful = a probe Background cascade issued at sync has completed; growth over the same process on the empty cluster):\n\n", machine)
-	fmt.Fprintln(w, "| objects | collector | ready s | ready / bare | useful s | CPU s | CPU µs/object | heap peak KB/object | heap live KB/object | RSS peak KB/object | RSS live KB/object | GETs |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
-	bare := map[int]time.Duration{}
+	fmt.Fprintln(w, "| objects | collector | ready s | ready / bare | ready / bare-stream | useful s | CPU s | CPU µs/object | heap peak KB/object | heap live KB/object | RSS peak KB/object | RSS live KB/object | GETs |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	bare := map[string]map[int]time.Duration{collectorBare: {}, collectorBareStream: {}}
 	for _, r := range rs {
-		if r.Collector == collectorBare {
-			bare[r.Size] = r.Ready
+		if m := bare[r.Collector]; m != nil {
+			m[r.Size] = r.Ready
 		}
 	}
-	for _, r := range rs {
-		frac, useful := "–", "–"
-		if b := bare[r.Size]; b > 0 && !isBare(r.Collector) {
-			frac = fmt.Sprintf("%.2f", r.Ready.Seconds()/b.Seconds())
+	ratio := func(r scaleResult, to string) string {
+		if b := bare[to][r.Size]; b > 0 && !isBare(r.Collector) {
+			return fmt.Sprintf("%.2f", r.Ready.Seconds()/b.Seconds())
 		}
+		return "–"
+	}
+	for _, r := range rs {
+		frac, fracStream, useful := ratio(r, collectorBare), ratio(r, collectorBareStream), "–"
 		if r.Useful > 0 {
 			useful = fmt.Sprintf("%.2f", r.Useful.Seconds())
 		}
@@ -332,8 +335,8 @@ func writeScaleTable(w io.Writer, rs []scaleResult, machine string) {
 		if isBare(r.Collector) {
 			gets = "–"
 		}
-		fmt.Fprintf(w, "| %s | %s | %.2f | %s | %s | %.2f | %.1f | %.3f | %.3f | %.3f | %.3f | %s |\n",
-			fnum(float64(r.Size), 0), r.Collector, r.Ready.Seconds(), frac, useful, r.Usage.CPU.Seconds(), float64(r.cpuPerObject())/1e3,
+		fmt.Fprintf(w, "| %s | %s | %.2f | %s | %s | %s | %.2f | %.1f | %.3f | %.3f | %.3f | %.3f | %s |\n",
+			fnum(float64(r.Size), 0), r.Collector, r.Ready.Seconds(), frac, fracStream, useful, r.Usage.CPU.Seconds(), float64(r.cpuPerObject())/1e3,
 			r.heapPeakKB(), r.heapLiveKB(), r.rssPeakKB(), r.rssLiveKB(), gets)
 	}
 }
