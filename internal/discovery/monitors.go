@@ -348,7 +348,7 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		resource:   r,
 		apiVersion: r.APIVersion(),
 		res:        m.client.Resource(r.GVR).Namespace(metav1.NamespaceAll),
-		observe:    m.observe,
+		observe:    benchmarkShardFilter(m.observe),
 		pages:      m.pages,
 		gate:       m.gate,
 		stream:     streamListerOf(m.pages),

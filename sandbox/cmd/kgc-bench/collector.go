@@ -1,6 +1,8 @@
 package main
 
 import (
+	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
+
 	"bufio"
 	"context"
 	"errors"
@@ -63,6 +65,10 @@ type collectorFlags struct {
 	// profile (allocs: every allocation sampled since it started, and the
 	// heap in use) when it is told to stop (--memprofile).
 	MemProfile string
+	// Shard, "i/S" when set, makes the kgc child keep only shard i of S
+	// of the namespaces (discovery.SetBenchmarkShard: a measurement of
+	// docs/scaling.md's sharded design, not a way to run kgc).
+	Shard string
 }
 
 func (f collectorFlags) args() []string {
@@ -76,6 +82,7 @@ func (f collectorFlags) args() []string {
 		"--kgc-max-writes=" + strconv.Itoa(f.MaxWrites),
 		"--child-cpuprofile=" + f.CPUProfile,
 		"--child-memprofile=" + f.MemProfile,
+		"--shard=" + f.Shard,
 	}
 }
 
@@ -162,6 +169,13 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 	var done <-chan struct{}
 	switch f.Collector {
 	case collectorKGC:
+		if f.Shard != "" {
+			var i, n int
+			if _, err := fmt.Sscanf(f.Shard, "%d/%d", &i, &n); err != nil || n < 1 || i < 0 || i >= n {
+				return fmt.Errorf("--shard %q: want i/S with 0 <= i < S", f.Shard)
+			}
+			kgcdiscovery.SetBenchmarkShard(i, n)
+		}
 		// As `kgc run` does (its --gc-percent default); upstream runs with
 		// Go's default, as kube-controller-manager does. GOGC in the
 		// environment wins for both.

@@ -61,6 +61,7 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -138,11 +139,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		scale  = fs.String("scale", "", "run the scale benchmark instead (scale.go): comma-separated cluster sizes in objects, growing (e.g. 100000,300000,1000000); every collector starts on one control plane populated to each size in turn")
 		scaleU = fs.Int("scale-upstream-max", 300000, "scale benchmark: the largest size upstream's collector is started on")
 		scaleC = fs.String("scale-collectors", "bare,kgc,upstream", "scale benchmark: collectors (bare: a plain metadata client paging the objects; bare-stream: the same client with one streaming watch list)")
+		scaleN = fs.Int("scale-namespaces", 1, "scale benchmark: the namespaces the objects are spread over (an owner and its dependents share one)")
+		scaleS = fs.String("scale-shards", "", "scale benchmark: also start S kgc processes at once, each keeping one shard of the namespaces (docs/scaling.md's design; needs --scale-namespaces well above S), for each S of this comma-separated list")
 	)
 	fs.StringVar(&cf.Collector, "collector", "", "internal: collector of the collector role")
 	fs.StringVar(&cf.Server, "server", "", "internal: apiserver URL of the collector role")
 	fs.StringVar(&cf.CPUProfile, "child-cpuprofile", "", "internal: CPU profile file of the collector role")
 	fs.StringVar(&cf.MemProfile, "child-memprofile", "", "internal: allocation profile file of the collector role")
+	fs.StringVar(&cf.Shard, "shard", "", "internal: the kgc collector role keeps only shard i/S of the namespaces")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write each collector's allocation profile (allocs since it started, and the heap in use, when it is stopped) to this directory as <scenario>-<collector>-<budget>-<run>.alloc.pprof")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write each collector's CPU profile (its whole life) to this directory as <scenario>-<collector>-<budget>-<run>.pprof")
 	fs.IntVar(&o.runs, "runs", 3, "runs per cell (collectors alternate)")
@@ -269,17 +273,32 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, err)
 			return 2
 		}
-		so := scaleOptions{sizes: sizes, upstreamMax: *scaleU, collectors: splitList(*scaleC)}
+		so := scaleOptions{sizes: sizes, upstreamMax: *scaleU, collectors: splitList(*scaleC), namespaces: *scaleN}
+		for _, v := range splitList(*scaleS) {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 2 || n > *scaleN {
+				fmt.Fprintf(stderr, "--scale-shards: %q is not a shard count from 2 to --scale-namespaces (%d)\n", v, *scaleN)
+				return 2
+			}
+			so.shards = append(so.shards, n)
+		}
+		if *scaleN < 1 {
+			fmt.Fprintln(stderr, "--scale-namespaces must be at least 1")
+			return 2
+		}
 		for _, c := range so.collectors {
 			if c != collectorUpstream && c != collectorKGC && !isBare(c) {
 				fmt.Fprintf(stderr, "unknown collector %q\n", c)
 				return 2
 			}
 		}
-		results, err := runScale(ctx, &o, so, stdout)
+		results, shards, err := runScale(ctx, &o, so, stdout)
 		machine := machineLine() + fmt.Sprintf(", load average at the end %s", loadAverage())
 		fmt.Fprintln(stdout)
-		return report(stdout, stderr, o.markdown, err, func(w io.Writer) { writeScaleTable(w, results, machine) })
+		return report(stdout, stderr, o.markdown, err, func(w io.Writer) {
+			writeScaleTable(w, results, machine)
+			writeShardTable(w, shards)
+		})
 	}
 	results, err := orchestrate(ctx, &o, stdout)
 	machine := machineLine()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -60,6 +61,19 @@ type scaleOptions struct {
 	sizes       []int
 	upstreamMax int
 	collectors  []string
+	// namespaces the groups are spread over (1: all in "scale"); shards:
+	// the shard counts of the sharded cells.
+	namespaces int
+	shards     []int
+}
+
+// shardResult is one sharded cell: S kgc processes started at once, each
+// keeping its shard of the namespaces.
+type shardResult struct {
+	Size, Shards int
+	// Ready: the last shard's; Shard: each shard's.
+	Ready time.Duration
+	Shard []scaleResult
 }
 
 type scaleResult struct {
@@ -112,25 +126,27 @@ func parseSizes(s string) ([]int, error) {
 }
 
 // runScale runs the scale benchmark and writes its table.
-func runScale(ctx context.Context, o *options, so scaleOptions, out io.Writer) ([]scaleResult, error) {
+func runScale(ctx context.Context, o *options, so scaleOptions, out io.Writer) ([]scaleResult, []shardResult, error) {
 	cp, err := startControlPlane(ctx, o, out)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer func() { _ = cp.Stop() }()
 	logDir, err := os.MkdirTemp("", "kgc-bench-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer os.RemoveAll(logDir)
 	e, closeEnv, err := newEnv(cp, o, logDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer closeEnv()
 	const ns = "scale"
-	if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return nil, err
+	for _, name := range append([]string{ns}, spreadNamespaces(so.namespaces)...) {
+		if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, nil, err
+		}
 	}
 
 	// Baselines on the empty cluster.
@@ -138,16 +154,16 @@ func runScale(ctx context.Context, o *options, so scaleOptions, out io.Writer) (
 	for _, coll := range so.collectors {
 		c, err := startChild(scaleFlags(e, coll, "empty"), logDir)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if _, err := c.waitSynced(ctx, o.timeout); err != nil {
 			_, _ = c.stop()
-			return nil, fmt.Errorf("%s on the empty cluster: %w", coll, err)
+			return nil, nil, fmt.Errorf("%s on the empty cluster: %w", coll, err)
 		}
 		_ = e.proxy.waitQuiet(time.Second, 30*time.Second)
 		u, err := c.stop()
 		if err != nil {
-			return nil, fmt.Errorf("%s on the empty cluster: %w", coll, err)
+			return nil, nil, fmt.Errorf("%s on the empty cluster: %w", coll, err)
 		}
 		base[coll] = u
 		fmt.Fprintf(out, "# scale empty %-8s heap peak %.1f MB, live %.1f MB; RSS peak %.1f MB, live %.1f MB; CPU %.2fs\n", coll,
@@ -155,14 +171,15 @@ func runScale(ctx context.Context, o *options, so scaleOptions, out io.Writer) (
 	}
 
 	var results []scaleResult
+	var shards []shardResult
 	groups := 0
 	for _, size := range so.sizes {
 		want := size / 4
 		began := time.Now()
 		for groups < want {
 			batch := min(want-groups, 20000)
-			if err := createGroups(ctx, e, ns, groups, batch); err != nil {
-				return results, err
+			if err := createSpread(ctx, e, ns, so.namespaces, groups, batch); err != nil {
+				return results, shards, err
 			}
 			groups += batch
 		}
@@ -173,7 +190,7 @@ func runScale(ctx context.Context, o *options, so scaleOptions, out io.Writer) (
 			}
 			r, err := scaleCell(ctx, e, ns, size, coll)
 			if err != nil {
-				return results, fmt.Errorf("%s at %d: %w", coll, size, err)
+				return results, shards, fmt.Errorf("%s at %d: %w", coll, size, err)
 			}
 			r.Base = base[coll]
 			results = append(results, r)
@@ -181,8 +198,100 @@ func runScale(ctx context.Context, o *options, so scaleOptions, out io.Writer) (
 				r.Size, r.Collector, r.Ready.Seconds(), r.Useful.Seconds(), r.Usage.CPU.Seconds(), float64(r.cpuPerObject())/1e3, r.GETs,
 				r.heapPeakKB(), r.heapLiveKB(), r.rssPeakKB(), r.rssLiveKB(), noteOf(r.Note))
 		}
+		for _, n := range so.shards {
+			sr, err := shardCell(ctx, e, size, n, base[collectorKGC])
+			if err != nil {
+				return results, shards, fmt.Errorf("%d shards at %d: %w", n, size, err)
+			}
+			shards = append(shards, sr)
+			for i, r := range sr.Shard {
+				fmt.Fprintf(out, "# scale %-8d kgc shard %d/%d ready %7.2fs CPU %6.2fs heap peak %6.1f live %6.1f MB; RSS peak %6.1f live %6.1f MB (growth)\n",
+					size, i, n, r.Ready.Seconds(), r.Usage.CPU.Seconds(), mb(r.Usage.HeapPeak-r.Base.HeapPeak), mb(r.Usage.HeapLive-r.Base.HeapLive),
+					float64(r.Usage.MaxRSSKB-r.Base.MaxRSSKB)/1024, float64(r.Usage.LiveRSSKB-r.Base.LiveRSSKB)/1024)
+			}
+		}
 	}
-	return results, nil
+	return results, shards, nil
+}
+
+// spreadNamespaces names the namespaces groups are spread over (none: all
+// in "scale").
+func spreadNamespaces(n int) []string {
+	if n <= 1 {
+		return nil
+	}
+	out := make([]string, n)
+	for i := range n {
+		out[i] = fmt.Sprintf("scale-%04d", i)
+	}
+	return out
+}
+
+// createSpread creates groups [from, from+n), group g in namespace g mod
+// namespaces (in "scale" when there is one).
+func createSpread(ctx context.Context, e *env, ns string, namespaces, from, n int) error {
+	names := spreadNamespaces(namespaces)
+	if len(names) == 0 {
+		return createGroups(ctx, e, ns, from, n)
+	}
+	// Groups are numbered across namespaces; each namespace gets its
+	// share of [from, from+n) as runs of consecutive numbers.
+	for j, name := range names {
+		var ids []int
+		for g := from; g < from+n; g++ {
+			if g%namespaces == j {
+				ids = append(ids, g)
+			}
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		if err := createGroupIDs(ctx, e, name, ids); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shardCell starts n kgc processes at once, shard i of n each, on the
+// populated cluster, and measures each until all are synced.
+func shardCell(ctx context.Context, e *env, size, n int, base usage) (shardResult, error) {
+	sr := shardResult{Size: size, Shards: n}
+	children := make([]*child, n)
+	defer func() {
+		for _, c := range children {
+			if c != nil {
+				_, _ = c.stop()
+			}
+		}
+	}()
+	for i := range n {
+		f := scaleFlags(e, collectorKGC, fmt.Sprintf("%d-shard-%d-of-%d", size, i, n))
+		f.Shard = fmt.Sprintf("%d/%d", i, n)
+		c, err := startChild(f, e.logDir)
+		if err != nil {
+			return sr, err
+		}
+		children[i] = c
+	}
+	for i, c := range children {
+		ready, err := c.waitSynced(ctx, e.opts.timeout)
+		if err != nil {
+			return sr, fmt.Errorf("shard %d: %w", i, err)
+		}
+		sr.Ready = max(sr.Ready, ready)
+		sr.Shard = append(sr.Shard, scaleResult{Size: size, Collector: collectorKGC, Ready: ready, Base: base})
+	}
+	_ = e.proxy.waitQuiet(2*time.Second, e.opts.timeout)
+	for i, c := range children {
+		u, err := c.stop()
+		children[i] = nil
+		if err != nil {
+			return sr, fmt.Errorf("shard %d: %w", i, err)
+		}
+		sr.Shard[i].Usage = u
+	}
+	return sr, nil
 }
 
 func noteOf(s string) string {
@@ -207,22 +316,31 @@ func scaleFlags(e *env, coll, label string) collectorFlags {
 	return f
 }
 
-// createGroups creates groups [from, from+n): each an owner and three
-// dependents ("gNNNNNNN-dep-J" sorts before "gNNNNNNN-owner").
+// createGroups creates groups [from, from+n) in ns: each an owner and
+// three dependents ("gNNNNNNN-dep-J" sorts before "gNNNNNNN-owner").
 func createGroups(ctx context.Context, e *env, ns string, from, n int) error {
-	owners := make([]cmSpec, n)
+	ids := make([]int, n)
 	for i := range n {
-		owners[i] = cmSpec{name: fmt.Sprintf("g%07d-owner", from+i)}
+		ids[i] = from + i
+	}
+	return createGroupIDs(ctx, e, ns, ids)
+}
+
+// createGroupIDs creates the groups numbered ids in ns.
+func createGroupIDs(ctx context.Context, e *env, ns string, ids []int) error {
+	owners := make([]cmSpec, len(ids))
+	for i, g := range ids {
+		owners[i] = cmSpec{name: fmt.Sprintf("g%07d-owner", g)}
 	}
 	uids, err := createAll(ctx, e.client, ns, owners)
 	if err != nil {
 		return err
 	}
-	deps := make([]cmSpec, 0, 3*n)
-	for i := range n {
+	deps := make([]cmSpec, 0, 3*len(ids))
+	for i, g := range ids {
 		on := owners[i].name
 		for j := range 3 {
-			deps = append(deps, cmSpec{name: fmt.Sprintf("g%07d-dep-%d", from+i, j), owners: []metav1.OwnerReference{ownerRef(on, uids[on], false)}})
+			deps = append(deps, cmSpec{name: fmt.Sprintf("g%07d-dep-%d", g, j), owners: []metav1.OwnerReference{ownerRef(on, uids[on], false)}})
 		}
 	}
 	_, err = createAll(ctx, e.client, ns, deps)
@@ -307,6 +425,34 @@ func runBareRole(ctx context.Context, f collectorFlags) error {
 		return nil // the empty cluster
 	}
 	return nil
+}
+
+// writeShardTable writes the sharded cells' Markdown table: per shard,
+// the growth over one kgc process on the empty cluster.
+func writeShardTable(w io.Writer, srs []shardResult) {
+	if len(srs) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nSharded (docs/scaling.md): S kgc processes started at once, each keeping one shard of the namespaces (and every cluster-scoped object); per shard, min–max across shards:")
+	fmt.Fprintln(w, "\n| objects | shards | all ready s | shard ready s | shard CPU s | shard heap peak MB | shard heap live MB | shard RSS peak MB | shard RSS live MB |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	for _, sr := range srs {
+		span := func(f func(r scaleResult) float64, format string) string {
+			lo, hi := math.Inf(1), math.Inf(-1)
+			for _, r := range sr.Shard {
+				v := f(r)
+				lo, hi = math.Min(lo, v), math.Max(hi, v)
+			}
+			return fmt.Sprintf(format+"–"+format, lo, hi)
+		}
+		fmt.Fprintf(w, "| %s | %d | %.2f | %s | %s | %s | %s | %s | %s |\n", fnum(float64(sr.Size), 0), sr.Shards, sr.Ready.Seconds(),
+			span(func(r scaleResult) float64 { return r.Ready.Seconds() }, "%.2f"),
+			span(func(r scaleResult) float64 { return r.Usage.CPU.Seconds() }, "%.2f"),
+			span(func(r scaleResult) float64 { return mb(r.Usage.HeapPeak - r.Base.HeapPeak) }, "%.0f"),
+			span(func(r scaleResult) float64 { return mb(r.Usage.HeapLive - r.Base.HeapLive) }, "%.0f"),
+			span(func(r scaleResult) float64 { return float64(r.Usage.MaxRSSKB-r.Base.MaxRSSKB) / 1024 }, "%.0f"),
+			span(func(r scaleResult) float64 { return float64(r.Usage.LiveRSSKB-r.Base.LiveRSSKB) / 1024 }, "%.0f"))
+	}
 }
 
 // writeScaleTable writes the scale benchmark's Markdown table.
