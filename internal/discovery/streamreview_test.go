@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/watch"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -61,5 +62,59 @@ func TestStreamListStallBeforeHeadersGivesUp(t *testing.T) {
 	waitTrace(t, rec, "Upsert a@7 g1", "Listed g1")
 	if k := s.kinds(); !slices.Equal(k, []string{reqStream, reqList, reqWatch}) {
 		t.Fatalf("requests %q, want a streaming list given up, a paged list, a watch", k)
+	}
+}
+
+// A resource whose list was applied stays listed through a relist (after
+// a 410), also once the relist is complete and handed on but its Listed
+// marker not applied yet: the graph then holds the first list and every
+// event since, which is all "listed" promises (docs/correctness.md: "a
+// relist in progress does not make a resource unlisted"). Before, the
+// completed relist's generation replaced the applied one, and until the
+// graph builder caught up the resource was unlisted (negative facts held
+// back) and listing (its owners' dependents parked instead of read).
+func TestRelistHandedOnStaysListed(t *testing.T) {
+	release := make(chan struct{})
+	s := &streamServer{
+		stream: func(w http.ResponseWriter, r *http.Request, n int) {
+			sw := startStream(w)
+			if n == 1 {
+				sw.event(watch.Added, cm("a", "30"))
+				sw.end("40")
+				return
+			}
+			sw.event(watch.Added, cm("a", "50"))
+			sw.end("60")
+			<-r.Context().Done()
+		},
+		watch: func(w http.ResponseWriter, r *http.Request, n int) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+			answerExpired(w)
+		},
+	}
+	m, rec := streamMonitor(t, s, streamMonitorOptions{})
+	waitTrace(t, rec, "Upsert a@30 g1", "Listed g1")
+	m.Applied(rec.get()[1].Gen)
+	if u := m.Unlisted(); len(u) != 0 {
+		t.Fatalf("Unlisted() = %v once the first list was applied, want none", u)
+	}
+	close(release)
+	waitTrace(t, rec, "Upsert a@30 g1", "Listed g1", "Upsert a@50 g2", "Relisted @60 g2", "Listed g2")
+	if u := m.Unlisted(); len(u) != 0 {
+		t.Errorf("Unlisted() = %v with a relist handed on but not applied, want none: the first list was applied", u)
+	}
+	if l, idle := m.Listing(configMaps.GroupKind()); l {
+		t.Errorf("Listing = %v, %s with a relist handed on, want false: the resource was listed", l, idle)
+	}
+	if listed, total, _ := m.Progress(); listed != 1 || total != 1 {
+		t.Errorf("Progress = %d/%d, want 1/1", listed, total)
+	}
+	m.Applied(rec.get()[4].Gen)
+	if u := m.Unlisted(); len(u) != 0 {
+		t.Errorf("Unlisted() = %v after the relist was applied, want none", u)
 	}
 }
