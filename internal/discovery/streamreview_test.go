@@ -171,3 +171,60 @@ func TestStreamListPlainBookmarksNeverComplete(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A server that ignores sendInitialEvents (an aggregated API whose own
+// storage serves watches: the generic handler lets the option through to
+// it) streams an ordinary watch: live MODIFIED and DELETED events, and
+// never the end bookmark. On a busy resource the watchdog never fires,
+// and the monitor stayed neither synced nor failing until the server's
+// watch timeout (5–10 min, at every list). kube-apiserver sends only
+// ADDED events before the end bookmark (its cacher's initial events are
+// the store's objects as ADDED, its etcd watcher's those of a LIST), so a
+// MODIFIED or DELETED before it means the server does not stream lists:
+// the event is handed on (it is true), the stream given up and the
+// resource listed by pages for good.
+func TestStreamListIgnoredByBusyServer(t *testing.T) {
+	for _, typ := range []watch.EventType{watch.Modified, watch.Deleted} {
+		t.Run(string(typ), func(t *testing.T) {
+			s := &streamServer{
+				stream: func(w http.ResponseWriter, r *http.Request, n int) {
+					sw := startStream(w)
+					tick := time.NewTicker(5 * time.Millisecond)
+					defer tick.Stop()
+					for rv := 30; ; rv++ {
+						select {
+						case <-r.Context().Done():
+							return
+						case <-tick.C:
+							sw.event(typ, cm("a", strconv.Itoa(rv)))
+						}
+					}
+				},
+				list: func(w http.ResponseWriter, r *http.Request, n int) {
+					answerPage(w, "42", cm("a", "7"))
+				},
+				watch: func(w http.ResponseWriter, r *http.Request, n int) {
+					if n == 1 {
+						answerExpired(w)
+						return
+					}
+					holdOpen(w, r)
+				},
+			}
+			m, rec := streamMonitor(t, s, streamMonitorOptions{})
+			waitUntil(t, "sync by pages", m.HasSynced)
+			waitRequests(t, s, reqWatch, 2)
+			evs := trace(rec.get())
+			first := "Upsert a@30 g1"
+			if typ == watch.Deleted {
+				first = "Delete a@30 g1"
+			}
+			if len(evs) < 3 || evs[0] != first || evs[1] != "Upsert a@7 g2" {
+				t.Fatalf("events %q, want the stream's first event handed on, then the paged list", evs)
+			}
+			if k := s.kinds(); !slices.Equal(k, []string{reqStream, reqList, reqWatch, reqList, reqWatch}) {
+				t.Fatalf("requests %q, want a streaming list given up at its first event, then pages only", k)
+			}
+		})
+	}
+}
