@@ -54,7 +54,9 @@ import (
 //     an aggregated API that does not know sendInitialEvents), or seems
 //     to ignore it: the stream sends nothing for streamStall before its
 //     end bookmark (a server that ignores it answers with the objects as
-//     ADDED events and no bookmark);
+//     ADDED events and no bookmark), or a MODIFIED or DELETED event
+//     before it (an ordinary watch: kube-apiserver's initial events are
+//     all ADDED);
 //   - until a paged list completes (paging), when it fails otherwise
 //     (an error, a broken connection, a response that does not start
 //     within streamStall, a stream that ends before its end bookmark:
@@ -205,14 +207,23 @@ func (mon *monitor) streamList(ctx context.Context) (next string, events int, li
 		switch ev.typ {
 		case watch.Error:
 			return fail(ev.err, streamRefused(ev.err))
-		case watch.Added, watch.Modified:
+		case watch.Added:
 			mon.observe(graph.Event{Type: graph.Upsert, Object: ev.obj, Gen: gen})
 			delivered = true
 			batch++
-		case watch.Deleted:
-			// Not sent before the end bookmark by kube-apiserver; handed
-			// on all the same (a deletion is never wrong to apply).
-			mon.observe(graph.Event{Type: graph.Delete, Object: ev.obj, Gen: gen})
+		case watch.Modified, watch.Deleted:
+			// kube-apiserver sends only ADDED events before the end
+			// bookmark (its cacher's initial events are its store's
+			// objects, its etcd watcher's those of a LIST): this server
+			// streams an ordinary watch, and on a busy resource it would
+			// never stall. The event is true all the same: handed on.
+			if ev.typ == watch.Modified {
+				mon.observe(graph.Event{Type: graph.Upsert, Object: ev.obj, Gen: gen})
+				delivered = true
+			} else {
+				mon.observe(graph.Event{Type: graph.Delete, Object: ev.obj, Gen: gen})
+			}
+			return fail(fmt.Errorf("the streaming list sent a %s event before the bookmark that ends its initial events (sendInitialEvents ignored)", ev.typ), true)
 		}
 		if ev.typ == watch.Bookmark && ev.initialEnd {
 			break
