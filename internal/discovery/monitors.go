@@ -100,13 +100,12 @@ type monitor struct {
 	sweep bool
 	gen   uint32 // the list generation of the last list
 	// listGen: the generation of the last complete list, whose Listed
-	// marker was handed on; firstGen: that of the first; appliedGen: set
-	// once the graph builder applied the first one's marker (Unlisted:
-	// from then on the resource is listed, relists or not).
-	listGen, firstGen, appliedGen atomic.Uint32
-	cancel                        context.CancelFunc
-	done                          chan struct{}
-	clock                         clock.WithTicker
+	// marker was handed on; appliedGen: the last one the graph builder
+	// applied (Unlisted).
+	listGen, appliedGen atomic.Uint32
+	cancel              context.CancelFunc
+	done                chan struct{}
+	clock               clock.WithTicker
 
 	// initialObjects counts the objects the monitor's lists delivered
 	// until its first complete list (that list's attempt only: a failed
@@ -681,10 +680,9 @@ func (mon *monitor) everListed() bool {
 // the list's events, and the resource counts as listed (Unlisted) once the
 // graph builder applied it (Monitors.Applied), not merely once the monitor
 // handed the events on: a decision that read the graph in between would
-// miss what the list found. listGen and firstGen are set first, so that
-// the marker can never be applied before its monitor knows it.
+// miss what the list found. listGen is set first, so that the marker can
+// never be applied before its monitor knows it.
 func (mon *monitor) listed(gen uint32) {
-	mon.firstGen.CompareAndSwap(0, gen)
 	mon.listGen.Store(gen)
 	mon.observe(graph.Event{Type: graph.Listed, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
 }
@@ -1004,9 +1002,9 @@ func (m *Monitors) Len() int {
 // hold one.
 //
 // A resource counts as listed once the graph builder has applied the
-// Listed marker of its monitor's first complete list (Applied): only then
-// does the graph hold what that list saw. A relist, in progress or handed
-// on and not applied yet, does not make a listed resource unlisted again.
+// Listed marker of its monitor's last complete list (Applied): only then
+// does the graph hold what that list saw. A relist in progress does not
+// make a listed resource unlisted again.
 func (m *Monitors) Unlisted() []Resource {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -1020,13 +1018,10 @@ func (m *Monitors) Unlisted() []Resource {
 }
 
 // isListed reports whether the graph builder applied the Listed marker of
-// the monitor's first complete list (see Unlisted). A later list's marker
-// is not waited for: until it is applied the graph holds an earlier
-// complete list and the events since, as during that list; and a
-// resource that relists again and again faster than the graph builder
-// applies its markers would otherwise never count as listed.
+// the monitor's last complete list (see Unlisted).
 func (mon *monitor) isListed() bool {
-	return mon.appliedGen.Load() != 0
+	g := mon.listGen.Load()
+	return g != 0 && mon.appliedGen.Load() == g
 }
 
 // Listing reports whether the resource of gk is being listed for the first
@@ -1091,7 +1086,7 @@ func (m *Monitors) Applied(gen uint32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, mon := range m.running {
-		if mon.firstGen.Load() == gen {
+		if mon.listGen.Load() == gen {
 			mon.appliedGen.Store(gen)
 			return
 		}
