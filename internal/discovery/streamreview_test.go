@@ -67,15 +67,20 @@ func TestStreamListStallBeforeHeadersGivesUp(t *testing.T) {
 	}
 }
 
-// A resource whose list was applied stays listed through a relist (after
-// a 410), also once the relist is complete and handed on but its Listed
-// marker not applied yet: the graph then holds the first list and every
-// event since, which is all "listed" promises (docs/correctness.md: "a
-// relist in progress does not make a resource unlisted"). Before, the
-// completed relist's generation replaced the applied one, and until the
-// graph builder caught up the resource was unlisted (negative facts held
-// back) and listing (its owners' dependents parked instead of read).
-func TestRelistHandedOnStaysListed(t *testing.T) {
+// Listing is about a resource's first list (the workers park dependents
+// whose owner's resource is listing, instead of reading the owner): a
+// resource whose first list the graph builder applied is not listing,
+// also while a later relist (after a 410) is handed on and its marker not
+// applied yet, and also when the graph builder applies the first list's
+// marker only after the relist completed. Before, Listing compared with
+// the last complete list only: it answered (true, 0) in that window (0:
+// never idle, so never given up on), and for good if the resource
+// relists faster than the graph builder applies its markers (each marker
+// applied after the next list completed matched nothing), parking the
+// dependents of every owner of the resource missing from the graph
+// instead of reading it. Unlisted keeps its stricter meaning (the last
+// complete list applied): it only holds negative facts back.
+func TestRelistIsNotAFirstList(t *testing.T) {
 	release := make(chan struct{})
 	s := &streamServer{
 		stream: func(w http.ResponseWriter, r *http.Request, n int) {
@@ -100,24 +105,25 @@ func TestRelistHandedOnStaysListed(t *testing.T) {
 	}
 	m, rec := streamMonitor(t, s, streamMonitorOptions{})
 	waitTrace(t, rec, "Upsert a@30 g1", "Listed g1")
-	m.Applied(rec.get()[1].Gen)
-	if u := m.Unlisted(); len(u) != 0 {
-		t.Fatalf("Unlisted() = %v once the first list was applied, want none", u)
+	if l, idle := m.Listing(configMaps.GroupKind()); !l || idle != 0 {
+		t.Errorf("first list handed on, not applied: Listing = %v, %s; want true, 0", l, idle)
 	}
 	close(release)
 	waitTrace(t, rec, "Upsert a@30 g1", "Listed g1", "Upsert a@50 g2", "Relisted @60 g2", "Listed g2")
-	if u := m.Unlisted(); len(u) != 0 {
-		t.Errorf("Unlisted() = %v with a relist handed on but not applied, want none: the first list was applied", u)
-	}
+	// The graph builder applies the first list's marker only now.
+	m.Applied(rec.get()[1].Gen)
 	if l, idle := m.Listing(configMaps.GroupKind()); l {
-		t.Errorf("Listing = %v, %s with a relist handed on, want false: the resource was listed", l, idle)
+		t.Errorf("first list applied, relist handed on: Listing = %v, %s; want false: this is no first list", l, idle)
 	}
-	if listed, total, _ := m.Progress(); listed != 1 || total != 1 {
-		t.Errorf("Progress = %d/%d, want 1/1", listed, total)
+	if u := m.Unlisted(); len(u) != 1 {
+		t.Errorf("Unlisted() = %v with the relist handed on but not applied, want configmaps (unchanged: strict)", u)
 	}
 	m.Applied(rec.get()[4].Gen)
 	if u := m.Unlisted(); len(u) != 0 {
 		t.Errorf("Unlisted() = %v after the relist was applied, want none", u)
+	}
+	if l, _ := m.Listing(configMaps.GroupKind()); l {
+		t.Error("Listing after the relist was applied")
 	}
 }
 
