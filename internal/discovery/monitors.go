@@ -101,11 +101,14 @@ type monitor struct {
 	gen   uint32 // the list generation of the last list
 	// listGen: the generation of the last complete list, whose Listed
 	// marker was handed on; appliedGen: the last one the graph builder
-	// applied (Unlisted).
-	listGen, appliedGen atomic.Uint32
-	cancel              context.CancelFunc
-	done                chan struct{}
-	clock               clock.WithTicker
+	// applied (Unlisted). firstGen: the generation of the first complete
+	// list; firstApplied: its marker was applied (Listing: the first list
+	// is in the graph).
+	listGen, appliedGen, firstGen atomic.Uint32
+	firstApplied                  atomic.Bool
+	cancel                        context.CancelFunc
+	done                          chan struct{}
+	clock                         clock.WithTicker
 
 	// initialObjects counts the objects the monitor's lists delivered
 	// until its first complete list (that list's attempt only: a failed
@@ -680,9 +683,10 @@ func (mon *monitor) everListed() bool {
 // the list's events, and the resource counts as listed (Unlisted) once the
 // graph builder applied it (Monitors.Applied), not merely once the monitor
 // handed the events on: a decision that read the graph in between would
-// miss what the list found. listGen is set first, so that the marker can
-// never be applied before its monitor knows it.
+// miss what the list found. listGen (and firstGen) are set first, so
+// that the marker can never be applied before its monitor knows it.
 func (mon *monitor) listed(gen uint32) {
+	mon.firstGen.CompareAndSwap(0, gen)
 	mon.listGen.Store(gen)
 	mon.observe(graph.Event{Type: graph.Listed, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
 }
@@ -1025,8 +1029,9 @@ func (mon *monitor) isListed() bool {
 }
 
 // Listing reports whether the resource of gk is being listed for the first
-// time: a monitor of it runs, no complete list of it has been applied to
-// the graph yet (Unlisted), and it is not failing. idle is how long its
+// time: a monitor of it runs, none of its complete lists has been applied
+// to the graph yet (not even the first, while a relist is handed on:
+// Unlisted is stricter), and it is not failing. idle is how long its
 // list has made no progress (no page arrived since the monitor started or
 // its last page); it is zero once the list is complete and only its
 // events wait in the graph builder's queue. A resource nobody monitors, a
@@ -1043,7 +1048,10 @@ func (m *Monitors) Listing(gk schema.GroupKind) (listing bool, idle time.Duratio
 		if mon.resource.Kind != gk.Kind || mon.resource.GVR.Group != gk.Group {
 			continue
 		}
-		if mon.isListed() {
+		if mon.isListed() || mon.firstApplied.Load() {
+			// Listed, or relisting after a first list that is in the
+			// graph: not a first list (and the first list's marker may
+			// have been applied only after a later list completed).
 			return false, 0
 		}
 		mon.mu.Lock()
@@ -1086,8 +1094,14 @@ func (m *Monitors) Applied(gen uint32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, mon := range m.running {
-		if mon.listGen.Load() == gen {
+		first, last := mon.firstGen.Load() == gen, mon.listGen.Load() == gen
+		if first {
+			mon.firstApplied.Store(true)
+		}
+		if last {
 			mon.appliedGen.Store(gen)
+		}
+		if first || last {
 			return
 		}
 	}

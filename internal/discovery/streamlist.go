@@ -54,11 +54,14 @@ import (
 //     an aggregated API that does not know sendInitialEvents), or seems
 //     to ignore it: the stream sends nothing for streamStall before its
 //     end bookmark (a server that ignores it answers with the objects as
-//     ADDED events and no bookmark);
+//     ADDED events and no bookmark), or a MODIFIED or DELETED event
+//     before it (an ordinary watch: kube-apiserver's initial events are
+//     all ADDED);
 //   - until a paged list completes (paging), when it fails otherwise
-//     (an error, a broken connection, a stream that ends before its end
-//     bookmark: kube-apiserver ends the watch of a client that reads too
-//     slowly, as one held by the list gate may): the
+//     (an error, a broken connection, a response that does not start
+//     within streamStall, a stream that ends before its end bookmark:
+//     kube-apiserver ends the watch of a client that reads too slowly, as
+//     one held by the list gate may): the
 //     lists are paged, so the error kgc reports and backs off on is a
 //     LIST's (a conversion webhook's message; a 404, which makes the
 //     resource not served), and a resource whose watch cache is
@@ -88,10 +91,11 @@ const streamBatch = monitorListPageSize
 const streamStall = 15 * time.Second
 
 // errStreamStalled, errStreamEnded: a streaming list stalled, or ended,
-// before its end bookmark.
+// before its end bookmark; errStreamNoAnswer: its response did not start.
 var (
-	errStreamStalled = fmt.Errorf("the streaming list sent nothing for %s before the bookmark that ends its initial events (sendInitialEvents ignored?)", streamStall)
-	errStreamEnded   = errors.New("the streaming list ended before the bookmark that ends its initial events")
+	errStreamStalled  = fmt.Errorf("the streaming list sent nothing for %s before the bookmark that ends its initial events (sendInitialEvents ignored?)", streamStall)
+	errStreamEnded    = errors.New("the streaming list ended before the bookmark that ends its initial events")
+	errStreamNoAnswer = fmt.Errorf("the streaming list was not answered within %s", streamStall)
 )
 
 // streams reports whether the next list of the monitor streams.
@@ -133,19 +137,39 @@ func (mon *monitor) streamList(ctx context.Context) (next string, events int, li
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The watchdog also watches the request until its response starts:
+	// kube-apiserver answers a streaming list within seconds (its wait
+	// for a fresh watch cache, at most 3 s, comes before the headers),
+	// but a hung aggregated API backend may never answer a watch, which
+	// no request timeout ends (a long-running request). Without this the
+	// monitor would stay neither synced nor failing for as long, where a
+	// paged LIST gets the apiserver's 504. The wait for the client's rate
+	// limiter is counted too: more than streamStall of it is a paged list
+	// (through the same limiter), which is harmless.
+	dog := mon.watchdog(sctx, cancel)
+	defer dog.stop()
 	send, timeout := true, watchTimeoutSeconds()
+	dog.arm()
 	body, err := mon.stream.WatchList(sctx, mon.resource.GVR, metav1.ListOptions{
 		Watch: true, SendInitialEvents: &send, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
 		AllowWatchBookmarks: true, TimeoutSeconds: &timeout,
 	})
+	dog.disarm()
+	if ctx.Err() == nil && dog.fired() {
+		// Given up before the response started (or as it did): no sign
+		// that the server ignores sendInitialEvents, so pages this once.
+		if err == nil {
+			_ = body.Close()
+		}
+		mon.streamFailed(false)
+		return "", 0, false, errStreamNoAnswer
+	}
 	if err != nil {
 		mon.streamFailed(streamRefused(err))
 		return "", 0, false, err
 	}
 	defer body.Close()
 	dec := newWatchDecoder(body, mon.apiVersion, mon.resource.Kind)
-	dog := mon.watchdog(sctx, cancel)
-	defer dog.stop()
 
 	delivered := false // an initial event reached the graph
 	fail := func(err error, refused bool) (string, int, bool, error) {
@@ -183,14 +207,23 @@ func (mon *monitor) streamList(ctx context.Context) (next string, events int, li
 		switch ev.typ {
 		case watch.Error:
 			return fail(ev.err, streamRefused(ev.err))
-		case watch.Added, watch.Modified:
+		case watch.Added:
 			mon.observe(graph.Event{Type: graph.Upsert, Object: ev.obj, Gen: gen})
 			delivered = true
 			batch++
-		case watch.Deleted:
-			// Not sent before the end bookmark by kube-apiserver; handed
-			// on all the same (a deletion is never wrong to apply).
-			mon.observe(graph.Event{Type: graph.Delete, Object: ev.obj, Gen: gen})
+		case watch.Modified, watch.Deleted:
+			// kube-apiserver sends only ADDED events before the end
+			// bookmark (its cacher's initial events are its store's
+			// objects, its etcd watcher's those of a LIST): this server
+			// streams an ordinary watch, and on a busy resource it would
+			// never stall. The event is true all the same: handed on.
+			if ev.typ == watch.Modified {
+				mon.observe(graph.Event{Type: graph.Upsert, Object: ev.obj, Gen: gen})
+				delivered = true
+			} else {
+				mon.observe(graph.Event{Type: graph.Delete, Object: ev.obj, Gen: gen})
+			}
+			return fail(fmt.Errorf("the streaming list sent a %s event before the bookmark that ends its initial events (sendInitialEvents ignored)", ev.typ), true)
 		}
 		if ev.typ == watch.Bookmark && ev.initialEnd {
 			break
