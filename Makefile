@@ -45,9 +45,11 @@ bench-namespaces: ## Namespace deletion time, kgc's namespace lifecycle vs kube-
 	$(GO) test -run '^$$' -bench '^BenchmarkNamespaceDeletion$$' -benchtime 1x -timeout 90m ./sandbox/bench/
 
 SCALE_SIZES ?= 100000,300000,1000000
-bench-scale: ## Start-up at scale: bare metadata client, kgc and upstream (up to 300k) on a cluster populated to each of SCALE_SIZES objects (default 100k,300k,1M; populating dominates: 6-7 min per 100k objects on a busy 2-core machine); table in bin/bench-scale.md.
+SCALE_NAMESPACES ?= 256
+SCALE_SHARDS ?= 2,4
+bench-scale: ## Start-up at scale: bare metadata client (paging, and one streaming list), kgc, upstream (up to 300k), and kgc in SCALE_SHARDS shards of namespaces, on a cluster of SCALE_NAMESPACES namespaces populated to each of SCALE_SIZES objects (default 100k,300k,1M; populating 1M takes about 7 min); table in bin/bench-scale.md.
 	mkdir -p bin
-	$(GO) run ./sandbox/cmd/kgc-bench --scale $(SCALE_SIZES) --timeout 30m --markdown bin/bench-scale.md $(BENCH_FLAGS)
+	$(GO) run ./sandbox/cmd/kgc-bench --scale $(SCALE_SIZES) --scale-namespaces $(SCALE_NAMESPACES) --scale-shards $(SCALE_SHARDS) --timeout 30m --markdown bin/bench-scale.md $(BENCH_FLAGS)
 
 bench-go: ## Run the Go benchmarks of the hot paths.
 	GOWORK=off $(GO) test -run '^$$' -bench . -benchmem ./internal/...

@@ -138,7 +138,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		unB    = fs.Int("unthrottled-burst", 10000, "burst of the unthrottled budget")
 		scale  = fs.String("scale", "", "run the scale benchmark instead (scale.go): comma-separated cluster sizes in objects, growing (e.g. 100000,300000,1000000); every collector starts on one control plane populated to each size in turn")
 		scaleU = fs.Int("scale-upstream-max", 300000, "scale benchmark: the largest size upstream's collector is started on")
-		scaleC = fs.String("scale-collectors", "bare,kgc,upstream", "scale benchmark: collectors (bare: a plain metadata client paging the objects; bare-stream: the same client with one streaming watch list)")
+		scaleC = fs.String("scale-collectors", "bare,bare-stream,kgc,upstream", "scale benchmark: collectors (bare: a plain metadata client paging the objects; bare-stream: the same client with one streaming watch list)")
 		scaleN = fs.Int("scale-namespaces", 1, "scale benchmark: the namespaces the objects are spread over (an owner and its dependents share one)")
 		scaleS = fs.String("scale-shards", "", "scale benchmark: also start S kgc processes at once, each keeping one shard of the namespaces (docs/scaling.md's design; needs --scale-namespaces well above S), for each S of this comma-separated list")
 	)
