@@ -613,21 +613,27 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 		mon.progressed()
 		if page.continueToken == "" {
 			mon.paging = false // the next list may stream again
-			mon.gen = gen
-			if mon.sweep {
-				// The list's resourceVersion is the evidence of the
-				// deletions the sweep finds (absent from this LIST).
-				mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}, ResourceVersion: page.resourceVersion}, Gen: gen})
-			}
-			mon.sweep = true
-			mon.listed(gen)
-			mon.mu.Lock()
-			mon.synced, mon.served = true, true
-			mon.mu.Unlock()
+			mon.completed(gen, page.resourceVersion)
 			return page.resourceVersion, true, nil
 		}
 		opts.Continue = page.continueToken
 	}
+}
+
+// completed ends a complete list of generation gen at resourceVersion
+// rv (a LIST's last page, or a streaming list's end bookmark): the sweep
+// of what the list did not see, when it sweeps, dated at rv (the evidence
+// of the deletions it finds), then the Listed marker.
+func (mon *monitor) completed(gen uint32, rv string) {
+	mon.gen = gen
+	if mon.sweep {
+		mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}, ResourceVersion: rv}, Gen: gen})
+	}
+	mon.sweep = true
+	mon.listed(gen)
+	mon.mu.Lock()
+	mon.synced, mon.served = true, true
+	mon.mu.Unlock()
 }
 
 // pageListing is what one list reuses from page to page: the response

@@ -122,16 +122,8 @@ func decodePageFast(body []byte, apiVersion, kind string, page *listPage) error 
 				return nil
 			})
 		case num == 2 && wt == wireBytes: // items
-			o := rules.Object{Identity: rules.Identity{APIVersion: apiVersion, Kind: kind}}
-			if err := fields(v, func(num int, wt int, v []byte, _ uint64) error {
-				switch {
-				case num == 1 && wt != wireBytes:
-					return errNotFast // the generated decoder rejects it
-				case num == 1: // metadata
-					return decodeObjectMeta(v, &o)
-				}
-				return nil
-			}); err != nil {
+			o, err := decodePartialObjectMetadata(v, apiVersion, kind)
+			if err != nil {
 				return err
 			}
 			page.items = append(page.items, o)
@@ -143,6 +135,22 @@ func decodePageFast(body []byte, apiVersion, kind string, page *listPage) error 
 		return err
 	}
 	return nil
+}
+
+// decodePartialObjectMetadata reads a PartialObjectMetadata of the
+// monitor's resource (apiVersion, kind), as leanObject converts it.
+func decodePartialObjectMetadata(b []byte, apiVersion, kind string) (rules.Object, error) {
+	o := rules.Object{Identity: rules.Identity{APIVersion: apiVersion, Kind: kind}}
+	err := fields(b, func(num int, wt int, v []byte, _ uint64) error {
+		switch {
+		case num == 1 && wt != wireBytes:
+			return errNotFast // the generated decoder rejects it
+		case num == 1: // metadata
+			return decodeObjectMeta(v, &o)
+		}
+		return nil
+	})
+	return o, err
 }
 
 // decodeObjectMeta reads an ObjectMeta into o, as leanObject converts it.

@@ -15,7 +15,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kgc-dev/kgc/internal/graph"
-	"github.com/kgc-dev/kgc/internal/rules"
 )
 
 // Streaming lists.
@@ -243,15 +242,7 @@ func (mon *monitor) streamList(ctx context.Context) (next string, events int, li
 		// Nothing to resume the watch from, nor to date the sweep.
 		return fail(fmt.Errorf("the bookmark that ends the initial events of %s has no resourceVersion", mon.resource.GVR), true)
 	}
-	mon.gen = gen
-	if mon.sweep {
-		mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}, ResourceVersion: ev.rv}, Gen: gen})
-	}
-	mon.sweep = true
-	mon.listed(gen)
-	mon.mu.Lock()
-	mon.synced, mon.served = true, true
-	mon.mu.Unlock()
+	mon.completed(gen, ev.rv)
 	next, events, err = mon.follow(ev.rv, events, func(ev *streamEvent) error {
 		err := dec.next(ev)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {

@@ -188,16 +188,8 @@ func decodeEventFast(frame []byte, apiVersion, kind string, ev *streamEvent) err
 	if err != nil {
 		return err
 	}
-	o := rules.Object{Identity: rules.Identity{APIVersion: apiVersion, Kind: kind}}
-	if err := fields(inner, func(num int, wt int, v []byte, _ uint64) error {
-		switch {
-		case num == 1 && wt != wireBytes:
-			return errNotFast // the generated decoder rejects it
-		case num == 1: // metadata
-			return decodeObjectMeta(v, &o)
-		}
-		return nil
-	}); err != nil {
+	o, err := decodePartialObjectMetadata(inner, apiVersion, kind)
+	if err != nil {
 		return errNotFast
 	}
 	ev.obj, ev.rv = o, o.ResourceVersion
