@@ -497,40 +497,51 @@ func TestStreamListIncomplete(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &streamServer{
-				stream: func(w http.ResponseWriter, r *http.Request, n int) {
-					sw := startStream(w)
-					if n == 1 {
-						sw.event(watch.Added, cm("a", "30"))
-						sw.event(watch.Added, cm("gone", "31"))
-						if tc.cut {
-							f := frame(nopTB{}, watch.Added, pomObject(nopTB{}, cm("b", "32")))
-							sw.write(f[:len(f)/2])
-						}
-						return
-					}
-					sw.event(watch.Added, cm("a", "50"))
-					sw.end("60")
-					<-r.Context().Done()
-				},
-				list: func(w http.ResponseWriter, r *http.Request, n int) {
-					answerPage(w, strconv.Itoa(41+n), cm("a", "30"))
-				},
-				watch: func(w http.ResponseWriter, r *http.Request, n int) {
-					if n == 1 {
-						answerExpired(w)
-						return
-					}
-					holdOpen(w, r)
-				},
-			}
-			_, rec := streamMonitor(t, s, streamMonitorOptions{})
-			waitTrace(t, rec, tc.trace...)
-			waitUntil(t, "requests", func() bool { return len(s.kinds()) >= len(tc.kinds) })
-			if k := s.kinds(); !slices.Equal(k, tc.kinds) {
-				t.Fatalf("requests %q, want %q", k, tc.kinds)
-			}
+			runFirstStream(t, func(sw *streamWriter) {
+				sw.event(watch.Added, cm("a", "30"))
+				sw.event(watch.Added, cm("gone", "31"))
+				if tc.cut {
+					f := frame(nopTB{}, watch.Added, pomObject(nopTB{}, cm("b", "32")))
+					sw.write(f[:len(f)/2])
+				}
+			}, tc.trace, tc.kinds)
 		})
+	}
+}
+
+// runFirstStream runs a monitor whose first streaming list sends what
+// first sends and ends; later streaming lists send "a"@50 and end at 60;
+// paged lists answer "a"@30 at 41+n; the first plain watch answers 410.
+// The monitor's events must be trace, and its requests kinds.
+func runFirstStream(t *testing.T, first func(*streamWriter), trace, kinds []string) {
+	t.Helper()
+	s := &streamServer{
+		stream: func(w http.ResponseWriter, r *http.Request, n int) {
+			sw := startStream(w)
+			if n == 1 {
+				first(sw)
+				return
+			}
+			sw.event(watch.Added, cm("a", "50"))
+			sw.end("60")
+			<-r.Context().Done()
+		},
+		list: func(w http.ResponseWriter, r *http.Request, n int) {
+			answerPage(w, strconv.Itoa(41+n), cm("a", "30"))
+		},
+		watch: func(w http.ResponseWriter, r *http.Request, n int) {
+			if n == 1 {
+				answerExpired(w)
+				return
+			}
+			holdOpen(w, r)
+		},
+	}
+	_, rec := streamMonitor(t, s, streamMonitorOptions{})
+	waitTrace(t, rec, trace...)
+	waitUntil(t, "requests", func() bool { return len(s.kinds()) >= len(kinds) })
+	if k := s.kinds(); !slices.Equal(k, kinds) {
+		t.Fatalf("requests %q, want %q", k, kinds)
 	}
 }
 
@@ -771,34 +782,7 @@ func TestStreamListInBand(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &streamServer{
-				stream: func(w http.ResponseWriter, r *http.Request, n int) {
-					sw := startStream(w)
-					if n == 1 {
-						tc.send(sw)
-						return
-					}
-					sw.event(watch.Added, cm("a", "50"))
-					sw.end("60")
-					<-r.Context().Done()
-				},
-				list: func(w http.ResponseWriter, r *http.Request, n int) {
-					answerPage(w, strconv.Itoa(41+n), cm("a", "30"))
-				},
-				watch: func(w http.ResponseWriter, r *http.Request, n int) {
-					if n == 1 {
-						answerExpired(w)
-						return
-					}
-					holdOpen(w, r)
-				},
-			}
-			_, rec := streamMonitor(t, s, streamMonitorOptions{})
-			waitTrace(t, rec, tc.trace...)
-			waitUntil(t, "requests", func() bool { return len(s.kinds()) >= len(tc.kinds) })
-			if k := s.kinds(); !slices.Equal(k, tc.kinds) {
-				t.Fatalf("requests %q, want %q", k, tc.kinds)
-			}
+			runFirstStream(t, tc.send, tc.trace, tc.kinds)
 		})
 	}
 }
