@@ -56,6 +56,7 @@ func defaults() RunOptions {
 		WriteHistorySize:      10000,
 		OrphanJournal:         true,
 		OrphanJournalTTL:      10 * time.Minute,
+		StreamingLists:        true,
 		Shadow:                ShadowOptions{Window: 3 * time.Minute},
 		LeaderElection:        NewLeaderElectionOptions(), // off: TestMain pins "not in a cluster"
 		Observability:         NewObservabilityOptions(),
@@ -90,6 +91,7 @@ func TestRunFlags(t *testing.T) {
 		{name: "http disabled", args: []string{"--http-address="}, modify: func(o *RunOptions) { o.HTTPAddress = "" }},
 		{name: "ipv6 http address", args: []string{"--http-address=[::1]:10258"}, modify: func(o *RunOptions) { o.HTTPAddress = "[::1]:10258" }},
 		{name: "namespace lifecycle", args: []string{"--namespace-lifecycle"}, modify: func(o *RunOptions) { o.NamespaceLifecycle = true }},
+		{name: "paged lists", args: []string{"--streaming-lists=false"}, modify: func(o *RunOptions) { o.StreamingLists = false }},
 		{name: "breaker off", args: []string{"--deletion-breaker=false", "--hold-restored-references=false"}, modify: func(o *RunOptions) { o.Breaker.Enabled, o.Breaker.HoldRestored = false, false }},
 		{
 			name: "breaker thresholds",
