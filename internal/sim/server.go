@@ -63,6 +63,8 @@ type resource struct {
 	holdList  bool
 	heldLists int
 	release   chan struct{}
+	// stream: a fault of the collector's next streaming list (FailStream).
+	stream *streamFault
 }
 
 type logEntry struct {
