@@ -331,14 +331,15 @@ func (s *rs) run() error {
 			return err
 		}
 	}
-	if s.w.Streaming && s.chance(0.2) {
+	stream := s.drawStream()
+	if stream && s.chance(0.4) {
 		// A first streaming list that fails (the monitor falls back to
-		// pages), if the collector streams.
+		// pages).
 		if err := s.failStream(); err != nil {
 			return err
 		}
 	}
-	if err := s.Apply(Action{Op: OpStart, Stream: s.drawStream()}); err != nil {
+	if err := s.Apply(Action{Op: OpStart, Stream: stream}); err != nil {
 		return err
 	}
 	for range s.w.Steps {

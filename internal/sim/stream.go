@@ -128,16 +128,18 @@ func (l *Lister) WatchList(ctx context.Context, gvr schema.GroupVersionResource,
 	if opts.SendInitialEvents == nil || !*opts.SendInitialEvents || !opts.Watch {
 		return nil, apierrors.NewBadRequest("sim: WatchList serves streaming lists only")
 	}
+	s.mu.Lock()
+	if r := s.kinds[gr]; r != nil {
+		// The monitor is listing: not at rest until its paged fallback
+		// fails, its list is held, or it watches (Server.settled).
+		r.listFailed = false
+	}
+	s.mu.Unlock()
 	if err := s.fault(ActorKGC, "watchlist", gvr, ""); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r := s.kinds[gr]; r != nil {
-		// The monitor is listing: not at rest until its paged fallback
-		// fails, its list is held, or it watches.
-		r.listFailed = false
-	}
 	r, err := s.kind(gvr)
 	if err != nil {
 		s.trace("kgc's streaming list of %s: %s", gr, apierrors.ReasonForError(err))
@@ -145,6 +147,7 @@ func (l *Lister) WatchList(ctx context.Context, gvr schema.GroupVersionResource,
 	}
 	switch {
 	case r.down:
+		s.trace("kgc's streaming list of %s: ServiceUnavailable (resource down)", gr)
 		return nil, apierrors.NewServiceUnavailable("conversion webhook unavailable")
 	case r.failLists > 0:
 		// Not consumed: the collector's paged fallback takes it.
