@@ -176,6 +176,8 @@ type Server struct {
 	OrphanTTL time.Duration
 	// kgcWrote: the resourceVersion of kgc's last write to each object.
 	kgcWrote map[types.UID]int64
+	// streamed: the complete streaming lists served (StreamedLists).
+	streamed map[schema.GroupResource][]int
 
 	// Fault, when set, may fail a call before it is served.
 	Fault func(Call) error
@@ -205,7 +207,7 @@ func NewServer(clk *Clock, kinds ...*Kind) *Server {
 		objects: make(map[objKey]*metav1.ObjectMeta), snapshots: make(map[int][]metav1.ObjectMeta),
 		clock: clk, orphaned: make(map[types.UID]bool), excused: make(map[[2]types.UID]excuse),
 		seen: make(map[types.UID]*metav1.ObjectMeta), listed: make(map[schema.GroupResource]bool),
-		kgcWrote: make(map[types.UID]int64),
+		kgcWrote: make(map[types.UID]int64), streamed: make(map[schema.GroupResource][]int),
 	}
 	for _, k := range kinds {
 		s.kinds[k.GR()] = &resource{Kind: k, served: true}

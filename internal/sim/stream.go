@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -91,6 +92,14 @@ func (s *Server) FailStream(gr schema.GroupResource, fault StreamFault, k int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.kinds[gr].stream = &streamFault{fault: fault, after: k}
+}
+
+// StreamedLists returns, for each streaming list of gr whose end bookmark
+// the collectors were served, in order, how many objects it held.
+func (s *Server) StreamedLists(gr schema.GroupResource) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.streamed[gr])
 }
 
 // Lister returns the PageLister and StreamLister of the collector's lists.
@@ -199,8 +208,9 @@ func (l *Lister) WatchList(ctx context.Context, gvr schema.GroupVersionResource,
 		bm := &metav1.PartialObjectMetadata{TypeMeta: partialMeta, ObjectMeta: metav1.ObjectMeta{
 			ResourceVersion: rv, Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"},
 		}}
+		// Not traced: the monitors list at once when they start, in an
+		// order the Go scheduler picks (StreamedLists counts them).
 		b.chunks = append(b.chunks, streamChunk{data: encodeEvent(watch.Bookmark, bm), listed: true})
-		s.trace("kgc's streaming list of %s: %d objects, then its end bookmark at rv %s", gr, n, rv)
 	case StreamEOF:
 		s.trace("kgc's streaming list of %s: %d of %d objects, then the body ends without the end bookmark (injected)", gr, after, n)
 	case StreamBroken:
@@ -291,6 +301,7 @@ func (b *streamBody) Read(p []byte) (int, error) {
 				r.listFailed = false
 			}
 			b.s.listed[b.gr] = true
+			b.s.streamed[b.gr] = append(b.s.streamed[b.gr], b.served)
 		}
 		b.s.mu.Unlock()
 		b.cur = c.data

@@ -1,11 +1,13 @@
 package sim
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Scripted schedules of collectors that list by streaming (stream.go).
@@ -15,6 +17,15 @@ func newStreaming(t *testing.T) *scripted {
 	s := newScripted(t)
 	s.Streaming = true
 	return s
+}
+
+// wantStreamed fails unless the complete streaming lists of gr served so
+// far held want objects each.
+func (s *scripted) wantStreamed(gr schema.GroupResource, want ...int) {
+	s.t.Helper()
+	if got := s.Srv.StreamedLists(gr); !slices.Equal(got, want) {
+		s.t.Fatalf("complete streaming lists of %s: %v objects, want %v\n%s", gr, got, want, s.Trace())
+	}
 }
 
 // count returns how many lines of the trace contain sub.
@@ -43,6 +54,7 @@ func TestPartialFirstStreamLeavesNoGhost(t *testing.T) {
 	s.FailStream(ClusterRoles, StreamEOF, 3)
 	s.HoldLists(ClusterRoles, true)
 	s.start() // a, b, c reach the graph; the stream waits
+	s.wantStreamed(ClusterRoles)
 	if n := s.count("kgc's streaming list of clusterroles.rbac.authorization.k8s.io: held after 3 objects"); n != 1 {
 		t.Fatalf("the first streaming list was not held after its first 3 objects (%d)\n%s", n, s.Trace())
 	}
@@ -93,15 +105,10 @@ func TestStreamedRelistSweepsDeletedOwner(t *testing.T) {
 	s.create(Obj{GR: ClusterRoles, Name: "p"})
 	d := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "d"}, s.OwnerRef(o, false))
 	s.start()
-	const listed = "kgc's streaming list of clusterroles.rbac.authorization.k8s.io: "
-	if n := s.count(listed); n != 1 {
-		t.Fatalf("the first list of clusterroles was not one streaming list (%d)\n%s", n, s.Trace())
-	}
+	s.wantStreamed(ClusterRoles, 2)
 	s.must(s.Delete(o, metav1.DeletePropagationBackground))
 	s.must(s.Expire(ClusterRoles)) // the deletion's event goes with the watch
-	if n := s.count(listed + "1 objects, then its end bookmark"); n != 1 {
-		t.Fatalf("the relist after the watch expired was not a streaming list of the one object left (%d)\n%s", n, s.Trace())
-	}
+	s.wantStreamed(ClusterRoles, 2, 1)
 	if s.count("delivered to kgc's clusterroles") != 0 {
 		t.Fatalf("an event of clusterroles reached the collector by the watch\n%s", s.Trace())
 	}
@@ -121,10 +128,10 @@ func TestRefusedStreamListsByPagesForGood(t *testing.T) {
 	s.FailStream(Widgets, StreamRefused, 0)
 	s.start()
 	s.must(s.Expire(Widgets))
-	const streamed = "kgc's streaming list of widgets.example.com: "
-	if got := s.count(streamed); got != 1 {
-		t.Fatalf("streaming lists of widgets: %d, want the one refused\n%s", got, s.Trace())
+	if got := s.count("kgc's streaming list of widgets.example.com: refused"); got != 1 {
+		t.Fatalf("refused streaming lists of widgets: %d, want 1\n%s", got, s.Trace())
 	}
+	s.wantStreamed(Widgets) // none: the relist is paged
 	s.must(s.Delete(o, metav1.DeletePropagationBackground))
 	s.finish()
 	if s.Get(d) != nil {
@@ -146,11 +153,12 @@ func TestFailedStreamStreamsAgainAfterPagedList(t *testing.T) {
 			s.FailStream(Widgets, f, 1)
 			s.start()
 			s.must(s.Delete(o, metav1.DeletePropagationBackground))
-			s.must(s.Expire(Widgets))
-			const streamed = "kgc's streaming list of widgets.example.com: "
-			if got, want := s.count(streamed), 2; got != want {
-				t.Fatalf("streaming lists of widgets: %d, want %d (the failed one, then the relist)\n%s", got, want, s.Trace())
+			if got := s.count("kgc's streaming list of widgets.example.com: 1 of 2 objects"); got != 1 {
+				t.Fatalf("failed streaming lists of widgets: %d, want 1\n%s", got, s.Trace())
 			}
+			s.wantStreamed(Widgets) // the paged list completed it
+			s.must(s.Expire(Widgets))
+			s.wantStreamed(Widgets, 1) // the relist streams again
 			s.finish()
 			if s.Get(d) != nil {
 				t.Fatalf("the dependent of a deleted owner survives\n%s", s.Trace())
@@ -175,12 +183,53 @@ func TestHeldStreamStallsToPages(t *testing.T) {
 	s.HoldLists(Widgets, false)
 	s.must(s.Settle())
 	s.must(s.Expire(Widgets))
-	if got := s.count("kgc's streaming list of widgets.example.com: 1 objects"); got != 1 {
-		t.Fatalf("a stalled stream did not make the resource list by pages for good (%d streaming lists)\n%s", got, s.Trace())
-	}
+	s.wantStreamed(Widgets) // the relist is paged
 	s.must(s.Delete(o, metav1.DeletePropagationForeground))
 	s.finish()
 	if s.Get(d) != nil || s.Get(o) != nil {
 		t.Fatalf("the Foreground cascade did not finish\n%s", s.Trace())
+	}
+}
+
+// Issue 14 item 2 with a collector that streams: the dependents'
+// resource fails its first list (FailLists answers the streaming list and
+// then the paged fallback with 429), so the workers start on a graph that
+// never listed it. The owner's orphan finalizer must wait for that list.
+func TestStreamingFinalizerBeforeFirstList(t *testing.T) {
+	s := newStreaming(t)
+	o := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "o"})
+	d := s.create(Obj{GR: Widgets, Namespace: "a", Name: "d"}, s.OwnerRef(o, true))
+	s.must(s.Delete(o, metav1.DeletePropagationOrphan))
+	s.FailLists(Widgets, 1)
+	s.start()
+	if got := s.count("kgc's streaming list of widgets.example.com: TooManyRequests"); got != 1 {
+		t.Fatalf("the first streaming list of widgets did not fail (%d)\n%s", got, s.Trace())
+	}
+	s.finish()
+	if m := s.Get(d); m == nil || len(m.OwnerReferences) != 0 {
+		t.Fatalf("the dependent of an owner deleted with Orphan was not orphaned: %v\n%s", m, s.Trace())
+	}
+}
+
+// Issue 14 item 4 with a collector that streams: a CRD-like resource is
+// deleted while discovery still shows it, and its watch expires before
+// the instance's DELETED event was delivered. The relist's streaming list
+// answers 404, and so does the paged list after it, which empties the
+// resource in the graph: the owner's Foreground deletion finishes.
+func TestStreamingGhostAfterCRDDeletion(t *testing.T) {
+	s := newStreaming(t)
+	o := s.create(Obj{GR: ClusterRoles, Name: "o"})
+	s.create(Obj{GR: Gadgets, Name: "d"}, s.OwnerRef(o, true))
+	s.start()
+	s.wantStreamed(Gadgets, 1)
+	s.Unserve(Gadgets, true)
+	s.must(s.Expire(Gadgets))
+	if got := s.count("kgc's streaming list of gadgets.gadgets.example.org: NotFound"); got == 0 {
+		t.Fatalf("the relist of the deleted resource did not stream into a 404\n%s", s.Trace())
+	}
+	s.must(s.Delete(o, metav1.DeletePropagationForeground))
+	s.finish()
+	if s.Get(o) != nil {
+		t.Fatalf("the owner's Foreground deletion did not finish\n%s", s.Trace())
 	}
 }
