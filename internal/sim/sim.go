@@ -169,6 +169,7 @@ func (s *Sim) fault(c Call) error {
 // Step records one scheduler step in the trace.
 func (s *Sim) Step(format string, args ...any) {
 	line := fmt.Sprintf(format, args...)
+	s.Srv.CommitSeen()
 	s.mu.Lock()
 	s.steps = append(s.steps, line)
 	s.log = append(s.log, fmt.Sprintf("%3d %s", len(s.steps), line))

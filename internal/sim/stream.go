@@ -293,7 +293,7 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		}
 		b.s.mu.Lock()
 		if c.seen != nil {
-			b.s.seen[c.seen.UID] = c.seen.DeepCopy()
+			b.s.listServed(b.gr, c.seen)
 			b.served++
 		}
 		if c.listed {
