@@ -2,7 +2,8 @@
 // (issue 14, deliverable 3). It drives the REAL collector — collector.New
 // with its graph builder, monitors, workers, resolver and write path —
 // through the client interfaces (metadata.Interface, discovery.Discovery,
-// a resettable RESTMapper), against an in-memory API server model whose
+// a resettable RESTMapper, and the monitors' discovery.PageLister and
+// discovery.StreamLister), against an in-memory API server model whose
 // every observable step a seeded scheduler decides.
 //
 // # The server model (server.go)
@@ -24,7 +25,28 @@
 // patchObj.Apply); a new finalizer on a deleting object is refused; a
 // patch that changes nothing writes nothing. LIST pages with
 // Limit/Continue over a snapshot (the collector's pages hold at most 3
-// objects, so that a list can stop part way). Faults: 429/500 on any collector call
+// objects, so that a list can stop part way), served to the collector
+// raw, as JSON, through its PageLister (Server.Lister).
+//
+// Each collector started lists either by pages only
+// (discovery.PagesOnly) or by streaming lists (Sim.Streaming; a random
+// schedule draws it per start, and its start action says which: "start
+// stream", "start pages"). A streaming list (stream.go) is a WATCH with
+// sendInitialEvents whose JSON body holds one ADDED event per object, in
+// the paged LIST's order, then the BOOKMARK annotated
+// k8s.io/initial-events-end at the server's resourceVersion, then ends;
+// the collector resumes with the ordinary watch from the bookmark. Its
+// faults: the list faults below as kube-apiserver would apply them (an
+// injected 429/500 of the call, verb "watchlist"; 404 for a deleted CRD;
+// 503 for a resource down; FailLists answers 429 and FailListPages breaks
+// the stream after 3 objects, neither consumed, so that the paged list
+// the collector falls back to takes them: both count the collector's
+// attempts to list), a held resource's stream waits after its first 3
+// objects (HoldLists: the collector's stall watchdog, on the fake clock,
+// may give it up after 15 s, and the resource is then listed by pages for
+// good), and FailStream: the next streaming list refused (422 Invalid),
+// ended after k objects without its bookmark, broken mid-event (a read
+// error that is not io.EOF), or cut by an ERROR event (500). Faults: 429/500 on any collector call
 // (Sim.FaultRate, decided by hashing the seed, the call and its ordinal for
 // that object, so the decision does not depend on how goroutines
 // interleave calls to different objects), a resource whose LIST and WATCH
@@ -50,8 +72,10 @@
 // a time and, between steps, waits until the collector is quiescent:
 // Collector.Idle (a test hook: workers started, event FIFO drained, no
 // queue item ready or being processed — which covers writes in flight —,
-// no rediscovery round running) and every monitor at rest (watching, or
-// backing off after a failed LIST). Time is fake (Clock, injected through
+// no rediscovery round running) and every monitor at rest (watching,
+// backing off after a failed LIST, or waiting in a held list or stream; a
+// streaming list is at rest only once its monitor watches, as a paged
+// list is). Time is fake (Clock, injected through
 // collector.Config.Clock): the workqueues' backoff, the write log's TTLs,
 // foreground re-checks, periodic rediscovery, the monitors' backoff, the
 // unlisted hold (--unlisted-hold: a finalizer held for unlisted resources,
@@ -73,6 +97,11 @@
 //   - quiescence is sampled, not proven: it must hold for four consecutive
 //     probes, which misses a goroutine that is between taking work and
 //     showing it for longer than that (possible on a loaded machine);
+//   - a streaming list's stall watchdog runs in its own goroutine, which
+//     takes a fake-clock timer when it starts and drops it when the list
+//     ends: if the Go scheduler runs it only after the step settled, the
+//     next Advance may step to that timer rather than further (the list
+//     itself is over by then);
 //   - collector.Run polls for the initial monitor sync (50 ms) and
 //     bounds it (SyncTimeout) on the real clock (with a list held at the
 //     start, the sim sets SyncTimeout to 200 ms; the list stays held until
@@ -94,7 +123,11 @@
 // only on a real cycle of blocking references. A dependent whose reference
 // the collector could not have seen yet (its event still on the stream of
 // a resource the collector listed) excuses S2/S3: upstream has the same
-// lag. A resource the collector never listed does not (S4).
+// lag. A resource the collector never listed does not (S4). What a list
+// served counts as shown once the list served it (a first list), or from
+// the next step on (a relist: a decision taken in the step that relisted
+// may rest on what the collector saw before, as docs/correctness.md's
+// watch-lag limit says of a relist in progress).
 //
 // # Documented limits
 //
@@ -140,9 +173,11 @@
 // coordinates, not their UIDs: create, delete, set-refs, unhold, annotate,
 // deliver (the next event of one resource's watch), advance (the fake
 // clock, to its next timer), jump (the fake clock by a stretch, every timer
-// due firing late: --unlisted-hold passes in one step), expire, restart,
-// start, down, fail-lists, hold-list (a resource's LIST pages held or
-// released), version, unserve, serve, faults. Replay runs any subsequence of a schedule from scratch: an
+// due firing late: --unlisted-hold passes in one step), expire, restart
+// and start (each "stream" or "pages"; "start" alone is pages), down,
+// fail-lists, hold-list (a resource's LIST pages held or released),
+// fail-stream (a resource's next streaming list: refuse, eof, break or
+// error after k objects), version, unserve, serve, faults. Replay runs any subsequence of a schedule from scratch: an
 // action on an object the subsequence never creates does nothing, and a
 // reference to one is dropped. Replaying the recorded schedule repeats a
 // failure far more often than re-running the seed, whose later draws
@@ -185,7 +220,13 @@
 // before its fix and passes now. limits_test.go scripts a held first list (dependents parked,
 // no GET; the stall read), the unlisted hold expiring for Orphan and
 // Foreground owners and across a restart, and the watch-lag limit by name
-// (TestWatchLagOrderingLimit), each asserting exactly the limits it hits. While bugs were open (knownBugsOpen),
+// (TestWatchLagOrderingLimit), each asserting exactly the limits it hits.
+// stream_test.go scripts collectors that stream: a first streaming list
+// that ends part way while an owner it delivered is deleted (the paged
+// fallback must sweep the ghost), a relist after an expired watch that
+// streams and sweeps an owner deleted meanwhile, each fault's fallback
+// (pages for good after a refusal or a stall, until a paged list completes
+// otherwise), and issue 14 items 2 and 4 with streaming lists. While bugs were open (knownBugsOpen),
 // the default random run leaves out the features that hit them most
 // (multi-owner orphaning, late starts, the annotating client, self
 // references) and logs, rather than fails, schedules whose violations all

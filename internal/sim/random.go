@@ -28,6 +28,9 @@ type World struct {
 	Expiry      bool // watches dropped with 410
 	Down        bool // resources whose LIST fails for a long time
 	HoldLists   bool // resources whose LIST pages are held (a first list not finished)
+	// Streaming: each collector started lists by streaming or by pages
+	// (drawn per start), and streaming lists fail (FailStream).
+	Streaming bool
 	// Configure, when set, adjusts every collector's config (Sim.Configure):
 	// a test that switches a fix off through a config knob.
 	Configure func(*collector.Config)
@@ -36,7 +39,8 @@ type World struct {
 // AllFeatures is a World with every feature on.
 func AllFeatures(objects, steps int) World {
 	return World{Objects: objects, Steps: steps, Faults: true, LateStart: true, MultiOrphan: true,
-		Annotator: true, Cycles: true, Restarts: true, Discovery: true, Expiry: true, Down: true, HoldLists: true}
+		Annotator: true, Cycles: true, Restarts: true, Discovery: true, Expiry: true, Down: true, HoldLists: true,
+		Streaming: true}
 }
 
 // Outcome is one random schedule's result.
@@ -327,7 +331,15 @@ func (s *rs) run() error {
 			return err
 		}
 	}
-	if err := s.Apply(Action{Op: OpStart}); err != nil {
+	stream := s.drawStream()
+	if stream && s.chance(0.4) {
+		// A first streaming list that fails (the monitor falls back to
+		// pages).
+		if err := s.failStream(); err != nil {
+			return err
+		}
+	}
+	if err := s.Apply(Action{Op: OpStart, Stream: stream}); err != nil {
 		return err
 	}
 	for range s.w.Steps {
@@ -349,7 +361,7 @@ func (s *rs) run() error {
 // quiescence.
 func (s *Sim) heal() error {
 	if s.coll == nil {
-		s.Step("start collector (the schedule has none running)")
+		s.Step("start collector (the schedule has none running; %s)", s.listsBy())
 		if err := s.Start(); err != nil {
 			return err
 		}
@@ -359,6 +371,18 @@ func (s *Sim) heal() error {
 	}
 	s.Heal()
 	return s.Quiesce(2 * time.Hour)
+}
+
+// drawStream draws whether a collector being started lists by streaming.
+func (s *rs) drawStream() bool { return s.w.Streaming && s.chance(0.5) }
+
+// failStream makes the next streaming list of a resource fail in one of
+// the ways StreamFaults names, after up to 4 of its objects (the pages of
+// the collector's paged lists hold 3).
+func (s *rs) failStream() error {
+	gr := objectGRs[s.rng.IntN(len(objectGRs))]
+	f := StreamFaults[s.rng.IntN(len(StreamFaults))]
+	return s.Apply(Action{Op: OpFailStream, GR: gr, Fault: f, N: s.rng.IntN(5)})
 }
 
 // deliverAll delivers every pending event as DeliverAll does, one action
@@ -410,7 +434,7 @@ func (s *rs) step() error {
 		}})
 	}
 	if s.w.Restarts {
-		choices = append(choices, choice{1, func() error { return s.Apply(Action{Op: OpRestart}) }})
+		choices = append(choices, choice{1, func() error { return s.Apply(Action{Op: OpRestart, Stream: s.drawStream()}) }})
 	}
 	if s.w.Down {
 		choices = append(choices, choice{2, func() error {
@@ -431,6 +455,11 @@ func (s *rs) step() error {
 		choices = append(choices, choice{2, func() error {
 			return s.Apply(Action{Op: OpJump, D: []time.Duration{40 * time.Second, 90 * time.Second}[s.rng.IntN(2)]})
 		}})
+	}
+	if s.w.Streaming {
+		// Has an effect on a resource's next streaming list: after a
+		// restart, an expired watch, a CRD served again.
+		choices = append(choices, choice{2, s.failStream})
 	}
 	if s.w.Discovery {
 		choices = append(choices, choice{2, func() error {

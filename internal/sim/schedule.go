@@ -23,8 +23,8 @@ import (
 const (
 	OpFaults    = "faults"     // Rate: the collector's calls fail at this rate
 	OpCreate    = "create"     // GR Namespace/Name Finalizers Refs
-	OpStart     = "start"      // start the collector
-	OpRestart   = "restart"    // stop the collector and start a new one
+	OpStart     = "start"      // Stream: start the collector, listing by streaming or by pages
+	OpRestart   = "restart"    // Stream: stop the collector and start a new one
 	OpDelete    = "delete"     // GR Namespace/Name Policy (a client's DELETE)
 	OpSetRefs   = "set-refs"   // GR Namespace/Name Refs (a client's patch)
 	OpUnhold    = "unhold"     // GR Namespace/Name: a client removes the foreign finalizer
@@ -36,9 +36,12 @@ const (
 	OpDown      = "down"       // GR Down: LIST and WATCH fail, or heal
 	OpFailLists = "fail-lists" // GR N: the collector's next N LISTs fail
 	OpHoldList  = "hold-list"  // GR Hold: the collector's LISTs wait before their next page, or go on
-	OpVersion   = "version"    // GR Version: the preferred version
-	OpUnserve   = "unserve"    // GR: a CRD-like resource deleted (still in discovery)
-	OpServe     = "serve"      // GR: served again
+	// OpFailStream: GR Fault N: the collector's next streaming list of GR
+	// fails with Fault after N objects.
+	OpFailStream = "fail-stream"
+	OpVersion    = "version" // GR Version: the preferred version
+	OpUnserve    = "unserve" // GR: a CRD-like resource deleted (still in discovery)
+	OpServe      = "serve"   // GR: served again
 )
 
 // RefSpec is an ownerReference by the owner's coordinates: its resource and
@@ -78,6 +81,9 @@ type Action struct {
 	Version    string
 	Down       bool
 	Hold       bool
+	// Stream: a started collector lists by streaming (else by pages only).
+	Stream bool
+	Fault  StreamFault
 }
 
 func (a Action) obj() string {
@@ -111,7 +117,10 @@ func (a Action) String() string {
 		}
 		return s
 	case OpStart, OpRestart:
-		return a.Op
+		if a.Stream {
+			return a.Op + " stream"
+		}
+		return a.Op + " pages"
 	case OpDelete:
 		p := string(a.Policy)
 		if p == "" {
@@ -132,6 +141,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("%s %s %d", a.Op, a.GR, a.N)
 	case OpHoldList:
 		return fmt.Sprintf("%s %s %v", a.Op, a.GR, a.Hold)
+	case OpFailStream:
+		return fmt.Sprintf("%s %s %s %d", a.Op, a.GR, a.Fault, a.N)
 	case OpVersion:
 		return a.Op + " " + a.GR.String() + " " + a.Version
 	}
@@ -255,6 +266,16 @@ func ParseAction(line string) (Action, error) {
 	case OpUnhold, OpAnnotate:
 		err = obj()
 	case OpStart, OpRestart:
+		// "start" alone (schedules printed before streaming lists): pages.
+		if len(args) > 0 {
+			switch args[0] {
+			case "stream":
+				a.Stream = true
+			case "pages":
+			default:
+				err = fmt.Errorf("%q: want stream or pages", line)
+			}
+		}
 	case OpDeliver, OpExpire, OpUnserve, OpServe:
 		if err = need(1); err == nil {
 			a.GR = schema.ParseGroupResource(args[0])
@@ -277,6 +298,15 @@ func ParseAction(line string) (Action, error) {
 		if err = need(2); err == nil {
 			a.GR = schema.ParseGroupResource(args[0])
 			a.Hold, err = strconv.ParseBool(args[1])
+		}
+	case OpFailStream:
+		if err = need(3); err == nil {
+			a.GR, a.Fault = schema.ParseGroupResource(args[0]), StreamFault(args[1])
+			if !slices.Contains(StreamFaults, a.Fault) {
+				err = fmt.Errorf("%q: unknown stream fault %q", line, a.Fault)
+			} else {
+				a.N, err = strconv.Atoi(args[2])
+			}
 		}
 	case OpVersion:
 		if err = need(2); err == nil {
@@ -419,12 +449,14 @@ func (s *Sim) Apply(a Action) error {
 		s.names[a.key()] = o
 		s.mu.Unlock()
 	case OpStart:
-		s.Step("start collector")
+		s.Streaming = a.Stream
+		s.Step("start collector (%s)", s.listsBy())
 		if err := s.Start(); err != nil {
 			return err
 		}
 	case OpRestart:
-		s.Step("restart collector")
+		s.Streaming = a.Stream
+		s.Step("restart collector (%s)", s.listsBy())
 		if err := s.Restart(); err != nil {
 			return err
 		}
@@ -482,6 +514,8 @@ func (s *Sim) Apply(a Action) error {
 		s.FailLists(a.GR, a.N)
 	case OpHoldList:
 		s.HoldLists(a.GR, a.Hold)
+	case OpFailStream:
+		s.FailStream(a.GR, a.Fault, a.N)
 	case OpVersion:
 		s.SwitchVersion(a.GR, a.Version)
 	case OpUnserve:

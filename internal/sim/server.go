@@ -63,6 +63,8 @@ type resource struct {
 	holdList  bool
 	heldLists int
 	release   chan struct{}
+	// stream: a fault of the collector's next streaming list (FailStream).
+	stream *streamFault
 }
 
 type logEntry struct {
@@ -163,6 +165,14 @@ type Server struct {
 	// never listed does not: negative facts need every resource listed (S4).
 	seen   map[types.UID]*metav1.ObjectMeta
 	listed map[schema.GroupResource]bool
+	// relisted: the versions served by relists (lists of resources the
+	// collector had listed already) during the current step, which count
+	// as seen from the next step on (CommitSeen): a relist in progress
+	// leaves the resource listed, and a decision taken in the same step
+	// may rest on what the collector saw of it before (the watch-lag
+	// limit). A step's deliveries are seen at once: the scheduler settles
+	// before each, so no decision of that step predates them.
+	relisted map[types.UID]*metav1.ObjectMeta
 	// excused: (dependent, orphaned owner) pairs whose orphan finalizer
 	// went under a documented limit, with the collector start (starts)
 	// that released it and when: deleting the dependent later is a
@@ -174,6 +184,8 @@ type Server struct {
 	OrphanTTL time.Duration
 	// kgcWrote: the resourceVersion of kgc's last write to each object.
 	kgcWrote map[types.UID]int64
+	// streamed: the complete streaming lists served (StreamedLists).
+	streamed map[schema.GroupResource][]int
 
 	// Fault, when set, may fail a call before it is served.
 	Fault func(Call) error
@@ -203,7 +215,8 @@ func NewServer(clk *Clock, kinds ...*Kind) *Server {
 		objects: make(map[objKey]*metav1.ObjectMeta), snapshots: make(map[int][]metav1.ObjectMeta),
 		clock: clk, orphaned: make(map[types.UID]bool), excused: make(map[[2]types.UID]excuse),
 		seen: make(map[types.UID]*metav1.ObjectMeta), listed: make(map[schema.GroupResource]bool),
-		kgcWrote: make(map[types.UID]int64),
+		relisted: make(map[types.UID]*metav1.ObjectMeta),
+		kgcWrote: make(map[types.UID]int64), streamed: make(map[schema.GroupResource][]int),
 	}
 	for _, k := range kinds {
 		s.kinds[k.GR()] = &resource{Kind: k, served: true}
@@ -419,7 +432,30 @@ func (s *Server) ResetSeen() {
 	defer s.mu.Unlock()
 	clear(s.seen)
 	clear(s.listed)
+	clear(s.relisted)
 	s.starts++
+}
+
+// CommitSeen makes what the relists of the last step served count as seen
+// (relisted); the Sim calls it as each step begins.
+func (s *Server) CommitSeen() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid, m := range s.relisted {
+		s.seen[uid] = m
+	}
+	clear(s.relisted)
+}
+
+// listServed records that a list of gr served m to the collector (callers
+// hold mu): seen at once by a first list, from the next step on by a
+// relist (relisted).
+func (s *Server) listServed(gr schema.GroupResource, m *metav1.ObjectMeta) {
+	if s.listed[gr] {
+		s.relisted[m.UID] = m.DeepCopy()
+		return
+	}
+	s.seen[m.UID] = m.DeepCopy()
 }
 
 func rvOf(m *metav1.ObjectMeta) int64 {
@@ -708,7 +744,7 @@ func (s *Server) list(ctx context.Context, actor Actor, gvr schema.GroupVersionR
 	out.ResourceVersion = listRV
 	if actor == ActorKGC {
 		for i := range out.Items {
-			s.seen[out.Items[i].UID] = out.Items[i].ObjectMeta.DeepCopy()
+			s.listServed(gvr.GroupResource(), &out.Items[i].ObjectMeta)
 		}
 	}
 	if out.Continue == "" && actor == ActorKGC && ns == "" {

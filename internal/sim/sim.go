@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/collector"
+	"github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/orphanlog"
 )
 
@@ -64,6 +65,11 @@ type Sim struct {
 	rng   *rand.Rand
 
 	Workers int
+	// Streaming: the collectors Start starts list by streaming (a WATCH
+	// with sendInitialEvents, falling back to pages) rather than by pages
+	// only, as kgc does against a server that serves streaming lists
+	// (stream.go).
+	Streaming bool
 	// ResyncPeriod of the collector (fake time).
 	ResyncPeriod time.Duration
 	// UnlistedHold of the collector (fake time; default 1m, kgc's).
@@ -163,6 +169,7 @@ func (s *Sim) fault(c Call) error {
 // Step records one scheduler step in the trace.
 func (s *Sim) Step(format string, args ...any) {
 	line := fmt.Sprintf(format, args...)
+	s.Srv.CommitSeen()
 	s.mu.Lock()
 	s.steps = append(s.steps, line)
 	s.log = append(s.log, fmt.Sprintf("%3d %s", len(s.steps), line))
@@ -190,8 +197,13 @@ func (s *Sim) Start() error {
 	if s.coll != nil {
 		return errors.New("collector already running")
 	}
+	pages := discovery.PageLister(s.Srv.Lister())
+	if !s.Streaming {
+		pages = discovery.PagesOnly(pages)
+	}
 	cfg := collector.Config{
 		Metadata:     s.Srv.Client(ActorKGC),
+		Pages:        pages,
 		Discovery:    s.Srv,
 		Mapper:       s.mapper,
 		Workers:      s.Workers,
@@ -237,6 +249,14 @@ func (s *Sim) Start() error {
 	s.coll, s.cancel, s.done = c, cancel, make(chan error, 1)
 	go func() { s.done <- c.Run(ctx) }()
 	return nil
+}
+
+// listsBy describes how the collectors Start starts list.
+func (s *Sim) listsBy() string {
+	if s.Streaming {
+		return "lists by streaming"
+	}
+	return "lists by pages"
 }
 
 // Stop stops the collector and waits for it to end.
@@ -579,6 +599,13 @@ func (s *Sim) FailListPages(gr schema.GroupResource, n int) {
 	s.Srv.mu.Unlock()
 }
 
+// FailStream makes the collector's next streaming list of gr fail with
+// fault after k initial events (Server.FailStream).
+func (s *Sim) FailStream(gr schema.GroupResource, fault StreamFault, k int) {
+	s.Step("resource %s: next collector streaming list fails: %s after %d objects", gr.String(), fault, k)
+	s.Srv.FailStream(gr, fault, k)
+}
+
 // Expire ends gr's watches with 410 and settles.
 func (s *Sim) Expire(gr schema.GroupResource) error {
 	s.Step("expire watch %s", gr.String())
@@ -644,7 +671,7 @@ func (s *Sim) Heal() {
 	s.Srv.mu.Lock()
 	var held []schema.GroupResource
 	for gr, r := range s.Srv.kinds {
-		r.down, r.failLists, r.failPages = false, 0, 0
+		r.down, r.failLists, r.failPages, r.stream = false, 0, 0, nil
 		if r.list404 {
 			r.list404, r.served = false, false
 		}
