@@ -128,21 +128,37 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 		//     it did). The owner is marked uncertain instead, and the next
 		//     DELETE resting on it waiting reads it first
 		//     (confirmStillWaiting).
-		// A refusal leaves an earlier attempt's uncertainty as it was: it
-		// says nothing about that attempt (a failed finalizer test may be
-		// its very effect).
+		// A refusal leaves what an earlier attempt established as it was
+		// (its release, or its uncertainty): it says nothing about that
+		// attempt, and a failed finalizer test may be its very effect. An
+		// attempt decided again on a graph that has not seen the earlier
+		// release yet (its event lost, or late past the write log's TTL)
+		// is refused exactly so; forgetting the release then let a
+		// dependent's DELETE decided while the owner waited land on an
+		// owner kgc had made solid (S1; found by the simulator, seed
+		// 7168). Likewise an ambiguous answer after a release that landed
+		// leaves the owner released, not uncertain. (kgc takes its release
+		// as final, as it did before: a client's second Foreground DELETE
+		// of the same owner, which puts foregroundDeletion back, leaves the
+		// DELETEs of dependents resting on it retried until the owner goes
+		// — a wait, never a wrong deletion.)
 		owner := it.Identity.UID
 		defer w.deletions.lock(owner)()
+		released := w.fgReleased.Has(owner)
 		w.fgReleased.Add(owner)
 		_, err := w.ops.ReplaceFinalizers(ctx, t, it.Finalizers, a.Finalizers)
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
 			w.fgUncertain.Delete(owner)
 		case writeRefused(err):
-			w.fgReleased.Delete(owner)
+			if !released {
+				w.fgReleased.Delete(owner)
+			}
 		default:
-			w.fgReleased.Delete(owner)
-			w.fgUncertain.Add(owner)
+			if !released {
+				w.fgReleased.Delete(owner)
+				w.fgUncertain.Add(owner)
+			}
 		}
 		w.wrote(ctx, &rec, err)
 		return err

@@ -346,3 +346,45 @@ func TestForegroundReleaseRefusalKeepsEarlierUncertainty(t *testing.T) {
 		t.Fatalf("O released %v, uncertain %v: want uncertain only", s.c.fgReleased.Has("o-uid"), s.c.fgUncertain.Has("o-uid"))
 	}
 }
+
+// (6) A refusal after a release that landed leaves O released: O's
+// finalizer removal succeeds, its event is not observed yet, so the next
+// re-check decides the removal again on the stale graph and its patch is
+// refused (the finalizer test fails: the first patch removed it). D's
+// DELETE, decided while O waited, must still not be sent: O is solid,
+// kept by its other finalizer (S1). Forgetting the release on that
+// refusal let it through (found by the simulator, seed 7168:
+// TestF1RefusalAfterReleaseKeepsDependent in internal/sim).
+func TestForegroundReleaseRefusalKeepsEarlierRelease(t *testing.T) {
+	srv := fakeapi.NewServer()
+	s, _ := newMeteredStepper(t, srv)
+	_, _, wd := waitingOwnerWithDecidedDependent(t, s, srv)
+	wo, err := s.c.planDeleteItem(s.ctx, "o-uid")
+	if err != nil || wo == nil {
+		t.Fatalf("O: no finalizer removal decided: %v", err)
+	}
+	if err := wo(s.ctx); err != nil {
+		t.Fatalf("O's finalizer removal: %v", err)
+	}
+	// The graph has not seen the removal: once the write log's entry
+	// expires (a lost event costs at most that), the same removal is
+	// decided again, and the apiserver refuses it.
+	s.c.writes.forget("o-uid")
+	answerFinalizerPatchOnce(srv, false, fakeapi.Conflict(fakeapi.Deployments, "o", "finalizers"))
+	wo, err = s.c.planDeleteItem(s.ctx, "o-uid")
+	if err != nil || wo == nil {
+		t.Fatalf("O: no second finalizer removal decided on the stale graph: %v", err)
+	}
+	if err := wo(s.ctx); !apierrors.IsConflict(err) && !errors.Is(err, errRetry) {
+		t.Fatalf("O's second finalizer removal: %v, want the conflict", err)
+	}
+	if !s.c.fgReleased.Has("o-uid") {
+		t.Fatal("O's release forgotten after a refusal of a later attempt")
+	}
+	if err := wd(s.ctx); !errors.Is(err, errRetry) {
+		t.Errorf("D's DELETE: %v, want errRetry (O is released)", err)
+	}
+	if deletes := deletedNames(srv); len(deletes) != 0 {
+		t.Fatalf("DELETE %v sent while O exists and is no longer in Foreground deletion (S1)", deletes)
+	}
+}

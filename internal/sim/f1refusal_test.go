@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -9,8 +8,10 @@ import (
 )
 
 // Found by the strict random schedules (seed 7168 of 5001..10000, without
-// -race; a collector listing by pages, so not a streaming matter), open:
-// an F1 variant. An owner held by a foreign finalizer is deleted
+// -race; a collector listing by pages, so not a streaming matter): an F1
+// variant, fixed in internal/workers/execute.go (a refused re-release no
+// longer forgets a release that landed; unit test
+// TestForegroundReleaseRefusalKeepsEarlierRelease). An owner held by a foreign finalizer is deleted
 // Foreground; kgc removes its foregroundDeletion finalizer (no blocking
 // dependent), but the event of its own patch is not delivered yet, so its
 // graph still shows the owner waiting. A dependent seen then (its only
@@ -23,12 +24,9 @@ import (
 // dependent's decision. It fails about half the time: at the jump, the
 // owner's own re-check (its patch refused, 422) races with the
 // dependent's release; when the re-check goes first, the DELETE is not
-// sent. The same schedule fails on main's simulator (9 of 24 replays
-// under load). Skipped unless KGC_SIM_OPEN_BUGS is set.
-func TestOpenF1DependentDecidedAfterOwnerReleased(t *testing.T) {
-	if os.Getenv("KGC_SIM_OPEN_BUGS") == "" {
-		t.Skip("open bug; set KGC_SIM_OPEN_BUGS=1 to run its reproduction")
-	}
+// sent (the refused patch had forgotten the release that landed). Before
+// the fix it failed 9 of 24 replays under load.
+func TestF1RefusalAfterReleaseKeepsDependent(t *testing.T) {
 	s := newScripted(t)
 	o, err := s.Create(ConfigMaps, "b", "o4", []string{Finalizer})
 	s.must(err)
