@@ -140,8 +140,11 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 		// leaves the owner released, not uncertain. (kgc takes its release
 		// as final, as it did before: a client's second Foreground DELETE
 		// of the same owner, which puts foregroundDeletion back, leaves the
-		// DELETEs of dependents resting on it retried until the owner goes
-		// — a wait, never a wrong deletion.)
+		// DELETEs of dependents resting on it retried until the owner goes,
+		// and a blocking one and the owner then wait for each other — a
+		// stall, never a wrong deletion. Known, not fixed: the release
+		// would have to be forgotten once the graph shows the finalizer
+		// back at a resourceVersion newer than kgc's patch.)
 		owner := it.Identity.UID
 		defer w.deletions.lock(owner)()
 		released := w.fgReleased.Has(owner)
