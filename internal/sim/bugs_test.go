@@ -252,14 +252,7 @@ func TestF1DependentDeletedAfterOwnerLeftForeground(t *testing.T) {
 // list that delivered a page and failed.
 func TestPartialFirstListLeavesNoGhost(t *testing.T) {
 	s := newScripted(t)
-	var gone Obj
-	for _, name := range []string{"a", "b", "c", "d"} {
-		o := s.create(Obj{GR: ClusterRoles, Name: name})
-		if name == "b" {
-			gone = o
-		}
-	}
-	d := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "d"}, s.OwnerRef(gone, false))
+	gone, d := ghostOwner(s)
 	s.FailListPages(ClusterRoles, 1)
 	s.start() // page 1 (a, b, c) reaches the graph, page 2 fails
 	s.must(s.Delete(gone, metav1.DeletePropagationBackground))
@@ -325,3 +318,18 @@ delete clusterroles.rbac.authorization.k8s.io o3 policy=Foreground
 		t.Fatalf("%s\n%s", out, s.Trace())
 	}
 }
+
+// ghostOwner creates the ClusterRoles a, b, c and d (a first list of
+// them fails or is held after its first three objects) and the ConfigMap
+// a/d whose only owner is b, and returns b (the owner the tests delete
+// while the list is incomplete) and the dependent.
+func ghostOwner(s *scripted) (gone, dependent Obj) {
+	for _, name := range []string{"a", "b", "c", "d"} {
+		o := s.create(Obj{GR: ClusterRoles, Name: name})
+		if name == "b" {
+			gone = o
+		}
+	}
+	return gone, s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "d"}, s.OwnerRef(gone, false))
+}
+

@@ -43,14 +43,7 @@ func (s *scripted) count(sub string) int {
 // dependent is never collected (L1).
 func TestPartialFirstStreamLeavesNoGhost(t *testing.T) {
 	s := newStreaming(t)
-	var gone Obj
-	for _, name := range []string{"a", "b", "c", "d"} {
-		o := s.create(Obj{GR: ClusterRoles, Name: name})
-		if name == "b" {
-			gone = o
-		}
-	}
-	d := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "d"}, s.OwnerRef(gone, false))
+	gone, d := ghostOwner(s)
 	s.FailStream(ClusterRoles, StreamEOF, 3)
 	s.HoldLists(ClusterRoles, true)
 	s.start() // a, b, c reach the graph; the stream waits
@@ -77,14 +70,7 @@ func TestPartialFirstStreamLeavesNoGhost(t *testing.T) {
 // list completes without it.
 func TestPartialFirstStreamThenPartialPagesLeavesNoGhost(t *testing.T) {
 	s := newStreaming(t)
-	var gone Obj
-	for _, name := range []string{"a", "b", "c", "d"} {
-		o := s.create(Obj{GR: ClusterRoles, Name: name})
-		if name == "b" {
-			gone = o
-		}
-	}
-	d := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "d"}, s.OwnerRef(gone, false))
+	gone, d := ghostOwner(s)
 	s.FailStream(ClusterRoles, StreamEOF, 3)
 	s.FailListPages(ClusterRoles, 1)
 	s.start()
