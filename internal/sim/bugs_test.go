@@ -332,4 +332,3 @@ func ghostOwner(s *scripted) (gone, dependent Obj) {
 	}
 	return gone, s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "d"}, s.OwnerRef(gone, false))
 }
-
