@@ -411,13 +411,7 @@ func TestStreamListRefusedListsByPagesForGood(t *testing.T) {
 				list: func(w http.ResponseWriter, r *http.Request, n int) {
 					answerPage(w, strconv.Itoa(41+n), cm("x", "7"))
 				},
-				watch: func(w http.ResponseWriter, r *http.Request, n int) {
-					if n == 1 {
-						answerExpired(w)
-						return
-					}
-					holdOpen(w, r)
-				},
+				watch: expireFirstWatch,
 			}
 			_, rec := streamMonitor(t, s, streamMonitorOptions{})
 			waitRequests(t, s, reqWatch, 2)
@@ -509,6 +503,16 @@ func TestStreamListIncomplete(t *testing.T) {
 	}
 }
 
+// expireFirstWatch answers the first plain watch 410 (the monitor lists
+// again) and holds later ones open.
+func expireFirstWatch(w http.ResponseWriter, r *http.Request, n int) {
+	if n == 1 {
+		answerExpired(w)
+		return
+	}
+	holdOpen(w, r)
+}
+
 // runFirstStream runs a monitor whose first streaming list sends what
 // first sends and ends; later streaming lists send "a"@50 and end at 60;
 // paged lists answer "a"@30 at 41+n; the first plain watch answers 410.
@@ -529,13 +533,7 @@ func runFirstStream(t *testing.T, first func(*streamWriter), trace, kinds []stri
 		list: func(w http.ResponseWriter, r *http.Request, n int) {
 			answerPage(w, strconv.Itoa(41+n), cm("a", "30"))
 		},
-		watch: func(w http.ResponseWriter, r *http.Request, n int) {
-			if n == 1 {
-				answerExpired(w)
-				return
-			}
-			holdOpen(w, r)
-		},
+		watch: expireFirstWatch,
 	}
 	_, rec := streamMonitor(t, s, streamMonitorOptions{})
 	waitTrace(t, rec, trace...)

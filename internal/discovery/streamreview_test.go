@@ -209,13 +209,7 @@ func TestStreamListIgnoredByBusyServer(t *testing.T) {
 				list: func(w http.ResponseWriter, r *http.Request, n int) {
 					answerPage(w, "42", cm("a", "7"))
 				},
-				watch: func(w http.ResponseWriter, r *http.Request, n int) {
-					if n == 1 {
-						answerExpired(w)
-						return
-					}
-					holdOpen(w, r)
-				},
+				watch: expireFirstWatch,
 			}
 			m, rec := streamMonitor(t, s, streamMonitorOptions{})
 			waitUntil(t, "sync by pages", m.HasSynced)
