@@ -32,26 +32,30 @@ type BreakerRunOptions struct {
 	Enabled          bool
 	Window           time.Duration
 	UnobservedOwners int
+	VanishedMinimum  int
+	Rollback         bool
 	DanglingFraction float64
 	DanglingMinimum  int
 	HoldRestored     bool
 }
 
-// NewBreakerRunOptions returns `kgc run`'s defaults: both on (README,
-// "Circuit breaker": why, and why these thresholds).
+// NewBreakerRunOptions returns `kgc run`'s defaults: the breaker and the
+// restore hold on (docs/breaker.md: why, and why these thresholds).
 func NewBreakerRunOptions() BreakerRunOptions {
 	d := kgc.DefaultBreakerOptions()
-	return BreakerRunOptions{Enabled: true, Window: d.Window, UnobservedOwners: d.UnobservedOwners,
-		DanglingFraction: d.DanglingFraction, DanglingMinimum: d.DanglingMinimum, HoldRestored: true}
+	return BreakerRunOptions{Enabled: true, Window: d.Window, UnobservedOwners: d.UnobservedOwners, VanishedMinimum: d.VanishedMinimum,
+		Rollback: d.Rollback, DanglingFraction: d.DanglingFraction, DanglingMinimum: d.DanglingMinimum, HoldRestored: true}
 }
 
 // AddFlags registers the options on fs.
 func (o *BreakerRunOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.Enabled, flagDeletionBreaker, o.Enabled, "Stop deleting, until an operator resumes (kgc breaker resume), when the deletions resting on gone owners look like a restore or a broken API: see --breaker-*. The trip is recorded on the leader-election Lease (--leader-elect-resource-*), so a restart does not resume it.")
-	fs.DurationVar(&o.Window, "breaker-window", o.Window, "The sliding window over which the deletion breaker counts deletions.")
-	fs.IntVar(&o.UnobservedOwners, "breaker-unobserved-owners", o.UnobservedOwners, "How many distinct owners kgc never observed alive (a quorum read found nothing, or another object, at a UID its graph never held: the restore / rollback signature) deletions may rest on in one window; a deletion resting on one more trips the breaker, which then holds such deletions. Owners, not dependents: a cascade taken over midway counts one. 0 turns the signal off.")
-	fs.Float64Var(&o.DanglingFraction, "breaker-dangling-fraction", o.DanglingFraction, "Trip the breaker, holding every deletion resting on a gone owner, when the owners found gone in one window (distinct owners kgc did not delete itself, each with a dependent to delete: a Job deleted with its Pods counts one) exceed this fraction of the graph and --breaker-dangling-minimum. 0 turns the signal off.")
-	fs.IntVar(&o.DanglingMinimum, "breaker-dangling-minimum", o.DanglingMinimum, "The fewest owners found gone in one window that can trip the dangling fraction (so that a small cluster does not trip on a few deletions).")
+	fs.BoolVar(&o.Enabled, flagDeletionBreaker, o.Enabled, "Stop deleting objects whose owners are gone, until an operator resumes (kgc breaker resume), on evidence of a fault: a restore, an API answering wrongly, a rollback of the API's storage (see --breaker-*). Never on the volume of ordinary deletions. A trip is recorded on the leader-election Lease (--leader-elect-resource-*), so a restart does not resume it.")
+	fs.DurationVar(&o.Window, "breaker-window", o.Window, "The sliding window over which the deletion breaker counts owners (--breaker-unobserved-owners, --breaker-dangling-fraction).")
+	fs.IntVar(&o.UnobservedOwners, "breaker-unobserved-owners", o.UnobservedOwners, "The restore signature: how many distinct owners kgc never observed alive (a quorum read found nothing, or another object, at a UID its graph never held) the deletions of objects that appeared while kgc watched (created or restored after kgc listed their resource) may rest on in one window; one more trips the breaker, which then holds every deletion resting on an owner never observed alive. Objects already there when kgc started (a backlog whose owners went while no collector ran) are not counted. 0 turns the signal off.")
+	fs.IntVar(&o.VanishedMinimum, "breaker-vanished-minimum", o.VanishedMinimum, "An API answering wrongly: when a complete list of a resource finds none of its objects (an empty list, or 404 while discovery serves it) and at least this many of them went without kgc seeing their deletion coming (no DELETED event, no deletionTimestamp, no terminating namespace, no CRD being deleted), hold the deletions resting on owners of that resource. 0 turns the signal off.")
+	fs.BoolVar(&o.Rollback, "breaker-rollback", o.Rollback, "A rollback of the API's storage (an etcd restore under a running kgc): hold every deletion resting on a gone owner once an object is observed in a state its own history cannot reach (its resourceVersion went back, its deletionTimestamp went away, it came back after kgc saw it deleted).")
+	fs.Float64Var(&o.DanglingFraction, "breaker-dangling-fraction", o.DanglingFraction, "Trip the breaker, holding every deletion resting on a gone owner, when the owners found gone in one window whose deletion kgc did not observe (distinct owners, each with a dependent to delete) exceed this fraction of the graph and --breaker-dangling-minimum. Volume is no evidence of a fault: 0 (off) by default.")
+	fs.IntVar(&o.DanglingMinimum, "breaker-dangling-minimum", o.DanglingMinimum, "The fewest owners found gone in one window that can trip --breaker-dangling-fraction.")
 	fs.BoolVar(&o.HoldRestored, flagHoldRestored, o.HoldRestored, "Hold, instead of deleting, a dependent whose owner reference names a UID kgc never observed while an object of that kind and name exists with another UID (the restore signature); kgc relink rewrites such references on request.")
 }
 
@@ -73,8 +77,8 @@ func (o *BreakerRunOptions) lib(le LeaderElectionOptions) *kgc.BreakerOptions {
 	if !o.Enabled {
 		return nil
 	}
-	return &kgc.BreakerOptions{Window: o.Window, UnobservedOwners: o.UnobservedOwners,
-		DanglingFraction: o.DanglingFraction, DanglingMinimum: o.DanglingMinimum,
+	return &kgc.BreakerOptions{Window: o.Window, UnobservedOwners: o.UnobservedOwners, VanishedMinimum: o.VanishedMinimum,
+		Rollback: o.Rollback, DanglingFraction: o.DanglingFraction, DanglingMinimum: o.DanglingMinimum,
 		LeaseNamespace: le.ResourceNamespace, LeaseName: le.ResourceName}
 }
 
@@ -193,7 +197,7 @@ func (s breakerStatus) write(w io.Writer) error {
 		fmt.Fprintln(w)
 	default:
 		for _, t := range s.Active {
-			fmt.Fprintf(w, "TRIPPED %s at %s: %s.\n", t.Signal, ts(t.At), t.Because())
+			fmt.Fprintf(w, "TRIPPED %s at %s: %s.\n", signalName(t), ts(t.At), t.Because())
 			if t.Object != "" {
 				fmt.Fprintf(w, "  It tripped on %s.\n", t.Object)
 			}
@@ -206,20 +210,23 @@ func (s breakerStatus) write(w io.Writer) error {
 		} else {
 			b := r.Breaker
 			fmt.Fprintf(w, "Running kgc (window %s):\n", b.Window)
-			tripped := map[breaker.Signal]breaker.Trip{}
+			tripped := map[breaker.Signal][]breaker.Trip{}
 			for _, t := range b.Trips {
-				tripped[t.Signal] = t
+				tripped[t.Signal] = append(tripped[t.Signal], t)
 			}
 			for _, sig := range breaker.Signals {
 				state := "ok"
-				if t, ok := tripped[sig]; ok {
-					state = "TRIPPED at " + ts(t.At)
+				var on []string
+				for _, t := range tripped[sig] {
+					on = append(on, signalName(t)+" at "+ts(t.At))
 				}
-				limit := fmt.Sprint(b.Limits[sig])
-				if b.Limits[sig] == 0 {
-					limit = "off"
+				if len(on) > 0 {
+					state = "TRIPPED (" + strings.Join(on, ", ") + ")"
 				}
-				fmt.Fprintf(w, "  %-18s %-30s %d counted in the window, limit %s\n", sig, state, b.Counts[sig], limit)
+				fmt.Fprintf(w, "  %-18s %-30s %s\n", sig, state, signalLimit(sig, b))
+			}
+			if b.Unrecorded {
+				fmt.Fprintln(w, "  a trip is not recorded on the Lease yet: a restart now would forget it")
 			}
 			fmt.Fprintf(w, "  held: %d", b.HeldTotal)
 			if b.Overflowed {
@@ -231,7 +238,11 @@ func (s breakerStatus) write(w io.Writer) error {
 					fmt.Fprintf(w, "    … and %d more (-o json lists them all)\n", b.HeldTotal-i)
 					break
 				}
-				fmt.Fprintf(w, "    %s held since %s by %s\n", h.Object, ts(h.Since), h.Signal)
+				by := string(h.Signal)
+				if h.Resource != "" {
+					by += " (" + h.Resource + ")"
+				}
+				fmt.Fprintf(w, "    %s held since %s by %s\n", h.Object, ts(h.Since), by)
 			}
 		}
 		if !r.HoldRestored {
@@ -253,6 +264,28 @@ func (s breakerStatus) write(w io.Writer) error {
 		fmt.Fprintf(w, "Lease %s not found: no trip recorded.\n", s.Lease)
 	}
 	return nil
+}
+
+// signalName names a trip's signal, with its resource if it has one.
+func signalName(t breaker.Trip) string {
+	if t.Resource != "" {
+		return string(t.Signal) + " " + t.Resource
+	}
+	return string(t.Signal)
+}
+
+// signalLimit says what a signal of the running kgc counts against.
+func signalLimit(sig breaker.Signal, b *breaker.Status) string {
+	limit := b.Limits[sig]
+	switch {
+	case limit == 0:
+		return "off"
+	case sig == breaker.Rollback:
+		return "on (one piece of evidence trips it)"
+	case sig == breaker.Vanished:
+		return fmt.Sprintf("on (a resource's objects gone unexplained, at least %d)", limit)
+	}
+	return fmt.Sprintf("%d counted in the window, limit %d", b.Counts[sig], limit)
 }
 
 // statusListed is how many held objects the text of kgc breaker status

@@ -61,7 +61,7 @@ func defaults() RunOptions {
 		LeaderElection:        NewLeaderElectionOptions(), // off: TestMain pins "not in a cluster"
 		Observability:         NewObservabilityOptions(),
 		KCM:                   NewKCMOptions(),
-		Breaker:               BreakerRunOptions{Enabled: true, Window: 10 * time.Minute, UnobservedOwners: 200, DanglingFraction: 0.2, DanglingMinimum: 1000, HoldRestored: true},
+		Breaker:               BreakerRunOptions{Enabled: true, Window: 10 * time.Minute, UnobservedOwners: 200, VanishedMinimum: 10, Rollback: true, DanglingMinimum: 1000, HoldRestored: true},
 		IgnoredResources:      []string{"events", "events.events.k8s.io"},
 		Ignored:               []schema.GroupResource{{Resource: "events"}, {Group: "events.k8s.io", Resource: "events"}},
 	}
@@ -95,9 +95,11 @@ func TestRunFlags(t *testing.T) {
 		{name: "breaker off", args: []string{"--deletion-breaker=false", "--hold-restored-references=false"}, modify: func(o *RunOptions) { o.Breaker.Enabled, o.Breaker.HoldRestored = false, false }},
 		{
 			name: "breaker thresholds",
-			args: []string{"--breaker-window=1m", "--breaker-unobserved-owners=5", "--breaker-dangling-fraction=0.5", "--breaker-dangling-minimum=7"},
+			args: []string{"--breaker-window=1m", "--breaker-unobserved-owners=5", "--breaker-dangling-fraction=0.5", "--breaker-dangling-minimum=7",
+				"--breaker-vanished-minimum=3", "--breaker-rollback=false"},
 			modify: func(o *RunOptions) {
 				o.Breaker.Window, o.Breaker.UnobservedOwners, o.Breaker.DanglingFraction, o.Breaker.DanglingMinimum = time.Minute, 5, 0.5, 7
+				o.Breaker.VanishedMinimum, o.Breaker.Rollback = 3, false
 			},
 		},
 		{name: "dry run: a Lease of its own", args: []string{"--dry-run", "--shadow-window=10m"}, modify: func(o *RunOptions) {

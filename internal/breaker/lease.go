@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,19 +49,24 @@ func (s State) Active() []Trip {
 	return out
 }
 
+// ErrUnreadable wraps an annotation of the breaker's that cannot be
+// parsed: an operator must fix or remove it (kgc does not guess which
+// trips it meant).
+var ErrUnreadable = errors.New("unreadable deletion breaker annotation")
+
 // ParseState reads the breaker's annotations.
 func ParseState(annotations map[string]string) (State, error) {
 	var st State
 	var errs []error
 	if v := annotations[AnnotationTrips]; v != "" {
 		if err := json.Unmarshal([]byte(v), &st.Trips); err != nil {
-			errs = append(errs, fmt.Errorf("annotation %s: %w", AnnotationTrips, err))
+			errs = append(errs, fmt.Errorf("%w %s: %w", ErrUnreadable, AnnotationTrips, err))
 		}
 	}
 	if v := annotations[AnnotationResume]; v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("annotation %s: %w", AnnotationResume, err))
+			errs = append(errs, fmt.Errorf("%w %s: %w", ErrUnreadable, AnnotationResume, err))
 		}
 		st.Resumed = t
 	}
@@ -89,8 +95,8 @@ func (s *LeaseStore) Load(ctx context.Context) (State, *coordinationv1.Lease, er
 	return st, l, err
 }
 
-// Record adds trips to the Lease's AnnotationTrips (one per signal, the
-// latest), dropping the resumed ones. It updates the Lease with its
+// Record adds trips to the Lease's AnnotationTrips (one per signal and
+// resource, the latest), dropping the resumed ones. It updates the Lease with its
 // resourceVersion (a conflict with a renewal is retried), so that nothing
 // else on it is lost; the leader elector's next renewal meets a conflict
 // once and re-reads it.
@@ -128,20 +134,25 @@ func (s *LeaseStore) Record(ctx context.Context, trips []Trip) (*coordinationv1.
 	return out, err
 }
 
-// mergeTrips keeps the latest trip of each signal.
+// mergeTrips keeps the latest trip of each signal and resource, in the
+// order of Signals, then of resources.
 func mergeTrips(a, b []Trip) []Trip {
-	by := map[Signal]Trip{}
+	by := map[tripKey]Trip{}
 	for _, t := range slices.Concat(a, b) {
-		if cur, ok := by[t.Signal]; !ok || cur.At.Before(t.At) {
-			by[t.Signal] = t
+		if cur, ok := by[t.key()]; !ok || cur.At.Before(t.At) {
+			by[t.key()] = t
 		}
 	}
 	out := make([]Trip, 0, len(by))
-	for _, s := range Signals {
-		if t, ok := by[s]; ok {
-			out = append(out, t)
-		}
+	for _, t := range by {
+		out = append(out, t)
 	}
+	slices.SortFunc(out, func(x, y Trip) int {
+		if c := cmp.Compare(slices.Index(Signals, x.Signal), slices.Index(Signals, y.Signal)); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.Resource, y.Resource)
+	})
 	return out
 }
 
@@ -180,11 +191,9 @@ func (s *LeaseStore) Resume(ctx context.Context, at time.Time) (before State, re
 	return before, resumed, err
 }
 
-// Sync keeps b and the Lease in step until ctx is done: trips b reports
-// on tripped are recorded on the Lease, and a resume found there is
-// applied to b (onResume gets what it released). It reads the Lease once
-// at start, applying the trips an earlier kgc recorded (onRestore), then
-// every interval.
+// Sync keeps b and the Lease in step: Load reads the trips an earlier kgc
+// recorded before the first decision, and Run records every trip b makes
+// (Breaker.Unrecorded) and applies the resumes an operator writes there.
 type Sync struct {
 	Breaker  *Breaker
 	Store    *LeaseStore
@@ -193,23 +202,63 @@ type Sync struct {
 	OnRestore func(lease *coordinationv1.Lease, trips []Trip)
 	// OnResume is told what a resume released.
 	OnResume func(release []types.UID, resumed []Trip, overflowed bool)
-	// Tripped receives trips to record (buffered by the caller).
-	Tripped <-chan Trip
+	// OnRecord is told the Lease a record wrote.
+	OnRecord func(lease *coordinationv1.Lease)
+
+	kick chan struct{}
 }
 
-// Start reads the Lease once (a failure is logged, not fatal: the breaker
-// then starts untripped, as it would without a Lease).
-func (s *Sync) Start(ctx context.Context) {
+// Load reads the Lease and applies the trips recorded there (none when it
+// does not exist). It fails when the Lease cannot be read, or its
+// annotations parsed (ErrUnreadable): the caller decides nothing until it
+// can, since starting untripped would let a restart delete what an
+// earlier kgc held.
+func (s *Sync) Load(ctx context.Context) error {
 	st, l, err := s.Store.Load(ctx)
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Reading the deletion breaker's state from the Lease", "lease", s.Store.Namespace+"/"+s.Store.Name)
+		return err
 	}
 	if applied := s.Breaker.Restore(st.Trips, st.Resumed); len(applied) > 0 && s.OnRestore != nil {
 		s.OnRestore(l, applied)
 	}
+	return nil
 }
 
-// Run records trips and polls for resumes until ctx is done.
+// Kick asks Run to record new trips now rather than at its next tick (a
+// Sync not made by NewSync records at its ticks only).
+func (s *Sync) Kick() {
+	select {
+	case s.kick <- struct{}{}:
+	default: // a record is already due: it records the breaker's state, this trip included
+	}
+}
+
+// NewSync returns a Sync of b on store (see the fields for the rest).
+func NewSync(b *Breaker, store *LeaseStore) *Sync {
+	return &Sync{Breaker: b, Store: store, kick: make(chan struct{}, 1)}
+}
+
+// Record writes the trips not recorded yet, if any, and returns whether
+// every trip is recorded.
+func (s *Sync) Record(ctx context.Context) error {
+	trips, version, ok := s.Breaker.Unrecorded()
+	if !ok {
+		return nil
+	}
+	l, err := s.Store.Record(ctx, trips)
+	if err != nil {
+		return err
+	}
+	s.Breaker.Recorded(version)
+	if s.OnRecord != nil {
+		s.OnRecord(l)
+	}
+	return nil
+}
+
+// Run records trips and polls for resumes until ctx is done. A trip is
+// written as soon as it is made (Kick), and retried every interval until
+// it is durable.
 func (s *Sync) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	interval := s.Interval
@@ -218,21 +267,15 @@ func (s *Sync) Run(ctx context.Context) {
 	}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	var pending []Trip
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case t := <-s.Tripped:
-			pending = append(pending, t)
+		case <-s.kick:
 		case <-tick.C:
 		}
-		if len(pending) > 0 {
-			if _, err := s.Store.Record(ctx, pending); err != nil {
-				logger.Error(err, "Recording the deletion breaker's trip on the Lease; retrying", "lease", s.Store.Namespace+"/"+s.Store.Name)
-			} else {
-				pending = nil
-			}
+		if err := s.Record(ctx); err != nil {
+			logger.Error(err, "Recording the deletion breaker's trip on the Lease; retrying. Until it is recorded a restart of kgc forgets it", "lease", s.Store.Namespace+"/"+s.Store.Name, "retryIn", interval)
 		}
 		st, _, err := s.Store.Load(ctx)
 		if err != nil {

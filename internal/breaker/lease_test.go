@@ -2,13 +2,17 @@ package breaker
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // Trips are recorded on the Lease (created without a holder when
@@ -65,42 +69,47 @@ func TestLeaseStore(t *testing.T) {
 	}
 }
 
-// Sync records a trip on the Lease and applies a resume written there.
+// Sync records a trip on the Lease as soon as it is made (a Kick, not the
+// next tick: the interval is an hour here) and applies a resume written
+// there; the breaker knows when the trip is durable.
 func TestSyncRecordsAndResumes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cs := fake.NewClientset()
 	store := &LeaseStore{Client: cs.CoordinationV1(), Namespace: "ns", Name: "kgc"}
 	b := New(Config{UnobservedLimit: 1})
-	tripped := make(chan Trip, 1)
 	resumed := make(chan int, 1)
-	s := &Sync{Breaker: b, Store: store, Interval: 10 * time.Millisecond, Tripped: tripped,
-		OnResume: func(release []types.UID, _ []Trip, _ bool) { resumed <- len(release) }}
-	s.Start(ctx)
+	s := NewSync(b, store)
+	s.Interval = time.Hour
+	s.OnResume = func(release []types.UID, _ []Trip, _ bool) { resumed <- len(release) }
+	if err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
 
-	b.Admit(Deletion{UID: "a", Unobserved: true})
-	v := b.Admit(Deletion{UID: "b", Unobserved: true})
-	if !v.Tripped {
-		t.Fatal("did not trip")
+	owner := func(uid string) []Owner { return []Owner{{UID: types.UID(uid), NeverObserved: true}} }
+	b.Admit(Deletion{UID: "a", Arrived: true, Owners: owner("oa")})
+	v := b.Admit(Deletion{UID: "b", Arrived: true, Owners: owner("ob")})
+	if !v.Tripped || b.Durable() {
+		t.Fatalf("verdict %+v, durable %v: want a trip not recorded yet", v, b.Durable())
 	}
-	tripped <- v.Trip
+	s.Kick()
 	deadline := time.After(10 * time.Second)
-	for {
-		st, _, err := store.Load(ctx)
-		if err == nil && len(st.Active()) == 1 {
-			break
-		}
+	for !b.Durable() {
 		select {
 		case <-deadline:
-			t.Fatal("the trip never reached the Lease")
+			t.Fatal("the trip never became durable")
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+	if st, _, err := store.Load(ctx); err != nil || len(st.Active()) != 1 {
+		t.Fatalf("the Lease after the record: %+v %v", st, err)
 	}
 	if _, _, err := store.Resume(ctx, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
+	s.Kick() // the resume is read on the next round too
 	select {
 	case n := <-resumed:
 		if n != 1 || b.Tripped(Unobserved) {
@@ -111,4 +120,40 @@ func TestSyncRecordsAndResumes(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// An unreadable annotation, or a Lease that cannot be read, fails Load:
+// the caller starts no worker rather than starting untripped.
+func TestLoadFailsOnUnreadableState(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kgc",
+		Annotations: map[string]string{AnnotationTrips: "{not json"}}})
+	s := NewSync(New(Config{}), &LeaseStore{Client: cs.CoordinationV1(), Namespace: "ns", Name: "kgc"})
+	if err := s.Load(ctx); !errors.Is(err, ErrUnreadable) {
+		t.Fatalf("Load: %v, want ErrUnreadable", err)
+	}
+	cs.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(coordinationv1.Resource("leases"), "kgc", errors.New("RBAC"))
+	})
+	if err := s.Load(ctx); !apierrors.IsForbidden(err) {
+		t.Fatalf("Load: %v, want Forbidden", err)
+	}
+}
+
+// Trips of one signal on different resources are kept apart on the Lease.
+func TestRecordKeepsTripsPerResource(t *testing.T) {
+	ctx := context.Background()
+	s := &LeaseStore{Client: fake.NewClientset().CoordinationV1(), Namespace: "ns", Name: "kgc"}
+	a := Trip{Signal: Vanished, Resource: "Widget.example.com", At: t0}
+	b := Trip{Signal: Vanished, Resource: "Gadget.example.com", At: t0.Add(time.Second)}
+	if _, err := s.Record(ctx, []Trip{a}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Record(ctx, []Trip{b}); err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := s.Load(ctx)
+	if err != nil || len(st.Active()) != 2 {
+		t.Fatalf("%+v %v: want both resources' trips", st, err)
+	}
 }

@@ -158,6 +158,9 @@ func (b *Builder) MonitorHandlers() (monitors, handlers int) {
 // the graph yet: no complete list of theirs has been applied.
 func (b *Builder) Unlisted() []discovery.Resource { return b.monitors.Unlisted() }
 
+// CRDBacked reports whether a CRD was observed to serve gr.
+func (b *Builder) CRDBacked(gr schema.GroupResource) bool { return b.monitors.CRDBacked(gr) }
+
 // Listing reports whether the resource of gk is making its first list and
 // how long that list has made no progress (discovery.Monitors.Listing).
 func (b *Builder) Listing(gk schema.GroupKind) (listing bool, idle time.Duration) {

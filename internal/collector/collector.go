@@ -86,9 +86,14 @@ type Config struct {
 	// does. nil (the default) leaves namespaces alone.
 	Namespaces namespaces.API
 	// Breaker, when set, may hold deletions resting on dangling owners
-	// (package breaker; workers/hold.go); OnTrip is told once per trip.
-	Breaker *breaker.Breaker
-	OnTrip  func(breaker.Trip)
+	// (package breaker; workers/hold.go), and is told the evidence of
+	// faults the graph finds (breaker.go); OnTrip is told once per trip.
+	// LoadBreaker, when set, reads the trips an earlier kgc recorded: no
+	// worker starts until it succeeds (retried with backoff, like the
+	// journal of orphaned owners).
+	Breaker     *breaker.Breaker
+	OnTrip      func(breaker.Trip)
+	LoadBreaker func(context.Context) error
 	// HoldRestored holds dependents with the restore signature
 	// (workers/hold.go).
 	HoldRestored bool
@@ -130,6 +135,8 @@ type Collector struct {
 	shadow *shadowMode
 	// journal is the durable memory of the owners kgc orphaned.
 	journal *orphanlog.Journal
+	// logger is Run's, set before anything that uses it starts.
+	logger klog.Logger
 }
 
 // New builds a Collector from cfg.
@@ -201,6 +208,10 @@ func New(cfg Config) (*Collector, error) {
 		bcfg.BeforeApply = c.shadow.before
 	}
 	c.builder = builder.New(bcfg, g, builder.SinkFunc(func(ev graph.Event, eff graph.Effects) {
+		// The evidence of a fault trips the breaker before the workers
+		// are told what the event changed: the dependents it re-queues
+		// are then held.
+		c.judge(c.logger, eff)
 		c.workers.Observed(ev, eff)
 		if c.namespaces != nil {
 			c.namespaces.Observed(ev, eff)
@@ -331,6 +342,7 @@ func (c *Collector) Idle() bool { return c.workers.Idle() && c.builder.Idle() }
 func (c *Collector) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("garbagecollector")
 	ctx = klog.NewContext(ctx, logger)
+	c.logger = logger
 	c.started = time.Now()
 	if c.shadow != nil {
 		c.shadow.ctx = ctx
@@ -444,29 +456,15 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	// The journal of orphaned owners is read before any decision: a
 	// dependent whose owner an earlier kgc orphaned, found only now, must
-	// be orphaned, not deleted as dangling (package orphanlog). Until it
-	// is read nothing is decided; it is retried with backoff (1 s,
-	// doubling, up to 30 s), every attempt logged with what to do.
-	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
-		err := c.journal.Load(ctx)
-		if err == nil {
-			break
-		}
-		switch {
-		case ctx.Err() != nil:
-			return nil // a clean stop
-		case errors.Is(err, orphanlog.ErrUnreadable):
-			logger.Error(err, "The journal of orphaned owners cannot be read; no worker starts until it can. Fix or remove its annotation ("+orphanlog.Annotation+"): removing it forgets the owners it names, whose late dependents are then deleted as dangling", "retryIn", delay)
-		case apierrors.IsForbidden(err):
-			logger.Error(err, "The journal of orphaned owners may not be read; no worker starts until it can. kgc needs get, create and update on its Lease (deploy/30-leader-election-role.yaml), or run with --orphan-journal=false", "retryIn", delay)
-		default:
-			logger.Error(err, "Reading the journal of orphaned owners before starting workers", "retryIn", delay)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(delay):
-		}
+	// be orphaned, not deleted as dangling (package orphanlog). So are the
+	// breaker's trips an earlier kgc recorded: starting untripped would
+	// let a restart delete what it held. Until both are read nothing is
+	// decided.
+	if !c.loadBeforeWorkers(ctx, "the journal of orphaned owners", c.journal.Load, journalAdvice) {
+		return nil // a clean stop
+	}
+	if c.cfg.LoadBreaker != nil && !c.loadBeforeWorkers(ctx, "the deletion breaker's trips", c.cfg.LoadBreaker, breakerAdvice) {
+		return nil
 	}
 	wg.Add(1)
 	go func() {
@@ -492,6 +490,50 @@ func (c *Collector) Run(ctx context.Context) error {
 	<-ctx.Done()
 	logger.Info("Stopping")
 	return nil
+}
+
+// loadBeforeWorkers calls load until it succeeds, with backoff (1 s,
+// doubling, up to 30 s), logging every failure with what to do (advice).
+// It returns false if ctx ended first.
+func (c *Collector) loadBeforeWorkers(ctx context.Context, what string, load func(context.Context) error, advice func(error) string) bool {
+	logger := klog.FromContext(ctx)
+	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
+		err := load(ctx)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		logger.Error(err, "Reading state kgc must know before any decision; no worker starts until it can be read", "what", what, "whatToDo", advice(err), "retryIn", delay)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(delay):
+		}
+	}
+}
+
+// journalAdvice says what to do when the journal cannot be read.
+func journalAdvice(err error) string {
+	switch {
+	case errors.Is(err, orphanlog.ErrUnreadable):
+		return "fix or remove its annotation (" + orphanlog.Annotation + "): removing it forgets the owners it names, whose late dependents are then deleted as dangling"
+	case apierrors.IsForbidden(err):
+		return "kgc needs get, create and update on its Lease (deploy/30-leader-election-role.yaml), or run with --orphan-journal=false"
+	}
+	return "check that the API server answers; kgc retries"
+}
+
+// breakerAdvice says what to do when the breaker's trips cannot be read.
+func breakerAdvice(err error) string {
+	switch {
+	case errors.Is(err, breaker.ErrUnreadable):
+		return "fix or remove the annotation (" + breaker.AnnotationTrips + " or " + breaker.AnnotationResume + ") on kgc's Lease: removing " + breaker.AnnotationTrips + " forgets the trips, and deletions they held go"
+	case apierrors.IsForbidden(err):
+		return "kgc needs get, create and update on its Lease (deploy/30-leader-election-role.yaml), or run with --deletion-breaker=false"
+	}
+	return "check that the API server answers; kgc retries"
 }
 
 // startupProgressInterval is how often the start-up progress is logged.

@@ -73,6 +73,11 @@ type Monitors struct {
 	// CRD monitor, from the CRDs' names). Only their objects are removed
 	// when they vanish: see prove.
 	crdBacked map[schema.GroupResource]bool
+	// listedMu guards listed: the group kinds a list of which completed
+	// in this process (graph.Event.Fresh). Its own lock, as crdMu: the
+	// monitors' goroutines write it.
+	listedMu sync.Mutex
+	listed   map[schema.GroupKind]bool
 	// loops counts monitor goroutines that have not returned (a test hook
 	// for leaks: it must equal the number of monitors).
 	loops atomic.Int64
@@ -98,7 +103,13 @@ type monitor struct {
 	// sweep: relists (and, for a restarted resource or after a first list
 	// that failed part way, the first list) end with a Relisted event.
 	sweep bool
-	gen   uint32 // the list generation of the last list
+	// fresh: a list of the resource completed in this process (this
+	// monitor's or an earlier one's), so what it observes from now on
+	// appeared while kgc watched (graph.Event.Fresh). noteListed records
+	// that for the monitors that replace this one.
+	fresh      bool
+	noteListed func()
+	gen        uint32 // the list generation of the last list
 	// listGen: the generation of the last complete list, whose Listed
 	// marker was handed on; appliedGen: the last one the graph builder
 	// applied (Unlisted). firstGen: the generation of the first complete
@@ -212,6 +223,7 @@ func NewMonitors(client metadata.Interface, observe func(graph.Event)) *Monitors
 		provers: make(map[schema.GroupKind]*prover),
 
 		crdBacked: make(map[schema.GroupResource]bool),
+		listed:    make(map[schema.GroupKind]bool),
 	}
 }
 
@@ -255,6 +267,23 @@ func (m *Monitors) wasCRDBacked(gr schema.GroupResource) bool {
 	m.crdMu.Lock()
 	defer m.crdMu.Unlock()
 	return m.crdBacked[gr]
+}
+
+// CRDBacked reports whether a CRD was observed to serve gr (its objects
+// vanish with it when it is deleted).
+func (m *Monitors) CRDBacked(gr schema.GroupResource) bool { return m.wasCRDBacked(gr) }
+
+// noteListed records that a list of gk completed (graph.Event.Fresh).
+func (m *Monitors) noteListed(gk schema.GroupKind) {
+	m.listedMu.Lock()
+	m.listed[gk] = true
+	m.listedMu.Unlock()
+}
+
+func (m *Monitors) wasListed(gk schema.GroupKind) bool {
+	m.listedMu.Lock()
+	defer m.listedMu.Unlock()
+	return m.listed[gk]
 }
 
 // Sync makes the running monitors match want: it starts monitors for new
@@ -356,6 +385,8 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		gate:       m.gate,
 		stream:     streamListerOf(m.pages),
 		sweep:      m.started[r.GroupKind()],
+		fresh:      m.wasListed(r.GroupKind()),
+		noteListed: func() { m.noteListed(r.GroupKind()) },
 		cancel:     cancel,
 		done:       make(chan struct{}),
 		clock:      m.clock,
@@ -584,7 +615,7 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 			gen := nextListGen()
 			mon.progressed()
 			mon.gen = gen
-			mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
+			mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen, Resource: mon.resource.GVR.Resource})
 			mon.sweep = true
 			mon.listed(gen)
 			mon.mu.Lock()
@@ -604,7 +635,7 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 		}
 		delivered = delivered || len(page.items) > 0
 		for i := range page.items {
-			mon.observe(graph.Event{Type: graph.Upsert, Object: page.items[i], Gen: gen})
+			mon.observe(graph.Event{Type: graph.Upsert, Object: page.items[i], Gen: gen, Fresh: mon.fresh})
 			page.items[i] = rules.Object{} // let the page go as it is handed on
 		}
 		if initial {
@@ -627,7 +658,7 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 func (mon *monitor) completed(gen uint32, rv string) {
 	mon.gen = gen
 	if mon.sweep {
-		mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}, ResourceVersion: rv}, Gen: gen})
+		mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}, ResourceVersion: rv}, Gen: gen, Resource: mon.resource.GVR.Resource})
 	}
 	mon.sweep = true
 	mon.listed(gen)
@@ -692,6 +723,12 @@ func (mon *monitor) everListed() bool {
 // miss what the list found. listGen (and firstGen) are set first, so
 // that the marker can never be applied before its monitor knows it.
 func (mon *monitor) listed(gen uint32) {
+	if !mon.fresh {
+		mon.fresh = true
+		if mon.noteListed != nil {
+			mon.noteListed()
+		}
+	}
 	mon.firstGen.CompareAndSwap(0, gen)
 	mon.listGen.Store(gen)
 	mon.observe(graph.Event{Type: graph.Listed, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
@@ -773,9 +810,9 @@ func (mon *monitor) follow(rv string, events int, next func(*streamEvent) error)
 			}
 			return rv, events, ev.err
 		case watch.Added, watch.Modified:
-			mon.observe(graph.Event{Type: graph.Upsert, Object: ev.obj, Gen: mon.gen})
+			mon.observe(graph.Event{Type: graph.Upsert, Object: ev.obj, Gen: mon.gen, Fresh: mon.fresh})
 		case watch.Deleted:
-			mon.observe(graph.Event{Type: graph.Delete, Object: ev.obj, Gen: mon.gen})
+			mon.observe(graph.Event{Type: graph.Delete, Object: ev.obj, Gen: mon.gen, Fresh: mon.fresh})
 		}
 		if ev.rv != "" {
 			rv = ev.rv
@@ -931,7 +968,7 @@ func (m *Monitors) prove(ctx context.Context, r Resource, p *prover) {
 		if apierrors.IsNotFound(err) {
 			m.mu.Lock()
 			if ctx.Err() == nil {
-				m.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: r.APIVersion(), Kind: r.Kind}}, Gen: nextListGen()})
+				m.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: r.APIVersion(), Kind: r.Kind}}, Gen: nextListGen(), Resource: r.GVR.Resource})
 				if m.provers[r.GroupKind()] == p {
 					delete(m.provers, r.GroupKind())
 				}

@@ -153,6 +153,50 @@ func TestMonitorsDeliverMetadataEvents(t *testing.T) {
 		if !equalEvents(evs[i], wantEvents[i]) {
 			t.Errorf("event %d = %+v, want %+v", i, evs[i], wantEvents[i])
 		}
+		// The first list's object was there at start; the watch's
+		// appeared while kgc watched (graph.Event.Fresh).
+		if evs[i].Fresh != (i > 0) {
+			t.Errorf("event %d: Fresh %v, want %v", i, evs[i].Fresh, i > 0)
+		}
+	}
+}
+
+// A resource listed once in this process is fresh from then on, also for
+// a monitor that replaces the first (its list is a relist), and its
+// Relisted events name the resource's plural.
+func TestFreshAfterFirstList(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "x", UID: "x-uid", ResourceVersion: "1"}}
+	if err := client.Tracker().Create(configMaps.GVR, obj, "a"); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	m := NewMonitors(client, rec.observe)
+	defer m.Stop()
+	m.Sync(ctx, want(configMaps), nil)
+	waitUntil(t, "first list", m.HasSynced)
+	if evs := rec.get(); len(evs) != 1 || evs[0].Fresh {
+		t.Fatalf("first list: %+v, want one upsert, not fresh", evs)
+	}
+	// Gone from discovery and back: a new monitor relists.
+	m.Sync(ctx, want(), nil)
+	m.Sync(ctx, want(configMaps), nil)
+	waitUntil(t, "relist", func() bool {
+		for _, ev := range rec.get() {
+			if ev.Type == graph.Relisted {
+				return true
+			}
+		}
+		return false
+	})
+	for i, ev := range rec.get()[1:] {
+		switch {
+		case ev.Type == graph.Upsert && !ev.Fresh:
+			t.Errorf("event %d of the relist: %+v, want fresh", i+1, ev)
+		case ev.Type == graph.Relisted && ev.Resource != "configmaps":
+			t.Errorf("Relisted %+v, want Resource configmaps", ev)
+		}
 	}
 }
 

@@ -28,7 +28,9 @@ const (
 	// upsert carries removes every node of the group and kind: how the
 	// monitors report a resource proven gone (its LIST answers 404).
 	// Object.ResourceVersion is the list's resourceVersion (empty for a
-	// LIST answering 404): the evidence of the deletions it finds.
+	// LIST answering 404): the evidence of the deletions it finds. When
+	// the list found none of the resource's objects, the Effects say so
+	// (Effects.Vanished).
 	Relisted
 	// Listed follows every complete list of one resource (after its
 	// Relisted, if any): once it is applied, the graph holds everything
@@ -47,6 +49,16 @@ type Event struct {
 	// another generation, which is how objects deleted while a watch was
 	// down are noticed without a second copy of every object.
 	Gen uint32
+	// Fresh: the monitor had already completed a list of the resource
+	// before this event (a watch event, or an object of a later list), so
+	// an object the graph first holds from this event appeared while kgc
+	// watched its resource, rather than being there when kgc started
+	// (rules.Item.Arrived).
+	Fresh bool
+	// Resource is the resource's plural name (Relisted only): the graph
+	// looks up the CustomResourceDefinition that serves it, if any
+	// (Vanish.CRD).
+	Resource string
 }
 
 // Effects are what applying an event asks the collector to do next.
@@ -65,7 +77,73 @@ type Effects struct {
 	// owners whose last dependent just went. (For metrics.)
 	CascadeStarted []types.UID
 	CascadeDone    []types.UID
+	// Regressions lists objects observed in a state their own history
+	// cannot reach (see Regression): the evidence of a rollback of the
+	// API's storage. The graph takes the new state as the truth all the
+	// same; what to make of the evidence is the caller's.
+	Regressions []Regression
+	// Vanished reports a complete list (Relisted) that found none of the
+	// objects of its resource the graph held: see Vanish.
+	Vanished *Vanish
 }
+
+// Regression is an object observed in a state that cannot follow the one
+// the graph held for it in a single history of the API's storage: its
+// resourceVersion went back, its deletionTimestamp went away, or it came
+// back after a watch observed its deletion. UIDs are never reused, a
+// resourceVersion of kube-apiserver is the etcd revision of the object's
+// last write (it only grows), and a deletionTimestamp, once set, is never
+// unset; so each of these happens only when the storage was rolled back
+// (an etcd restore) under a running kgc, and every fact kgc holds as
+// monotonic ("observed deleted") may have become false. Only events of
+// the resource that recorded the node's state are compared: an object
+// served under two groups (core and events.k8s.io Events) reaches the
+// graph through two monitors whose events interleave.
+type Regression struct {
+	rules.Identity
+	// Was and Now say the two states, e.g. "resourceVersion 120" and
+	// "resourceVersion 95".
+	Was, Now string
+}
+
+// Vanish is a complete list of a resource that found none of the objects
+// the graph held of it: an empty LIST, or a LIST answering 404. People do
+// delete every object of a resource (its CRD, its namespaces), and kgc
+// then normally observes each deletion (a DELETED event) or sees it coming
+// (a deletionTimestamp, a terminating namespace, a CRD being deleted); a
+// whole resource gone with none of that is what an API answering wrongly
+// looks like. The graph reports the facts; the deletion breaker judges.
+type Vanish struct {
+	// APIVersion and Kind name the resource (its group and kind); Resource
+	// is its plural ("" if the monitor did not say).
+	APIVersion, Kind, Resource string
+	// ResourceVersion is the list's ("" when it answered 404).
+	ResourceVersion string
+	// Gone counts the objects the list removed; Unexplained those of them
+	// whose deletion kgc did not see coming: not deleting when last
+	// observed, and (namespaced) in a namespace the graph holds alive and
+	// not terminating.
+	Gone, Unexplained int
+	// Owners lists the unexplained objects that have dependents (kept as
+	// placeholders, their dependents re-checked).
+	Owners []types.UID
+	// CRD is what the graph holds of the CustomResourceDefinition named
+	// <Resource>.<group>.
+	CRD CRDState
+}
+
+// CRDState is what the graph holds of a resource's CustomResourceDefinition.
+type CRDState uint8
+
+const (
+	// CRDNone: the graph holds no CRD of that name (the resource is not a
+	// CRD's, or its CRD is gone).
+	CRDNone CRDState = iota
+	// CRDLive: the CRD is observed and not being deleted.
+	CRDLive
+	// CRDDeleting: the CRD is observed with a deletionTimestamp.
+	CRDDeleting
+)
 
 // Absence is an object observed deleted, and how: a watch's DELETED event
 // (rules.SourceWatchDeletion, at the event's resourceVersion) or a
@@ -145,21 +223,24 @@ func (g *Graph) Apply(ev Event) Effects {
 	var eff Effects
 	switch ev.Type {
 	case Upsert:
-		g.upsert(&ev.Object, ev.Gen, &eff)
+		g.upsert(&ev.Object, ev.Gen, ev.Fresh, &eff)
 	case Delete:
 		g.remove(&ev.Object, &eff)
 	case Relisted:
-		g.sweep(ev.Object.Identity.APIVersion, ev.Object.Identity.Kind, ev.Gen, ev.Object.ResourceVersion, &eff)
+		g.sweep(ev.Object.Identity.APIVersion, ev.Object.Identity.Kind, ev.Resource, ev.Gen, ev.Object.ResourceVersion, &eff)
 	}
 	return eff
 }
 
-func (g *Graph) upsert(obj *rules.Object, gen uint32, eff *Effects) {
+func (g *Graph) upsert(obj *rules.Object, gen uint32, fresh bool, eff *Effects) {
 	uid := g.keyFor(obj.Identity.UID)
 	n := g.nodes[uid]
 	var old []ownerRef
 	wasDeletingDependents := false
 	wasObserved := n != nil && !n.virtual
+	if n != nil {
+		g.checkRegression(n, obj, eff)
+	}
 	if n == nil {
 		n = &node{uid: uid, name: obj.Identity.Name}
 		g.nodes[uid] = n
@@ -199,6 +280,9 @@ func (g *Graph) upsert(obj *rules.Object, gen uint32, eff *Effects) {
 	n.finalizers = g.finalizersOf(obj.Finalizers)
 	n.deleting = obj.Deleting
 	g.setDeleting(uid, obj)
+	if !wasObserved {
+		n.arrived = fresh
+	}
 	n.virtual, n.absent, n.gen = false, false, gen
 
 	// Reference lists are short (one or two entries): scanning them is
@@ -352,17 +436,90 @@ func (g *Graph) removeNode(n *node, how rules.Source, rv string, eff *Effects) {
 // resource is the same object, and matching versions exactly would leave
 // the nodes an older version's monitor recorded in the graph forever,
 // observed and solid to their dependents, once they are deleted unseen.
-func (g *Graph) sweep(apiVersion, k string, gen uint32, rv string, eff *Effects) {
+// A list that saw none of the resource's nodes is reported (Vanished).
+func (g *Graph) sweep(apiVersion, k, resource string, gen uint32, rv string, eff *Effects) {
 	group := rules.GroupOf(apiVersion)
 	var gone []*node
+	seen := false
 	for _, n := range g.nodes {
-		if !n.virtual && n.gen != gen && n.kind.kind == k && rules.GroupOf(n.kind.apiVersion) == group {
-			gone = append(gone, n)
+		if n.virtual || n.kind.kind != k || rules.GroupOf(n.kind.apiVersion) != group {
+			continue
 		}
+		if n.gen == gen {
+			seen = true
+			continue
+		}
+		gone = append(gone, n)
+	}
+	if !seen && len(gone) > 0 {
+		eff.Vanished = g.vanish(apiVersion, k, resource, rv, gone)
 	}
 	for _, n := range gone {
 		g.removeNode(n, rules.SourceRelist, rv, eff)
 	}
+}
+
+// vanish describes a list that found none of gone, the observed nodes of
+// one resource, before they are removed. Caller holds mu for writing.
+func (g *Graph) vanish(apiVersion, k, resource, rv string, gone []*node) *Vanish {
+	v := &Vanish{APIVersion: apiVersion, Kind: k, Resource: resource, ResourceVersion: rv, Gone: len(gone)}
+	// The namespaces and the CRD a vanish is judged by: one pass over the
+	// graph, as the sweep itself made (a vanish is as rare as a relist).
+	alive := map[string]bool{} // namespace name → observed and not deleting
+	crdName := ""
+	if group := rules.GroupOf(apiVersion); resource != "" && group != "" {
+		crdName = resource + "." + group
+	}
+	for _, n := range g.nodes {
+		if n.virtual || n.ns != nil {
+			continue
+		}
+		switch {
+		case n.kind.kind == "Namespace" && n.kind.apiVersion == "v1":
+			alive[n.name] = !n.deleting
+		case crdName != "" && n.kind.kind == "CustomResourceDefinition" && n.name == crdName &&
+			rules.GroupOf(n.kind.apiVersion) == "apiextensions.k8s.io":
+			v.CRD = CRDLive
+			if n.deleting {
+				v.CRD = CRDDeleting
+			}
+		}
+	}
+	for _, n := range gone {
+		if n.deleting || n.ns != nil && !alive[*n.ns] {
+			continue
+		}
+		v.Unexplained++
+		if n.dependents.len() > 0 {
+			v.Owners = append(v.Owners, g.uidOf(n.uid))
+		}
+	}
+	return v
+}
+
+// checkRegression reports obj, a new observation of n, if n's history
+// cannot reach it (see Regression). Caller holds mu for writing.
+func (g *Graph) checkRegression(n *node, obj *rules.Object, eff *Effects) {
+	if n.kind == nil || n.kind.kind != obj.Identity.Kind || !rules.SameGroup(n.kind.apiVersion, obj.Identity.APIVersion) {
+		return
+	}
+	var was, now string
+	switch {
+	case n.virtual:
+		if !n.absent || n.goneBy != rules.SourceWatchDeletion {
+			return
+		}
+		was, now = "observed deleted at resourceVersion "+g.rvOf(n)+" (watch)", "observed again at resourceVersion "+obj.ResourceVersion
+	case n.deleting && !obj.Deleting:
+		was, now = "deleting (deletionTimestamp set) at resourceVersion "+g.rvOf(n), "not deleting at resourceVersion "+obj.ResourceVersion
+	default:
+		c, ok := encodeRV(obj.ResourceVersion)
+		if !ok || n.oddRV || n.rv == 0 || c >= n.rv {
+			return
+		}
+		was, now = "resourceVersion "+g.rvOf(n), "resourceVersion "+obj.ResourceVersion
+	}
+	eff.Regressions = append(eff.Regressions, Regression{Identity: obj.Identity, Was: was, Now: now})
 }
 
 // setDeleting records whether obj, the node with key k, is deleting, and

@@ -104,6 +104,9 @@ type node struct {
 	// oddRV: the resourceVersion is not a canonical decimal number; it is
 	// in Graph.oddRVs (rv is 0).
 	oddRV bool
+	// arrived: first observed from a fresh event (Event.Fresh), not from
+	// the first list of its resource: it appeared while kgc watched.
+	arrived bool
 }
 
 // identity returns n's identity. Caller holds mu.

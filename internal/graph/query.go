@@ -39,7 +39,7 @@ func (g *Graph) Item(uid types.UID) (rules.Item, bool) {
 	if n == nil {
 		return rules.Item{}, false
 	}
-	it := rules.Item{Object: g.object(n), Virtual: n.virtual, Absent: n.absent}
+	it := rules.Item{Object: g.object(n), Virtual: n.virtual, Absent: n.absent, Arrived: n.arrived && !n.virtual}
 	it.Dependents = make([]rules.Dependent, 0, n.dependents.len())
 	for depUID := range n.dependents.all() {
 		d := g.nodes[depUID]

@@ -54,7 +54,7 @@ func HoldOf(r *breaker.Report, uid types.UID) *Hold {
 		}
 		hold.Why = "held: the deletion circuit breaker tripped"
 		for _, t := range r.Breaker.Trips {
-			if t.Signal == h.Signal {
+			if t.Signal == h.Signal && t.Resource == h.Resource {
 				hold.Why = fmt.Sprintf("held: the deletion circuit breaker tripped at %s because %s", t.At.UTC().Format(time.RFC3339), t.Because())
 			}
 		}

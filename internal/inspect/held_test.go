@@ -23,7 +23,7 @@ func TestHoldOf(t *testing.T) {
 			Owner: metav1.OwnerReference{Kind: "Deployment", Name: "web", UID: "old"}, FoundUID: "new", Evidence: "a quorum GET found another object (uid new)", Since: at}},
 	}
 	h := HoldOf(r, "held")
-	if h == nil || !strings.Contains(h.Why, "tripped at 2026-11-26T04:00:00Z because 201 owners kgc never observed alive") ||
+	if h == nil || !strings.Contains(h.Why, "tripped at 2026-11-26T04:00:00Z because objects that appeared while kgc watched (created or restored) named 201 owners kgc never observed alive") ||
 		h.Action != "resume with `kgc breaker resume --lease-namespace kgc-system --lease-name kgc`" {
 		t.Fatalf("breaker hold: %+v", h)
 	}

@@ -1,10 +1,15 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // BreakerState is the deletion breaker's state at scrape time.
 type BreakerState struct {
-	// Signals: per signal (unobserved-owners, dangling-fraction).
+	// Signals: per signal (unobserved-owners, vanished-resource, rollback,
+	// dangling-fraction).
 	Signals []BreakerSignal
 	// Held: objects held now, by reason (a breaker signal, or
 	// restored-owner).
@@ -23,21 +28,24 @@ type BreakerSignal struct {
 // HeldRestored is the held-objects reason of the restore-signature hold.
 const HeldRestored = "restored-owner"
 
+// breakerSignals are the breaker's signals, each exported (zeros too).
+var breakerSignals = []string{"unobserved-owners", "vanished-resource", "rollback", "dangling-fraction"}
+
 // heldReasons: kgc_held_objects's reasons, each exported (zeros too).
-var heldReasons = []string{"unobserved-owners", "dangling-fraction", HeldRestored}
+var heldReasons = append(slices.Clone(breakerSignals), HeldRestored)
 
 var (
 	breakerTrippedDesc = prometheus.NewDesc(namespace+"_deletion_breaker_tripped",
-		"1 while the deletion circuit breaker's signal (unobserved-owners, dangling-fraction) is tripped and holds deletions on its basis, else 0.",
+		"1 while the deletion circuit breaker's signal (unobserved-owners, vanished-resource, rollback, dangling-fraction) is tripped and holds deletions on its basis, else 0.",
 		[]string{"signal"}, nil)
 	breakerCountedDesc = prometheus.NewDesc(namespace+"_deletion_breaker_window_deletions",
-		"Deletions counted toward a breaker signal in its current window (--breaker-window).",
+		"Distinct owners counted toward a breaker signal in its current window (--breaker-window): unobserved-owners and dangling-fraction count; the others trip on evidence and count 0.",
 		[]string{"signal"}, nil)
 	breakerLimitDesc = prometheus.NewDesc(namespace+"_deletion_breaker_limit",
-		"The most deletions a breaker signal allows in one window before it trips (0: the signal is off; dangling-fraction's follows the graph's size).",
+		"What a breaker signal allows before it trips (0: the signal is off): the most owners in one window (unobserved-owners; dangling-fraction's follows the graph's size), the fewest objects of one resource gone unexplained (vanished-resource), 1 for rollback (one piece of evidence).",
 		[]string{"signal"}, nil)
 	heldObjectsDesc = prometheus.NewDesc(namespace+"_held_objects",
-		"Objects kgc decided to delete and holds, by reason: a tripped breaker signal (unobserved-owners, dangling-fraction), or restored-owner (the restore signature, until kgc relink).",
+		"Objects kgc decided to delete and holds, by reason: a tripped breaker signal (unobserved-owners, vanished-resource, rollback, dangling-fraction), or restored-owner (the restore signature, until kgc relink).",
 		[]string{"reason"}, nil)
 )
 
@@ -74,9 +82,9 @@ func (c breakerCollector) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) breakerCollectors(src Sources) []prometheus.Collector {
 	m.breakerTrips = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "deletion_breaker_trips_total",
-		Help: "Times a deletion breaker signal tripped (unobserved-owners, dangling-fraction).",
+		Help: "Times a deletion breaker signal tripped (unobserved-owners, vanished-resource, rollback, dangling-fraction).",
 	}, []string{"signal"})
-	for _, s := range []string{"unobserved-owners", "dangling-fraction"} {
+	for _, s := range breakerSignals {
 		m.breakerTrips.WithLabelValues(s)
 	}
 	return []prometheus.Collector{m.breakerTrips, breakerCollector{src: src.Breaker}}

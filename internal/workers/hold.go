@@ -46,15 +46,8 @@ import (
 type holdBasis struct {
 	// dangling: it rests on a dangling owner and on no waiting one.
 	dangling bool
-	// unobserved: a dangling owner was never observed alive (its fact
-	// comes from a quorum GET or LIST, not from the graph).
-	unobserved bool
-	// unobservedOwners: the dangling owners never observed alive (what
-	// the breaker's unobserved signal counts).
-	unobservedOwners []types.UID
-	// owners: the dangling owners kgc did not delete itself (what the
-	// breaker's dangling fraction counts).
-	owners []types.UID
+	// owners: the dangling owners, as the breaker counts and holds them.
+	owners []breaker.Owner
 	// restored: the index of a reference with the restore signature; -1
 	// if none.
 	restored int
@@ -72,16 +65,13 @@ func basisOf(refs []metav1.OwnerReference, facts []rules.Fact, deletedByKGC func
 			continue
 		}
 		b.dangling = true
-		if unobserved(f.Evidence) {
-			b.unobserved = true
-			b.unobservedOwners = append(b.unobservedOwners, refs[i].UID)
-			if f.Evidence.Reason == rules.ReasonOtherUID && b.restored < 0 {
-				b.restored = i
-			}
+		o := breaker.Owner{UID: refs[i].UID, Group: rules.GroupOf(refs[i].APIVersion), Kind: refs[i].Kind,
+			NeverObserved:    unobserved(f.Evidence),
+			DeletionObserved: f.Evidence.Source == rules.SourceWatchDeletion || deletedByKGC != nil && deletedByKGC(refs[i].UID)}
+		if o.NeverObserved && f.Evidence.Reason == rules.ReasonOtherUID && b.restored < 0 {
+			b.restored = i
 		}
-		if deletedByKGC == nil || !deletedByKGC(refs[i].UID) {
-			b.owners = append(b.owners, refs[i].UID)
-		}
+		b.owners = append(b.owners, o)
 	}
 	return b
 }
@@ -166,7 +156,7 @@ func (w *Workers) hold(ctx context.Context, it *rules.Item, facts []rules.Fact) 
 		return false
 	}
 	v := w.cfg.Breaker.Admit(breaker.Deletion{UID: it.Identity.UID, Object: it.Identity.String(),
-		Unobserved: b.unobserved, UnobservedOwners: b.unobservedOwners, Owners: b.owners, GraphSize: w.graph.Len()})
+		Arrived: it.Arrived, Owners: b.owners, GraphSize: w.graph.Len()})
 	if !v.Held {
 		return false
 	}
@@ -192,6 +182,13 @@ func (w *Workers) Resume(ctx context.Context, release []types.UID, overflowed bo
 		w.Recheck(ctx)
 	}
 }
+
+// ForgetAbsences forgets every owner the workers remember as absent (the
+// absent cache), so that each is looked up again: once the API's storage
+// was rolled back, an owner observed deleted may exist again, under the
+// same UID, and only the graph (which the relists correct) or a quorum
+// read may say otherwise.
+func (w *Workers) ForgetAbsences() { w.resolver.absent.Clear() }
 
 // forgetHold drops a gone object from the holds.
 func (w *Workers) forgetHold(uid types.UID) {

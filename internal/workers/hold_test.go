@@ -22,7 +22,7 @@ func TestBasisOf(t *testing.T) {
 	refs := func(uids ...types.UID) []metav1.OwnerReference {
 		var out []metav1.OwnerReference
 		for _, u := range uids {
-			out = append(out, metav1.OwnerReference{UID: u})
+			out = append(out, metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", UID: u})
 		}
 		return out
 	}
@@ -37,20 +37,23 @@ func TestBasisOf(t *testing.T) {
 	otherUID := fact(rules.Dangling, rules.SourceGet, rules.ReasonOtherUID)
 	waiting := fact(rules.Waiting, rules.SourceGraph, rules.ReasonForeground)
 	kgcDeleted := func(u types.UID) bool { return u == "by-kgc" }
+	owner := func(uid types.UID, never, seenGo bool) breaker.Owner {
+		return breaker.Owner{UID: uid, Group: "apps", Kind: "Deployment", NeverObserved: never, DeletionObserved: seenGo}
+	}
 	for _, tc := range []struct {
 		name  string
 		refs  []metav1.OwnerReference
 		facts []rules.Fact
 		want  holdBasis
 	}{
-		{"observed deleted by someone", refs("o"), []rules.Fact{watched}, holdBasis{dangling: true, owners: []types.UID{"o"}, restored: -1}},
-		{"absent from a relist", refs("o"), []rules.Fact{relisted}, holdBasis{dangling: true, owners: []types.UID{"o"}, restored: -1}},
-		{"solid until a confirming GET", refs("o"), []rules.Fact{confirmed}, holdBasis{dangling: true, owners: []types.UID{"o"}, restored: -1}},
-		{"deleted by kgc: a cascade's inner step", refs("by-kgc"), []rules.Fact{watched}, holdBasis{dangling: true, restored: -1}},
-		{"never observed: GET 404", refs("o"), []rules.Fact{got404}, holdBasis{dangling: true, unobserved: true, unobservedOwners: []types.UID{"o"}, owners: []types.UID{"o"}, restored: -1}},
-		{"never observed: LIST", refs("o"), []rules.Fact{listed}, holdBasis{dangling: true, unobserved: true, unobservedOwners: []types.UID{"o"}, owners: []types.UID{"o"}, restored: -1}},
-		{"restore signature", refs("o"), []rules.Fact{otherUID}, holdBasis{dangling: true, unobserved: true, unobservedOwners: []types.UID{"o"}, owners: []types.UID{"o"}, restored: 0}},
-		{"restore signature on the second reference", refs("a", "b"), []rules.Fact{watched, otherUID}, holdBasis{dangling: true, unobserved: true, unobservedOwners: []types.UID{"b"}, owners: []types.UID{"a", "b"}, restored: 1}},
+		{"observed deleted by someone", refs("o"), []rules.Fact{watched}, holdBasis{dangling: true, owners: []breaker.Owner{owner("o", false, true)}, restored: -1}},
+		{"absent from a relist", refs("o"), []rules.Fact{relisted}, holdBasis{dangling: true, owners: []breaker.Owner{owner("o", false, false)}, restored: -1}},
+		{"solid until a confirming GET", refs("o"), []rules.Fact{confirmed}, holdBasis{dangling: true, owners: []breaker.Owner{owner("o", false, false)}, restored: -1}},
+		{"deleted by kgc: a cascade's inner step", refs("by-kgc"), []rules.Fact{watched}, holdBasis{dangling: true, owners: []breaker.Owner{owner("by-kgc", false, true)}, restored: -1}},
+		{"never observed: GET 404", refs("o"), []rules.Fact{got404}, holdBasis{dangling: true, owners: []breaker.Owner{owner("o", true, false)}, restored: -1}},
+		{"never observed: LIST", refs("o"), []rules.Fact{listed}, holdBasis{dangling: true, owners: []breaker.Owner{owner("o", true, false)}, restored: -1}},
+		{"restore signature", refs("o"), []rules.Fact{otherUID}, holdBasis{dangling: true, owners: []breaker.Owner{owner("o", true, false)}, restored: 0}},
+		{"restore signature on the second reference", refs("a", "b"), []rules.Fact{watched, otherUID}, holdBasis{dangling: true, owners: []breaker.Owner{owner("a", false, true), owner("b", true, false)}, restored: 1}},
 		{"a waiting owner: the user's foreground cascade", refs("a", "b"), []rules.Fact{waiting, got404}, holdBasis{restored: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,7 +75,7 @@ func newHoldStepper(t *testing.T, srv *fakeapi.Server, b *breaker.Breaker, trips
 		c.attemptToOrphan.ShutDown()
 	})
 	_, ctx := ktesting.NewTestContext(t)
-	return &stepper{t: t, srv: srv, c: c, ctx: ctx}
+	return &stepper{t: t, srv: srv, c: c, ctx: ctx, fresh: true}
 }
 
 // Dependents of owners that never existed: the breaker lets the limit go,
@@ -124,11 +127,12 @@ func TestBreakerHoldsUnobserved(t *testing.T) {
 	}
 }
 
-// A Background cascade kgc runs counts once, at its root: a ReplicaSet-like
-// middle owner deleted by kgc does not count its dependents.
-func TestBreakerCountsCascadeOnce(t *testing.T) {
+// Owners whose deletion kgc observed are never counted, even with the
+// dangling fraction on: a Background cascade (a root someone deleted, a
+// middle owner kgc deleted) is people deleting, whatever its size.
+func TestBreakerIgnoresObservedDeletions(t *testing.T) {
 	srv := fakeapi.NewServer()
-	b := breaker.New(breaker.Config{Window: time.Minute, DanglingFraction: 0.01, DanglingMinimum: 2})
+	b := breaker.New(breaker.Config{Window: time.Minute, DanglingFraction: 0.01, DanglingMinimum: 1})
 	var trips []breaker.Trip
 	s := newHoldStepper(t, srv, b, &trips)
 	root := srv.Create(t, fakeapi.Deployments, fakeapi.Object("a", "root", "root"))
@@ -155,8 +159,34 @@ func TestBreakerCountsCascadeOnce(t *testing.T) {
 	if gone := countGone(srv, leaves); gone != 20 || len(trips) != 0 {
 		t.Fatalf("%d of 20 leaves deleted, trips %+v: want all, no trip", gone, trips)
 	}
-	if c := b.Status(0, 0).Counts[breaker.Dangling]; c != 1 {
-		t.Fatalf("counted %d toward the dangling fraction, want 1 (the cascade's root)", c)
+	if c := b.Status(0, 0).Counts[breaker.Dangling]; c != 0 {
+		t.Fatalf("counted %d toward the dangling fraction, want 0 (every owner was observed going)", c)
+	}
+}
+
+// The same dependents as TestBreakerHoldsUnobserved, there when kgc
+// started (a backlog: their owners went while no collector ran): all go,
+// nothing is counted, as kube-controller-manager's collector deletes
+// them at start-up.
+func TestBreakerIgnoresBacklog(t *testing.T) {
+	srv := fakeapi.NewServer()
+	b := breaker.New(breaker.Config{Window: time.Minute, UnobservedLimit: 3})
+	var trips []breaker.Trip
+	s := newHoldStepper(t, srv, b, &trips)
+	s.fresh = false
+	var deps []*metav1.PartialObjectMetadata
+	for i := range 10 {
+		d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", fmt.Sprintf("d%d", i), types.UID(fmt.Sprintf("d%d", i)), fakeapi.DeploymentRef(fmt.Sprintf("o%d", i), types.UID(fmt.Sprintf("gone%d", i)))))
+		s.observe(fakeapi.ConfigMaps, d)
+		deps = append(deps, d)
+	}
+	for _, d := range deps {
+		if err := s.deleteStep(d.UID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gone := countGone(srv, deps); gone != 10 || len(trips) != 0 {
+		t.Fatalf("%d of 10 deleted, trips %+v: want all, no trip", gone, trips)
 	}
 }
 

@@ -33,6 +33,9 @@ type stepper struct {
 	srv *fakeapi.Server
 	c   *Workers
 	ctx context.Context
+	// fresh: what observe applies appeared while kgc watched (the
+	// events' graph.Event.Fresh); false: it was there at start.
+	fresh bool
 }
 
 func newStepper(t *testing.T, srv *fakeapi.Server) *stepper {
@@ -65,7 +68,7 @@ func (s *stepper) observe(gvr schema.GroupVersionResource, o *metav1.PartialObje
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	s.c.apply(graph.Event{Type: graph.Upsert, Object: rules.Object{
+	s.c.apply(graph.Event{Type: graph.Upsert, Fresh: s.fresh, Object: rules.Object{
 		Identity: id, ResourceVersion: cur.ResourceVersion, OwnerReferences: cur.OwnerReferences,
 		Finalizers: cur.Finalizers, Deleting: cur.DeletionTimestamp != nil,
 	}})

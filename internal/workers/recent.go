@@ -50,6 +50,13 @@ func (s *recentMap[K, V]) Delete(k K) {
 	delete(s.old, k)
 }
 
+// Clear forgets every key.
+func (s *recentMap[K, V]) Clear() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cur, s.old = make(map[K]V), nil
+}
+
 // recentSet is a recentMap of keys alone.
 type recentSet[K comparable] struct {
 	recentMap[K, struct{}]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -17,24 +18,37 @@ import (
 )
 
 // BreakerOptions configure the circuit breaker for mass deletions: kgc
-// counts the deletions it is about to make because an owner is gone, and
-// stops making them, until an operator resumes, when they look like a
-// restore or a broken API rather than people deleting things. See the
-// README ("Circuit breaker") and docs/semantics.md ("Holds").
+// stops the deletions it is about to make because an owner is gone, until
+// an operator resumes, when it has evidence of a fault — a restore, an
+// API answering wrongly, a rollback of the API's storage — never for the
+// volume of ordinary deletions. See docs/breaker.md.
 type BreakerOptions struct {
-	// Window over which deletions are counted. Default 10 minutes.
+	// Window over which UnobservedOwners and the dangling fraction count.
+	// Default 10 minutes.
 	Window time.Duration
 	// UnobservedOwners: how many distinct owners kgc never observed alive
 	// (a quorum read found nothing, or another object, at a UID the graph
-	// never held) deletions may rest on in one window; each owner counts
-	// once however many dependents it has. 0 turns the signal off.
+	// never held) the deletions of objects that appeared while kgc watched
+	// may rest on in one window; each owner counts once however many
+	// dependents it has, and objects already there when kgc started are
+	// not counted. 0 turns the signal off.
 	UnobservedOwners int
+	// VanishedMinimum: how many objects of one resource a complete list
+	// must find gone, with none of their deletions seen coming (no DELETED
+	// event, no deletionTimestamp, no terminating namespace, no CRD being
+	// deleted), to hold the deletions resting on owners of that resource.
+	// 0 turns the signal off.
+	VanishedMinimum int
+	// Rollback holds every deletion resting on a gone owner once an
+	// object is observed in a state its own history cannot reach (its
+	// resourceVersion went back, its deletionTimestamp went away, it came
+	// back after kgc saw it deleted): the API's storage was rolled back.
+	Rollback bool
 	// DanglingFraction and DanglingMinimum: the breaker trips when the
-	// owners found gone in one window — distinct owners kgc did not delete
-	// itself, each with a dependent to delete (a Job deleted with 5,000
-	// Pods counts one; a cascade kgc runs counts once, at its root) —
-	// would exceed both this fraction of the graph and the minimum.
-	// DanglingFraction 0 turns the signal off.
+	// owners found gone in one window whose deletion kgc did not observe
+	// (distinct owners, each with a dependent to delete) would exceed both
+	// this fraction of the graph and the minimum. Volume is no evidence of
+	// a fault, so DanglingFraction is 0 (off) by default.
 	DanglingFraction float64
 	DanglingMinimum  int
 	// LeaseNamespace and LeaseName name the coordination.k8s.io Lease on
@@ -52,8 +66,9 @@ type BreakerOptions struct {
 // DefaultBreakerOptions returns the breaker `kgc run` starts with (without
 // a Lease).
 func DefaultBreakerOptions() BreakerOptions {
-	return BreakerOptions{Window: breaker.DefaultWindow, UnobservedOwners: breaker.DefaultUnobservedLimit,
-		DanglingFraction: breaker.DefaultDanglingFraction, DanglingMinimum: breaker.DefaultDanglingMinimum}
+	d := breaker.DefaultConfig()
+	return BreakerOptions{Window: d.Window, UnobservedOwners: d.UnobservedLimit, VanishedMinimum: d.VanishedMinimum,
+		Rollback: d.Rollback, DanglingFraction: d.DanglingFraction, DanglingMinimum: d.DanglingMinimum}
 }
 
 // Validate reports what is wrong with o.
@@ -66,8 +81,8 @@ func (o BreakerOptions) Validate() error {
 }
 
 func (o *BreakerOptions) config() breaker.Config {
-	return breaker.Config{Window: o.Window, UnobservedLimit: o.UnobservedOwners,
-		DanglingFraction: o.DanglingFraction, DanglingMinimum: o.DanglingMinimum}
+	return breaker.Config{Window: o.Window, UnobservedLimit: o.UnobservedOwners, VanishedMinimum: o.VanishedMinimum,
+		Rollback: o.Rollback, DanglingFraction: o.DanglingFraction, DanglingMinimum: o.DanglingMinimum}
 }
 
 // leaseIdentity is the object the breaker's Event is recorded on.
@@ -107,7 +122,7 @@ func (c *Collector) breakerState() metrics.BreakerState {
 }
 
 // onTrip says that the breaker tripped: a metric, an Event on the Lease,
-// and the trip recorded there (the log line is the workers').
+// and the trip recorded there at once (the log line is the caller's).
 func (c *Collector) onTrip(t breaker.Trip) {
 	c.metrics.BreakerTripped(string(t.Signal))
 	if c.breakerOpts.LeaseName != "" {
@@ -115,44 +130,61 @@ func (c *Collector) onTrip(t breaker.Trip) {
 			"The deletion circuit breaker tripped (%s): %s. Deletions on that basis are held; resume with `kgc breaker resume` (annotation %s on this Lease).",
 			t.Signal, t.Because(), breaker.AnnotationResume))
 	}
-	select {
-	case c.tripped <- t:
-	default: // the Lease is behind: the next trip, or the breaker's state, says it
+	if c.bsync != nil {
+		c.bsync.Kick()
 	}
 }
 
-// runBreaker reads the breaker's state from the Lease (synchronously) and
-// keeps it in step until ctx is done (in the background).
-func (c *Collector) runBreaker(ctx context.Context) {
-	b := c.c.Breaker()
-	if b == nil || c.breakerOpts.LeaseName == "" {
-		return
+// newBreakerSync returns what keeps b and its Lease in step (nil when the
+// breaker keeps its state in memory).
+func (c *Collector) newBreakerSync(b *breaker.Breaker) *breaker.Sync {
+	if c.breakerOpts.LeaseName == "" {
+		return nil
 	}
-	logger := klog.FromContext(ctx)
-	s := &breaker.Sync{
-		Breaker:  b,
-		Store:    &breaker.LeaseStore{Client: c.coordination, Namespace: c.breakerOpts.LeaseNamespace, Name: c.breakerOpts.LeaseName},
-		Interval: c.breakerOpts.PollInterval,
-		Tripped:  c.tripped,
-		OnRestore: func(l *coordinationv1.Lease, trips []breaker.Trip) {
+	s := breaker.NewSync(b, &breaker.LeaseStore{Client: c.coordination, Namespace: c.breakerOpts.LeaseNamespace, Name: c.breakerOpts.LeaseName})
+	s.Interval = c.breakerOpts.PollInterval
+	s.OnRecord = func(l *coordinationv1.Lease) { c.lease.Store(l) }
+	return s
+}
+
+// loadBreaker returns what reads the trips an earlier kgc recorded before
+// the collector's first decision (nil without a Lease).
+func (c *Collector) loadBreaker() func(context.Context) error {
+	if c.bsync == nil {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		logger := klog.FromContext(ctx)
+		c.bsync.OnRestore = func(l *coordinationv1.Lease, trips []breaker.Trip) {
 			c.lease.Store(l)
 			for _, t := range trips {
 				logger.Error(nil, "Deletion circuit breaker tripped before this kgc started and was not resumed: holding deletions on this basis until an operator resumes",
-					"signal", t.Signal, "trippedAt", t.At, "because", t.Because(), "lease", c.breakerOpts.LeaseNamespace+"/"+c.breakerOpts.LeaseName)
+					"signal", t.Signal, "resource", t.Resource, "trippedAt", t.At, "because", t.Because(), "lease", c.breakerOpts.LeaseNamespace+"/"+c.breakerOpts.LeaseName)
 			}
-		},
-		OnResume: func(release []types.UID, resumed []breaker.Trip, overflowed bool) {
-			for _, t := range resumed {
-				logger.Info("Deletion circuit breaker resumed by an operator", "signal", t.Signal, "trippedAt", t.At, "released", len(release))
-			}
-			c.c.ResumeHeld(ctx, release, overflowed)
-		},
+		}
+		return c.bsync.Load(ctx)
 	}
-	s.Start(ctx)
+}
+
+// runBreaker keeps the breaker and its Lease in step until ctx is done
+// (in the background): trips recorded as they happen, resumes applied.
+// The Lease is read before the first decision by the collector itself
+// (loadBreaker).
+func (c *Collector) runBreaker(ctx context.Context) {
+	if c.bsync == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	c.bsync.OnResume = func(release []types.UID, resumed []breaker.Trip, overflowed bool) {
+		for _, t := range resumed {
+			logger.Info("Deletion circuit breaker resumed by an operator", "signal", t.Signal, "resource", t.Resource, "trippedAt", t.At, "released", len(release))
+		}
+		c.c.ResumeHeld(ctx, release, overflowed)
+	}
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
-		s.Run(ctx)
+		c.bsync.Run(ctx)
 	}()
 }
 
@@ -191,14 +223,22 @@ func (s source) breakerChecks() []server.Check {
 	var out []server.Check
 	if b := s.c.Breaker(); b != nil {
 		st := b.Status(s.c.Graph().Len(), 0)
-		tripped := map[breaker.Signal]breaker.Trip{}
+		tripped := map[breaker.Signal][]breaker.Trip{}
 		for _, t := range st.Trips {
-			tripped[t.Signal] = t
+			tripped[t.Signal] = append(tripped[t.Signal], t)
 		}
 		for _, sig := range breaker.Signals {
 			ch := server.Check{Name: "deletion-breaker:" + string(sig), Informational: true}
-			if t, ok := tripped[sig]; ok {
-				ch.Err = fmt.Errorf("tripped at %s: %s; %d objects held; resume with `kgc breaker resume`", t.At.UTC().Format(time.RFC3339), t.Because(), st.HeldTotal)
+			var says []string
+			for _, t := range tripped[sig] {
+				says = append(says, fmt.Sprintf("tripped at %s: %s", t.At.UTC().Format(time.RFC3339), t.Because()))
+			}
+			if len(says) > 0 {
+				if st.Unrecorded {
+					says = append(says, "not recorded on the Lease yet: a restart now would forget it")
+				}
+				says = append(says, fmt.Sprintf("%d objects held; resume with `kgc breaker resume`", st.HeldTotal))
+				ch.Err = errors.New(strings.Join(says, "; "))
 			}
 			out = append(out, ch)
 		}

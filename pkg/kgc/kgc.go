@@ -256,7 +256,7 @@ type Collector struct {
 	// The breaker's Lease (breaker.go).
 	breakerOpts  BreakerOptions
 	coordination typedcoordinationv1.LeasesGetter
-	tripped      chan breaker.Trip
+	bsync        *breaker.Sync // nil without a breaker on a Lease
 	lease        atomic.Pointer[coordinationv1.Lease]
 	bg           sync.WaitGroup
 
@@ -420,7 +420,6 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	out := &Collector{
 		events:       cs.CoreV1().Events(""),
 		metrics:      m,
-		tripped:      make(chan breaker.Trip, 8),
 		coordination: cs.CoordinationV1(),
 		recorder:     &lazyRecorder{},
 		component:    component,
@@ -444,6 +443,7 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		}
 		brk = breaker.New(opts.Breaker.config())
 		out.breakerOpts = *opts.Breaker
+		out.bsync = out.newBreakerSync(brk)
 	}
 	// Shadow mode records no Events: they are writes, and the cluster's
 	// own collector records its own.
@@ -462,6 +462,7 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		OrphanTTL:         orphanTTL,
 		Breaker:           brk,
 		OnTrip:            out.onTrip,
+		LoadBreaker:       out.loadBreaker(),
 		HoldRestored:      opts.HoldRestored,
 		DryRun:            opts.DryRun,
 		Shadow:            shadow.Config{Window: opts.ShadowWindow},

@@ -1,0 +1,64 @@
+package collector
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+
+	"github.com/kgc-dev/kgc/internal/breaker"
+	"github.com/kgc-dev/kgc/internal/graph"
+	"github.com/kgc-dev/kgc/internal/rules"
+)
+
+// judge tells the breaker the evidence of a fault that applying one event
+// found (graph.Effects.Regressions, graph.Effects.Vanished). It runs on
+// the graph builder's goroutine, before the workers learn what the event
+// changed, so that the dependents the event re-queues meet the trip.
+func (c *Collector) judge(logger klog.Logger, eff graph.Effects) {
+	b := c.cfg.Breaker
+	if b == nil || len(eff.Regressions) == 0 && eff.Vanished == nil {
+		return
+	}
+	for _, r := range eff.Regressions {
+		t, tripped := b.RolledBack(r.Identity.String(), "was "+r.Was+", now "+r.Now)
+		if !tripped {
+			continue
+		}
+		// What the workers remember as absent may exist again: look each
+		// owner up afresh from now on (the trip holds the deletions that
+		// rest on a dangling owner meanwhile).
+		c.workers.ForgetAbsences()
+		logger.Error(nil, "Deletion circuit breaker tripped: an object was observed in a state its own history cannot reach, the API's storage was rolled back; holding every deletion resting on a gone owner until an operator resumes",
+			"signal", t.Signal, "object", t.Object, "evidence", t.Evidence)
+		c.tripped(t)
+	}
+	if v := eff.Vanished; v != nil {
+		group := rules.GroupOf(v.APIVersion)
+		f := breaker.VanishFacts{
+			Resource:        breaker.ResourceName(group, v.Kind),
+			ResourceVersion: v.ResourceVersion,
+			NotServed:       v.ResourceVersion == "",
+			Gone:            v.Gone,
+			Unexplained:     v.Unexplained,
+			// The CRD that served the resource is being deleted, or is
+			// gone (a CRD was seen to serve it, and the graph holds no
+			// CRD of that name any more).
+			ResourceRemoved: v.CRD == graph.CRDDeleting ||
+				v.CRD == graph.CRDNone && v.Resource != "" && c.builder.CRDBacked(schema.GroupResource{Group: group, Resource: v.Resource}),
+		}
+		if t, tripped := b.Vanish(f); tripped {
+			logger.Error(nil, "Deletion circuit breaker tripped: a complete list found none of a resource's objects, and kgc saw none of their deletions coming; holding every deletion resting on a gone owner of that resource until an operator resumes",
+				"signal", t.Signal, "resource", t.Resource, "gone", f.Gone, "unexplained", f.Unexplained, "evidence", t.Evidence)
+			c.tripped(t)
+		} else if f.Gone > 0 {
+			logger.V(2).Info("A complete list found none of a resource's objects; not evidence of a fault",
+				"resource", f.Resource, "gone", f.Gone, "unexplained", f.Unexplained, "resourceRemoved", f.ResourceRemoved)
+		}
+	}
+}
+
+// tripped tells the collector's owner of a trip.
+func (c *Collector) tripped(t breaker.Trip) {
+	if c.cfg.OnTrip != nil {
+		c.cfg.OnTrip(t)
+	}
+}
