@@ -158,6 +158,11 @@ func (b *Builder) MonitorHandlers() (monitors, handlers int) {
 // the graph yet: no complete list of theirs has been applied.
 func (b *Builder) Unlisted() []discovery.Resource { return b.monitors.Unlisted() }
 
+// RelistAll lists every monitored resource again (discovery.Monitors
+// RestartAll). It waits for the monitors to stop: not to be called from
+// the graph builder's goroutine, which their last events may wait for.
+func (b *Builder) RelistAll(ctx context.Context) int { return b.monitors.RestartAll(ctx) }
+
 // CRDBacked reports whether a CRD was observed to serve gr.
 func (b *Builder) CRDBacked(gr schema.GroupResource) bool { return b.monitors.CRDBacked(gr) }
 

@@ -24,9 +24,13 @@ func (c *Collector) judge(logger klog.Logger, eff graph.Effects) {
 			continue
 		}
 		// What the workers remember as absent may exist again: look each
-		// owner up afresh from now on (the trip holds the deletions that
-		// rest on a dangling owner meanwhile).
+		// owner up afresh from now on, and list every resource again,
+		// since a watch may have resumed past the restored history without
+		// a word (the trip holds the deletions that rest on a dangling
+		// owner meanwhile). Not on this goroutine: the monitors being
+		// restarted may wait for it to take their last events.
 		c.workers.ForgetAbsences()
+		c.relistAll(logger)
 		logger.Error(nil, "Deletion circuit breaker tripped: an object was observed in a state its own history cannot reach, the API's storage was rolled back; holding every deletion resting on a gone owner until an operator resumes",
 			"signal", t.Signal, "object", t.Object, "evidence", t.Evidence)
 		c.tripped(t)
@@ -54,6 +58,21 @@ func (c *Collector) judge(logger klog.Logger, eff graph.Effects) {
 				"resource", f.Resource, "gone", f.Gone, "unexplained", f.Unexplained, "resourceRemoved", f.ResourceRemoved)
 		}
 	}
+}
+
+// relistAll lists every monitored resource again, in the background,
+// once per rollback trip.
+func (c *Collector) relistAll(logger klog.Logger) {
+	ctx := c.runCtx
+	if ctx == nil {
+		return
+	}
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		n := c.builder.RelistAll(ctx)
+		logger.Info("Listing every resource again after a rollback of the API's storage", "monitors", n)
+	}()
 }
 
 // tripped tells the collector's owner of a trip.

@@ -135,8 +135,11 @@ type Collector struct {
 	shadow *shadowMode
 	// journal is the durable memory of the owners kgc orphaned.
 	journal *orphanlog.Journal
-	// logger is Run's, set before anything that uses it starts.
+	// logger and runCtx are Run's, set before anything that uses them
+	// starts; bg counts the goroutines they start (Run waits for them).
 	logger klog.Logger
+	runCtx context.Context
+	bg     sync.WaitGroup
 }
 
 // New builds a Collector from cfg.
@@ -342,7 +345,7 @@ func (c *Collector) Idle() bool { return c.workers.Idle() && c.builder.Idle() }
 func (c *Collector) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("garbagecollector")
 	ctx = klog.NewContext(ctx, logger)
-	c.logger = logger
+	c.logger, c.runCtx = logger, ctx
 	c.started = time.Now()
 	if c.shadow != nil {
 		c.shadow.ctx = ctx
@@ -362,6 +365,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		c.workers.Stop()
 		stopJournal()
 		wg.Wait()
+		c.bg.Wait()
 		drain.Stop()
 		cancelWork()
 	}()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,7 +110,11 @@ type monitor struct {
 	// that for the monitors that replace this one.
 	fresh      bool
 	noteListed func()
-	gen        uint32 // the list generation of the last list
+	// reconnecting: the last watch failed; before resuming from its
+	// resourceVersion, the monitor checks that the storage did not go
+	// back (storageWentBack).
+	reconnecting bool
+	gen          uint32 // the list generation of the last list
 	// listGen: the generation of the last complete list, whose Listed
 	// marker was handed on; appliedGen: the last one the graph builder
 	// applied (Unlisted). firstGen: the generation of the first complete
@@ -532,12 +537,46 @@ func (mon *monitor) run(ctx context.Context) {
 			}
 			notServed = newNotServedBackoff()
 		}
+		if mon.reconnecting {
+			mon.reconnecting = false
+			if mon.storageWentBack(ctx, logger, rv) {
+				rv = ""
+				continue
+			}
+		}
 		start := mon.clock.Now()
 		next, events, err := mon.watch(ctx, rv)
 		if rv, ok = mon.watched(ctx, logger, start, next, events, err, &backoff, &notServed, retry); !ok {
 			return
 		}
 	}
+}
+
+// storageWentBack reports whether a consistent read of the resource now
+// answers a resourceVersion older than rv, the one its watch resumes from:
+// kube-apiserver's resourceVersions are the revisions of its storage, which
+// only grow, so the storage was rolled back (an etcd restore without a
+// revision bump) while the watch was down. The watch would then resume
+// quietly (kube-apiserver holds a watch from a future revision until it
+// gets there), and skip every change of the restored history up to rv; a
+// list instead shows the objects as they are, and the graph reports the
+// ones whose history went back (graph.Regression). Any failure of the
+// read answers false: the watch's own errors tell.
+func (mon *monitor) storageWentBack(ctx context.Context, logger klog.Logger, rv string) bool {
+	was, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return false
+	}
+	l, err := mon.res.List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return false
+	}
+	now, err := strconv.ParseUint(l.ResourceVersion, 10, 64)
+	if err != nil || now >= was {
+		return false
+	}
+	logger.Info("The resource's storage went back: a consistent read answers an older resourceVersion than the watch had reached; listing again", "was", rv, "now", l.ResourceVersion)
+	return true
 }
 
 // watched handles the end of a watch that started at start, saw events
@@ -557,6 +596,8 @@ func (mon *monitor) watched(ctx context.Context, logger klog.Logger, start time.
 		if !retry(err, "watch") {
 			return "", false
 		}
+		// The server may have come back on other storage.
+		mon.reconnecting = true
 	case next == "":
 		logger.V(2).Info("Watch expired; listing again")
 	case events == 0 && mon.clock.Since(start) < time.Second:
@@ -874,6 +915,29 @@ func (m *Monitors) RestartFailing(ctx context.Context, match func(schema.GroupVe
 		m.running[gvr] = fresh
 		n++
 		klog.FromContext(ctx).V(2).Info("Restarted failing monitor", "resource", gvr.String())
+	}
+	return n
+}
+
+// RestartAll restarts every running monitor: each lists its resource again
+// (its sweep removes what the list does not see) and watches from there.
+// It returns how many it restarted. What the graph holds is then what the
+// API holds, whatever the watches missed: after the API's storage was
+// rolled back, a watch may resume quietly past every change of the
+// restored history (see storageWentBack).
+func (m *Monitors) RestartAll(ctx context.Context) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for gvr, mon := range m.running {
+		m.stopLocked(gvr, mon)
+		fresh, err := m.start(ctx, mon.resource)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot restart monitor", "resource", gvr.String())
+			continue
+		}
+		m.running[gvr] = fresh
+		n++
 	}
 	return n
 }

@@ -77,6 +77,7 @@ type ControlPlane struct {
 	lock    *os.File
 
 	etcd            *etcdServer
+	verbose         bool // Options.Verbose, for etcd started again
 	pki             pkiFiles
 	watchCacheSizes []string
 	// apiAddr is the apiserver's host:port, kept across restarts.
@@ -105,7 +106,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if !opts.Verbose {
 		quietKlog()
 	}
-	cp := &ControlPlane{logf: opts.Logf, watchCacheSizes: opts.WatchCacheSizes}
+	cp := &ControlPlane{logf: opts.Logf, watchCacheSizes: opts.WatchCacheSizes, verbose: opts.Verbose}
 	if cp.logf == nil {
 		cp.logf = func(string, ...any) {}
 	}
@@ -357,4 +358,103 @@ func (cp *ControlPlane) stopCluster() []error {
 		cp.nodes = nil
 	}
 	return errs
+}
+
+// SnapshotEtcd copies etcd's data to dst, a directory that must not
+// exist: it stops kube-apiserver and etcd, copies, and starts both again
+// (etcd on a new port, the apiserver on its address). RestoreEtcd rolls
+// the data back to it.
+func (cp *ControlPlane) SnapshotEtcd(ctx context.Context, dst string) error {
+	return cp.withEtcdStopped(ctx, func(data string) error { return copyDir(data, dst) }, 0)
+}
+
+// RestoreEtcd rolls etcd back to a snapshot SnapshotEtcd took, as an etcd
+// restore under a running cluster does: kube-apiserver and etcd stop, the
+// data is replaced by the snapshot's, and both start again on it. Objects
+// deleted since are back under their UIDs, objects created since are gone.
+//
+// With bump 0, resource versions go back to the snapshot's: clients that
+// keep running see a server whose resource versions are older than
+// theirs. With bump > 0, the restore is etcd's recommended one
+// (`etcdutl snapshot restore --bump-revision bump --mark-compacted`): the
+// revision jumps bump past the snapshot's and everything before is
+// compacted, so clients' watches are answered 410 Gone and they list
+// again.
+func (cp *ControlPlane) RestoreEtcd(ctx context.Context, src string, bump int) error {
+	return cp.withEtcdStopped(ctx, func(data string) error {
+		if err := os.RemoveAll(data); err != nil {
+			return err
+		}
+		return copyDir(src, data)
+	}, bump)
+}
+
+// withEtcdStopped runs do on etcd's data directory with kube-apiserver and
+// etcd stopped, then starts them again, etcd's revision bumped first by
+// bump (and compacted) when bump > 0.
+func (cp *ControlPlane) withEtcdStopped(ctx context.Context, do func(dataDir string) error, bump int) error {
+	cp.apiMu.Lock()
+	defer cp.apiMu.Unlock()
+	if cp.stopped {
+		return errStopped
+	}
+	if cp.api != nil {
+		if err := cp.api.stop(); err != nil {
+			return fmt.Errorf("stopping kube-apiserver: %w", err)
+		}
+		cp.api = nil
+	}
+	if err := cp.etcd.stop(); err != nil {
+		return fmt.Errorf("stopping etcd: %w", err)
+	}
+	cp.etcd = nil
+	data := filepath.Join(cp.Dir, "etcd")
+	if err := do(data); err != nil {
+		return err
+	}
+	var err error
+	if cp.etcd, err = startEtcd(ctx, data, cp.verbose); err != nil {
+		return fmt.Errorf("starting etcd again: %w", err)
+	}
+	cp.EtcdURL = cp.etcd.url
+	if bump > 0 {
+		if err := cp.etcd.bump(ctx, bump); err != nil {
+			return err
+		}
+	}
+	api, err := startAPIServer(ctx, cp.EtcdURL, cp.pki, cp.apiAddr, cp.watchCacheSizes)
+	if err != nil {
+		if api != nil {
+			err = errors.Join(err, api.stop())
+		}
+		return fmt.Errorf("starting kube-apiserver again: %w", err)
+	}
+	cp.api = api
+	return nil
+}
+
+// copyDir copies the regular files and directories under src to dst
+// (created; it must not exist).
+func copyDir(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.Mkdir(target, 0o700)
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("copying %s: not a regular file", path)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o600)
+	})
 }

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 
 	"github.com/kgc-dev/kgc/internal/app"
 	"github.com/kgc-dev/kgc/internal/breaker"
@@ -78,6 +79,13 @@ func breakerOptions(ns string) *kgc.BreakerOptions {
 // a logger) until stop or the end of t.
 func startKGC(t *testing.T, opts kgc.Options) *running {
 	t.Helper()
+	return startKGCOn(t, restConfig, opts)
+}
+
+// startKGCOn is startKGC with the client configuration cfg (a fault
+// proxy's).
+func startKGCOn(t *testing.T, cfg *rest.Config, opts kgc.Options) *running {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	opts.Registerer = reg
 	opts.QPS = -1
@@ -87,7 +95,7 @@ func startKGC(t *testing.T, opts kgc.Options) *running {
 	if testenv.Verbose {
 		opts.Logger = funcr.New(func(prefix, args string) { t.Logf("kgc: %s %s", prefix, args) }, funcr.Options{Verbosity: 2})
 	}
-	c, err := testenv.StartCollector(restConfig, opts, waitTimeout)
+	c, err := testenv.StartCollector(cfg, opts, waitTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -15,6 +16,7 @@ import (
 var (
 	restConfig     *rest.Config
 	kubeClient     kubernetes.Interface
+	dynamicClient  dynamic.Interface
 	metadataClient metadata.Interface
 	kubeconfigPath string
 )
@@ -22,7 +24,7 @@ var (
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, testenv.Options{Name: "breaker"}, func(env *testenv.Env) error {
 		restConfig, kubeconfigPath = env.Config, env.CP.KubeconfigPath
-		kubeClient, metadataClient = env.Kube, env.Metadata
+		kubeClient, metadataClient, dynamicClient = env.Kube, env.Metadata, env.Dynamic
 		return nil
 	}))
 }

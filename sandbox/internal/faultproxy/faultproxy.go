@@ -17,6 +17,10 @@
 //   - make chosen resources unreadable: their LIST, WATCH and GET requests
 //     answer an injected 5xx until healed, and their open watch streams are
 //     cut so that their clients relist into the failure (FailReads);
+//   - make chosen resources answer as if they held no object: their LISTs
+//     and WATCHes are sent with a label selector nothing matches (a real,
+//     empty answer at the server's current resourceVersion), and their
+//     clients are made to relist into it (EmptyLists);
 //   - serve chosen resources' LISTs in small pages and fail the pages
 //     after the first, and break their streaming lists (a WATCH with
 //     sendInitialEvents) after as many events, as a list that fails part
@@ -116,7 +120,21 @@ type Transport struct {
 	delays   map[int]delayRule
 	fails    map[int]failRule
 	pages    map[int]pageRule
+	empties  map[int]emptyRule
+	relists  map[int]*relistRule
 	nextRule int
+}
+
+// emptyRule makes matching reads of a collection see no object.
+type emptyRule struct {
+	match func(path string) bool
+}
+
+// relistRule answers the next left plain watches of matching collections
+// 410 Gone.
+type relistRule struct {
+	match func(path string) bool
+	left  int
 }
 
 // pageRule pages matching LISTs and fails their later pages.
@@ -152,6 +170,8 @@ func New(cfg Config) *Transport {
 		delays:   map[int]delayRule{},
 		fails:    map[int]failRule{},
 		pages:    map[int]pageRule{},
+		empties:  map[int]emptyRule{},
+		relists:  map[int]*relistRule{},
 	}
 }
 
@@ -181,7 +201,10 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	code := 0
-	if !watch && req.Method == http.MethodGet {
+	if req.Method == http.MethodGet {
+		req, q, code = t.empty(req, q, watch)
+	}
+	if code == 0 && !watch && req.Method == http.MethodGet {
 		req, q, code = t.page(req, q)
 	}
 	rec := Request{Method: req.Method, Path: req.URL.Path, Query: q, Watch: watch, Start: time.Now()}
@@ -319,6 +342,12 @@ func injected(req *http.Request, code int) *http.Response {
 		Message:  fmt.Sprintf("faultproxy: injected %d", code),
 	}
 	switch code {
+	case http.StatusNotFound:
+		status.Reason = metav1.StatusReasonNotFound
+		status.Message = "faultproxy: injected 404: the server could not find the requested resource"
+	case http.StatusGone:
+		status.Reason = metav1.StatusReasonExpired
+		status.Message = "faultproxy: injected 410: too old resource version"
 	case http.StatusConflict:
 		status.Reason = metav1.StatusReasonConflict
 		status.Message = "faultproxy: injected conflict: the object has been modified; please apply your changes to the latest version and try again"
@@ -501,6 +530,94 @@ func (t *Transport) FailReads(match func(path string) bool, code int) (heal func
 		defer t.mu.Unlock()
 		delete(t.fails, id)
 	}
+}
+
+// emptySelector is a label selector no object matches.
+const emptySelector = "faultproxy.kgc.test/never-matches=true"
+
+// EmptyLists makes every LIST and WATCH of a collection whose URL path
+// matches answer as if the resource held no object, until heal: the
+// request goes to the server with a label selector nothing matches, so
+// the answer is the server's own (an empty list, an empty streaming list
+// with its end bookmark, a watch that sees nothing), at its current
+// resourceVersion. Open watch streams on matching paths are cut, and the
+// next plain watch of the resource (not a streaming list) is answered 410
+// Gone, so that its client lists again into the empty answer: an API that
+// suddenly answers an empty list for a resource that has objects. GETs of
+// single objects are not affected. heal does the same cut and 410, so
+// that the client lists again what is there.
+func (t *Transport) EmptyLists(match func(path string) bool) (heal func()) {
+	t.mu.Lock()
+	id := t.nextRule
+	t.nextRule++
+	t.empties[id] = emptyRule{match: match}
+	t.mu.Unlock()
+	t.forceRelist(match)
+	return func() {
+		t.mu.Lock()
+		delete(t.empties, id)
+		t.mu.Unlock()
+		t.forceRelist(match)
+	}
+}
+
+// forceRelist answers the next plain watch of a collection match selects
+// 410 Gone, and cuts the open watch streams on matching paths.
+func (t *Transport) forceRelist(match func(path string) bool) {
+	t.mu.Lock()
+	id := t.nextRule
+	t.nextRule++
+	t.relists[id] = &relistRule{match: match, left: 1}
+	var open []*watchBody
+	for w := range t.watches {
+		if match(w.path) {
+			open = append(open, w)
+		}
+	}
+	t.mu.Unlock()
+	for _, w := range open {
+		w.cut()
+	}
+}
+
+// empty applies the relist and empty-list rules to the read req of a
+// collection: 410 for a plain watch that must relist, or the request to
+// send with the selector that matches nothing.
+func (t *Transport) empty(req *http.Request, q url.Values, watch bool) (*http.Request, url.Values, int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if watch && q.Get("sendInitialEvents") != "true" {
+		for id, r := range t.relists {
+			if r.match(req.URL.Path) && isCollection(req.URL.Path, r.match) {
+				if r.left--; r.left <= 0 {
+					delete(t.relists, id)
+				}
+				return req, q, http.StatusGone
+			}
+		}
+	}
+	for _, r := range t.empties {
+		if !r.match(req.URL.Path) || !isCollection(req.URL.Path, r.match) {
+			continue
+		}
+		q = maps.Clone(q)
+		sel := emptySelector
+		if cur := q.Get("labelSelector"); cur != "" {
+			sel = cur + "," + sel
+		}
+		q.Set("labelSelector", sel)
+		req = req.Clone(req.Context())
+		req.URL.RawQuery = q.Encode()
+		return req, q, 0
+	}
+	return req, q, 0
+}
+
+// isCollection reports whether path addresses the collection match
+// selects, not one of its objects (whose parent path is the collection).
+func isCollection(path string, match func(string) bool) bool {
+	i := strings.LastIndexByte(path, '/')
+	return i > 0 && !match(path[:i])
 }
 
 // PageLists makes the LISTs of matching paths be served in pages of at
