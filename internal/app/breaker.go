@@ -37,8 +37,8 @@ type BreakerRunOptions struct {
 	HoldRestored     bool
 }
 
-// NewBreakerRunOptions returns `kgc run`'s defaults: both on (README,
-// "Circuit breaker": why, and why these thresholds).
+// NewBreakerRunOptions returns `kgc run`'s defaults: both on
+// (docs/operator/breaker.md says why, and why these thresholds).
 func NewBreakerRunOptions() BreakerRunOptions {
 	d := kgc.DefaultBreakerOptions()
 	return BreakerRunOptions{Enabled: true, Window: d.Window, UnobservedOwners: d.UnobservedOwners,

@@ -19,8 +19,8 @@ import (
 // BreakerOptions configure the circuit breaker for mass deletions: kgc
 // counts the deletions it is about to make because an owner is gone, and
 // stops making them, until an operator resumes, when they look like a
-// restore or a broken API rather than people deleting things. See the
-// README ("Circuit breaker") and docs/semantics.md ("Holds").
+// restore or a broken API rather than people deleting things. See
+// docs/operator/breaker.md and docs/semantics.md ("Holds").
 type BreakerOptions struct {
 	// Window over which deletions are counted. Default 10 minutes.
 	Window time.Duration
