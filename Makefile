@@ -62,3 +62,4 @@ verify: ## gofmt, go vet and go mod tidy must leave the tree unchanged.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	GOWORK=off $(GO) vet ./...
 	GOWORK=off $(GO) mod tidy -diff
+	cd sandbox && $(GO) mod tidy -diff

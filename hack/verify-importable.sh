@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Proves that github.com/kgc-dev/kgc/pkg/kgc is importable the way users
-# import it, and that the README's envtest snippet works as written:
+# import it, and that the library's envtest snippets work as written:
 #   - the root module has no replace directives and does not require
 #     k8s.io/kubernetes;
 #   - a throwaway module outside the repository (wired to this checkout by a
 #     go.work, as a user's module would be by its go.mod) pastes the README
 #     snippet into a test, starts the sandbox control plane in place of
 #     envtest, and checks that deleting an owner deletes its dependents;
-#   - the same module runs the README's namespace snippet, which deletes a
-#     namespace and waits for it to be gone (kgc's namespace lifecycle).
+#   - the same module runs the namespace snippet of docs/library.md, which
+#     deletes a namespace and waits for it to be gone (kgc's namespace
+#     lifecycle).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -24,9 +25,9 @@ if [ -z "$snippet" ]; then
 	echo "verify-importable: no envtest snippet found in README.md" >&2; exit 1
 fi
 
-nssnippet=$(awk '/<!-- envtest-namespace-snippet:start -->/{on=1; next} /<!-- envtest-namespace-snippet:end -->/{on=0} on && !/^```/' "$root/README.md")
+nssnippet=$(awk '/<!-- envtest-namespace-snippet:start -->/{on=1; next} /<!-- envtest-namespace-snippet:end -->/{on=0} on && !/^```/' "$root/docs/library.md")
 if [ -z "$nssnippet" ]; then
-	echo "verify-importable: no envtest namespace snippet found in README.md" >&2; exit 1
+	echo "verify-importable: no envtest namespace snippet found in docs/library.md" >&2; exit 1
 fi
 
 tmp=$(mktemp -d)
@@ -125,10 +126,10 @@ cat <<'TAIL'
 	}
 }
 
-func TestReadmeNamespaceSnippet(t *testing.T) {
+func TestLibraryNamespaceSnippet(t *testing.T) {
 	ctx, cfg := startAPIServer(t)
 
-	// ---- README.md envtest namespace snippet, verbatim ----
+	// ---- docs/library.md envtest namespace snippet, verbatim ----
 TAIL
 printf '%s\n' "$nssnippet" | sed 's/^\(.\)/\t\1/'
 cat <<'TAIL'
@@ -144,4 +145,4 @@ gofmt -l . | grep . && { echo "verify-importable: the pasted snippet is not gofm
 # second, non-race build of kube-apiserver (a third of CI on a cold cache).
 # go test vets the package first.
 go test -race -count=1 ./...
-echo "verify-importable: ok (README snippets give cascading deletion and namespace deletion from a module outside the repository)"
+echo "verify-importable: ok (the snippets of README.md and docs/library.md give cascading deletion and namespace deletion from a module outside the repository)"

@@ -40,7 +40,7 @@ type BreakerRunOptions struct {
 }
 
 // NewBreakerRunOptions returns `kgc run`'s defaults: the breaker and the
-// restore hold on (docs/breaker.md: why, and why these thresholds).
+// restore hold on (docs/operator/breaker.md: why, and why these thresholds).
 func NewBreakerRunOptions() BreakerRunOptions {
 	d := kgc.DefaultBreakerOptions()
 	return BreakerRunOptions{Enabled: true, Window: d.Window, UnobservedOwners: d.UnobservedOwners, VanishedMinimum: d.VanishedMinimum,

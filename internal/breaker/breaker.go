@@ -37,7 +37,7 @@ const (
 // Signals lists every signal (metrics label values, status order).
 var Signals = []Signal{Unobserved, Vanished, Rollback, Dangling}
 
-// Defaults: see Config, and docs/breaker.md for the argument.
+// Defaults: see Config, and docs/operator/breaker.md for the argument.
 const (
 	DefaultWindow          = 10 * time.Minute
 	DefaultUnobservedLimit = 200

@@ -55,10 +55,10 @@ func (f *fifo[T]) Pop() (v T, ok bool) {
 			f.items = nil // a burst's array
 		}
 	case f.head > 1024 && f.head*2 > len(f.items):
-		// Move what is left to the front of the same array: a new one
-		// for every compaction made the graph builder's queue, at ten
-		// thousand queued events during a list, a tenth of kgc's start-up
-		// CPU (issue 19). The copy is at most what was popped since the
+		// Move what is left to the front of the same array: a new one for
+		// every compaction made the graph builder's queue, at ten thousand
+		// queued events during a list, a tenth of kgc's start-up CPU
+		// (docs/scaling.md). The copy is at most what was popped since the
 		// last compaction. An array grown far beyond what the queue holds
 		// (a burst) is given back.
 		n := copy(f.items, f.items[f.head:])

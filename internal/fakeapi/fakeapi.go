@@ -45,16 +45,19 @@ import (
 // resourceVersion bumps, deletionTimestamp + finalizers for Foreground and
 // Orphan deletes, and removal once the last finalizer goes.
 
-var (
-	Events = schema.GroupVersionResource{Version: "v1", Resource: "events"}
-)
+// Events are core/v1 Events, which the collector tests leave unmonitored.
+var Events = schema.GroupVersionResource{Version: "v1", Resource: "events"}
 
+// Server is the fake API server: Client is what the collector is given, the
+// methods are what a test does as another client would.
 type Server struct {
 	Client *metadatafake.FakeMetadataClient
 	Mu     sync.Mutex // serializes read-modify-write sequences on the tracker
 	rv     atomic.Int64
 }
 
+// NewServer returns an empty Server whose Client's DELETEs and PATCHes
+// behave as the apiserver's.
 func NewServer() *Server {
 	s := &Server{Client: metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())}
 	s.rv.Store(100)
@@ -73,9 +76,10 @@ func NewServer() *Server {
 	return s
 }
 
+// NextRV returns a new resourceVersion, greater than every one before.
 func (s *Server) NextRV() string { return strconv.FormatInt(s.rv.Add(1), 10) }
 
-// create stores a copy of o with a fresh resourceVersion and returns it.
+// Create stores a copy of o with a fresh resourceVersion and returns it.
 func (s *Server) Create(t testing.TB, gvr schema.GroupVersionResource, o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 	t.Helper()
 	s.Mu.Lock()
@@ -88,6 +92,7 @@ func (s *Server) Create(t testing.TB, gvr schema.GroupVersionResource, o *metav1
 	return o
 }
 
+// Get returns a copy of the stored object.
 func (s *Server) Get(gvr schema.GroupVersionResource, ns, name string) (*metav1.PartialObjectMetadata, error) {
 	obj, err := s.Client.Tracker().Get(gvr, ns, name)
 	if err != nil {
@@ -96,8 +101,8 @@ func (s *Server) Get(gvr schema.GroupVersionResource, ns, name string) (*metav1.
 	return obj.(*metav1.PartialObjectMetadata).DeepCopy(), nil
 }
 
-// store writes o back with a new resourceVersion, or removes it when it is
-// being deleted and has no finalizers left. Callers hold mu.
+// Store writes o back with a new resourceVersion, or removes it when it is
+// being deleted and has no finalizers left. Callers hold Mu.
 func (s *Server) Store(gvr schema.GroupVersionResource, o *metav1.PartialObjectMetadata) error {
 	if o.DeletionTimestamp != nil && len(o.Finalizers) == 0 {
 		return s.Client.Tracker().Delete(gvr, o.Namespace, o.Name)
@@ -106,7 +111,8 @@ func (s *Server) Store(gvr schema.GroupVersionResource, o *metav1.PartialObjectM
 	return s.Client.Tracker().Update(gvr, o, o.Namespace)
 }
 
-// update replaces an Object's finalizers as a client other than kgc would.
+// SetFinalizers replaces an object's finalizers as a client other than kgc
+// would.
 func (s *Server) SetFinalizers(t testing.TB, gvr schema.GroupVersionResource, ns, name string, finalizers ...string) {
 	t.Helper()
 	s.Mu.Lock()
@@ -121,10 +127,15 @@ func (s *Server) SetFinalizers(t testing.TB, gvr schema.GroupVersionResource, ns
 	}
 }
 
+// Conflict is the apiserver's answer to a failed precondition.
 func Conflict(gvr schema.GroupVersionResource, name, what string) error {
 	return apierrors.NewConflict(gvr.GroupResource(), name, errors.New(what+" precondition failed"))
 }
 
+// Delete deletes as the apiserver does: it checks the UID and
+// resourceVersion preconditions, and with the Foreground or Orphan policy
+// (or finalizers already there) sets deletionTimestamp and the policy's
+// finalizer instead of removing the object.
 func (s *Server) Delete(gvr schema.GroupVersionResource, ns, name string, opts metav1.DeleteOptions) error {
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
@@ -164,7 +175,7 @@ func (s *Server) Delete(gvr schema.GroupVersionResource, ns, name string, opts m
 	return s.Store(gvr, o)
 }
 
-// patch applies the patches kgc sends, as the apiserver would: JSON
+// Patch applies the patches kgc sends, as the apiserver would: JSON
 // patches (a failed test answers 422), strategic merge patches of
 // metadata.ownerReferences keyed by uid, and JSON merge patches of
 // metadata.ownerReferences and/or metadata.finalizers with metadata.uid and
@@ -227,7 +238,7 @@ func (s *Server) Patch(gvr schema.GroupVersionResource, ns, name string, pt type
 	return o, nil
 }
 
-// patchJSON applies a JSON patch or a strategic merge patch to the Object's
+// PatchJSON applies a JSON patch or a strategic merge patch to the object's
 // JSON; only ownerReferences and finalizers may change.
 func (s *Server) PatchJSON(gvr schema.GroupVersionResource, ns, name string, pt types.PatchType, data []byte) (*metav1.PartialObjectMetadata, error) {
 	s.Mu.Lock()
@@ -276,8 +287,8 @@ func (s *Server) PatchJSON(gvr schema.GroupVersionResource, ns, name string, pt 
 	return o, nil
 }
 
-// kgcActions returns the writes and reads kgc made (the informers' list and
-// watch calls left out).
+// KGCActions returns the GETs, DELETEs and PATCHes made through Client (the
+// monitors' lists and watches left out).
 func (s *Server) KGCActions() (gets []clienttesting.GetActionImpl, deletes []clienttesting.DeleteActionImpl, patches []clienttesting.PatchActionImpl) {
 	for _, a := range s.Client.Actions() {
 		switch a := a.(type) {
@@ -292,8 +303,8 @@ func (s *Server) KGCActions() (gets []clienttesting.GetActionImpl, deletes []cli
 	return gets, deletes, patches
 }
 
-// Discovery serves fixed resource lists.
-// Discovery serves fixed resource lists (Lists, or Err).
+// Discovery serves fixed resource lists (Lists, or Err) and counts the
+// calls.
 type Discovery struct {
 	Mu    sync.Mutex
 	Lists []*metav1.APIResourceList
@@ -301,6 +312,7 @@ type Discovery struct {
 	Calls int
 }
 
+// ServerPreferredResources returns Lists and Err.
 func (d *Discovery) ServerPreferredResources() ([]*metav1.APIResourceList, error) {
 	d.Mu.Lock()
 	defer d.Mu.Unlock()
@@ -308,6 +320,7 @@ func (d *Discovery) ServerPreferredResources() ([]*metav1.APIResourceList, error
 	return d.Lists, d.Err
 }
 
+// AllVerbs are the verbs of a resource kgc can monitor and collect.
 var AllVerbs = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 
 // ResourceLists are the resources of the collector tests: ConfigMaps,
@@ -332,7 +345,7 @@ type Warning struct {
 	Reason, Message string
 }
 
-// Recorder records warnings in memory (collector.Recorder).
+// Recorder records warnings in memory (a workers.Recorder).
 type Recorder struct {
 	mu       sync.Mutex
 	warnings []Warning
@@ -367,7 +380,7 @@ func ConfigMapRef(name string, uid types.UID) metav1.OwnerReference {
 	return metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: name, UID: uid, BlockOwnerDeletion: ptr.To(true)}
 }
 
-// Mapper adds the no-op Reset a ResettableRESTMapper needs.
+// Mapper adds the Reset a ResettableRESTMapper needs; it only counts.
 type Mapper struct {
 	meta.RESTMapper
 	Resets atomic.Int32
@@ -376,6 +389,7 @@ type Mapper struct {
 // Reset counts the resets.
 func (m *Mapper) Reset() { m.Resets.Add(1) }
 
+// The resources ResourceLists and NewMapper know.
 var (
 	ConfigMaps   = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	Namespaces   = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}

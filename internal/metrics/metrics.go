@@ -316,14 +316,6 @@ func (m *Metrics) Unregister() {
 	}
 }
 
-// Collectors returns every collector New registered (for docs tests).
-func (m *Metrics) Collectors() []prometheus.Collector {
-	if m == nil {
-		return nil
-	}
-	return m.collectors
-}
-
 // Operation counts one write to an object.
 func (m *Metrics) Operation(op, outcome string) {
 	if m == nil {

@@ -125,10 +125,11 @@ func DecideForegroundOwner(item *Item) Action {
 // blockOwnerDeletion of the item as soon as one of its dependents is itself
 // deleting dependents, which also fires where there is no cycle (owner ←
 // middle ← lower ← held, lower already waiting for held): owner is then
-// released at once while middle and lower still exist (issue 14, item 7b).
-// kgc clears only the references to waiting owners that really wait for
-// the item through blocking references: an owner the item reaches again
-// by following blocking dependents. Elsewhere the item simply waits.
+// released at once while middle and lower still exist (docs/correctness.md,
+// "Cycles are broken only where there is one"). kgc clears only the
+// references to waiting owners that really wait for the item through
+// blocking references: an owner the item reaches again by following
+// blocking dependents. Elsewhere the item simply waits.
 //
 // Orphaned references (owners deleted with the Orphan policy) never make an
 // item garbage: they are removed like dangling ones, and an item left with

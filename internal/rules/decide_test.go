@@ -144,7 +144,7 @@ func TestDecideDependent(t *testing.T) {
 }
 
 // Cycle breaking clears blockOwnerDeletion only on references to waiting
-// owners that really wait for the item (issue 14, item 7b).
+// owners that really wait for the item (a chain of waits is no cycle).
 func TestDecideDependentCycles(t *testing.T) {
 	a, b, c, d, e := oref("a", nil), oref("b", boolPtr(true)), oref("c", boolPtr(false)), oref("d", boolPtr(true)), oref("e", boolPtr(true))
 	dep := Dependent{UID: "dep", Blocking: true}

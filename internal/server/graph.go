@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -243,7 +242,7 @@ func (h *handler) serveGraph(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	g := ToAPI(nodes, total, h.src.Ready() == nil)
+	g := toAPI(nodes, total, h.src.Ready() == nil)
 	g.Unlisted = unlisted(h.src)
 	_ = json.NewEncoder(w).Encode(g)
 }
@@ -274,7 +273,7 @@ func Fetcher(src Source) func(context.Context, url.Values) (*graphapi.Graph, err
 		if err != nil {
 			return nil, err
 		}
-		g := ToAPI(nodes, total, src.Ready() == nil)
+		g := toAPI(nodes, total, src.Ready() == nil)
 		g.Unlisted = unlisted(src)
 		return &g, nil
 	}
@@ -307,8 +306,8 @@ func State(n *graph.Node) string {
 	}
 }
 
-// ToAPI converts nodes to the JSON wire format.
-func ToAPI(nodes []graph.Node, total int, synced bool) graphapi.Graph {
+// toAPI converts nodes to the JSON wire format.
+func toAPI(nodes []graph.Node, total int, synced bool) graphapi.Graph {
 	out := graphapi.Graph{Nodes: make([]graphapi.Node, len(nodes)), Total: total, Synced: synced}
 	for i := range nodes {
 		n := &nodes[i]
@@ -327,9 +326,4 @@ func ToAPI(nodes []graph.Node, total int, synced bool) graphapi.Graph {
 		}
 	}
 	return out
-}
-
-// WriteJSON writes nodes as a graphapi.Graph.
-func WriteJSON(w io.Writer, nodes []graph.Node, total int, synced bool) error {
-	return json.NewEncoder(w).Encode(ToAPI(nodes, total, synced))
 }

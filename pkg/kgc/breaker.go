@@ -21,7 +21,8 @@ import (
 // stops the deletions it is about to make because an owner is gone, until
 // an operator resumes, when it has evidence of a fault — a restore, an
 // API answering wrongly, a rollback of the API's storage — never for the
-// volume of ordinary deletions. See docs/breaker.md.
+// volume of ordinary deletions. See
+// docs/operator/breaker.md and docs/semantics.md ("Holds").
 type BreakerOptions struct {
 	// Window over which UnobservedOwners and the dangling fraction count.
 	// Default 10 minutes.

@@ -190,7 +190,7 @@ type Options struct {
 	// latest disagreements are served by Handler at
 	// /debug/controllers/garbage-collector-controller/shadow). For running
 	// beside kube-controller-manager's collector before replacing it (see
-	// the README's migration guide). Excludes NamespaceLifecycle.
+	// docs/operator/migration.md). Excludes NamespaceLifecycle.
 	DryRun bool
 	// ShadowWindow is how long, in shadow mode, a decision waits for its
 	// effect and a change only a garbage collector would make waits for a

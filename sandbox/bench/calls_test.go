@@ -21,10 +21,12 @@ import (
 )
 
 // This file counts kgc's API calls per collected object, by verb, for each
-// scenario of issue 3 (the "decide from the cache, verify with
-// preconditions" targets). TestAPICallsPerObject asserts the targets;
-// BenchmarkAPICallsPerObject reports the same numbers as benchmark metrics
-// (with larger object counts) for benchstat.
+// scenario of kgc's call budget: it decides from its graph and lets
+// preconditions verify, so a collected object costs about one call (its
+// DELETE or PATCH), not upstream's GET before each write.
+// TestAPICallsPerObject asserts the targets; BenchmarkAPICallsPerObject
+// reports the same numbers as benchmark metrics (with larger object counts)
+// for benchstat.
 //
 // Counting: each scenario runs its own kgc instance with its own prometheus
 // registry and reads kgc_api_requests_total by verb from kgc's start to its
@@ -99,7 +101,7 @@ func readCalls(tb testing.TB, reg *prometheus.Registry) callCounts {
 	return out
 }
 
-// callScenario is one row of issue 3's table.
+// callScenario is one scenario of the call budget.
 type callScenario struct {
 	name string
 	// setup creates the scenario's objects in ns before kgc starts and
@@ -347,7 +349,7 @@ func populated(owners, perOwner int) callScenario {
 	}
 }
 
-// callTarget is a row of issue 3's targets: at most perObject calls per
+// callTarget is a scenario's target: at most perObject calls per
 // collected object, plus extra calls in total (an owner's finalizer).
 type callTarget struct {
 	sc        callScenario
@@ -368,7 +370,7 @@ func callTargets(scale int) []callTarget {
 	}
 }
 
-// TestAPICallsPerObject asserts issue 3's call-count targets at the KCM
+// TestAPICallsPerObject asserts the call-count targets at the KCM
 // budget. Counts, not timings, are asserted.
 func TestAPICallsPerObject(t *testing.T) {
 	if testing.Short() {

@@ -20,8 +20,8 @@ import (
 // TestRestartAPIServer stops and restarts kube-apiserver alone: the data in
 // etcd survives, the address stays, and clients built before the restart
 // (from Config and from the kubeconfig file) keep working without being
-// rebuilt, an informer included. The whole control plane then stops as
-// usual and leaks nothing.
+// rebuilt, an informer included; RestartAPIServer does both steps at once.
+// The whole control plane then stops as usual and leaks nothing.
 func TestRestartAPIServer(t *testing.T) {
 	ctx := t.Context()
 	_ = healthz.LogHealthz.Check(nil)
@@ -133,6 +133,15 @@ func TestRestartAPIServer(t *testing.T) {
 		t.Errorf("watch from a compacted revision: %v, want 410 Gone", err)
 	}
 	t.Logf("watch from a compacted revision: %v", err)
+
+	// RestartAPIServer, the two steps in one call: the data written
+	// before it is there after it, for a client built before it.
+	if err := cp.RestartAPIServer(ctx); err != nil {
+		t.Fatalf("RestartAPIServer: %v", err)
+	}
+	if _, err := fileClient.CoreV1().ConfigMaps(after.Namespace).Get(ctx, after.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("get after RestartAPIServer: %v", err)
+	}
 
 	if err := cp.Stop(); err != nil {
 		t.Fatalf("Stop: %v", err)

@@ -257,8 +257,8 @@ func cli(t *testing.T, args ...string) (stdout string, err error) {
 	return out.String(), nil
 }
 
-// mustCLI is cli that fails t on an error, and logs the output (the
-// README quotes it).
+// mustCLI is cli that fails t on an error, and logs the output
+// (docs/operator/breaker.md quotes it).
 func mustCLI(t *testing.T, args ...string) string {
 	t.Helper()
 	out, err := cli(t, args...)

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -268,22 +269,41 @@ func portIs(port intstr.IntOrString, p *corev1.ContainerPort) bool {
 	return port.IntVal == p.ContainerPort
 }
 
-// TestReadmeDeployReferences checks that every deploy/ path the README
-// mentions exists, so that the install instructions do not point at removed
-// files.
+// TestReadmeDeployReferences checks that every deploy/ path the README and
+// the documents mention exists, so that the install instructions do not
+// point at removed files.
 func TestReadmeDeployReferences(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	docs, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// deploy/… at the start of a path, not sandbox/integration/deploy/….
-	refs := regexp.MustCompile(`(?m)(?:^|[^/\w.-])(deploy/[\w./-]*)`).FindAllStringSubmatch(string(readme), -1)
-	if len(refs) == 0 {
-		t.Fatal("the README never mentions deploy/")
-	}
-	for _, ref := range refs {
-		if _, err := os.Stat(filepath.Join(repoRoot, ref[1])); err != nil {
-			t.Errorf("README mentions %s: %v", ref[1], err)
+	ref := regexp.MustCompile(`(?m)(?:^|[^/\w.-])(deploy/[\w./-]*)`)
+	readme := filepath.Join(repoRoot, "README.md")
+	for _, path := range append(append([]string{readme}, top...), docs...) {
+		text, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
 		}
+		refs := ref.FindAllStringSubmatch(string(text), -1)
+		if len(refs) == 0 && path == readme {
+			t.Error("the README never mentions deploy/")
+		}
+		for _, r := range refs {
+			if _, err := os.Stat(filepath.Join(repoRoot, r[1])); err != nil {
+				t.Errorf("%s mentions %s: %v", path, r[1], err)
+			}
+		}
+	}
+	install, err := os.ReadFile(filepath.Join(repoRoot, "docs", "operator", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(install), "deploy/20-clusterrole.yaml") {
+		t.Error("the install guide does not describe deploy/20-clusterrole.yaml")
 	}
 }

@@ -18,11 +18,12 @@ import (
 	"github.com/kgc-dev/kgc/pkg/kgc"
 )
 
-// TestFinalizersWaitForUnlistedResources is issue 14, item 2, against the
-// real apiserver. Owners were deleted with Orphan and Foreground while no
-// collector ran; their dependents are custom resources whose list fails
-// when kgc starts (a conversion webhook that is down). kgc must not remove
-// the owners' finalizers before it has seen those dependents:
+// TestFinalizersWaitForUnlistedResources: negative facts wait for unlisted
+// resources, boundedly (docs/correctness.md), against the real apiserver.
+// Owners were deleted with Orphan and Foreground while no collector ran;
+// their dependents are custom resources whose list fails when kgc starts (a
+// conversion webhook that is down). kgc must not remove the owners'
+// finalizers before it has seen those dependents:
 //   - with a hold longer than the outage, the Orphan owner goes only after
 //     its dependents lost their reference to it (they survive), and the
 //     Foreground owner only after its dependents are gone;
@@ -32,7 +33,8 @@ import (
 //   - the same with kgc restarted while the resource is still down: the
 //     next kgc reads the owner from the orphan journal (a Lease) and
 //     orphans its dependents too. Without the journal it deleted them as
-//     dangling, as upstream does (issue 14, the restart limit).
+//     dangling, as upstream does (upstream never remembers an orphaning
+//     owner).
 //
 // Meanwhile Background cascades of healthy kinds go on: nothing waits for
 // the broken resource but the two finalizers.

@@ -16,7 +16,9 @@ import (
 	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 )
 
-// Regression tests of issue 14's items against the real apiserver: the
+// Interleavings in which upstream's collector, or an earlier kgc, deleted
+// the wrong object, released an owner early or never finished (the
+// differences docs/correctness.md lists), against the real apiserver: the
 // unit tests (internal/workers/interleave_test.go) script the exact
 // interleavings; these check that kgc's writes do what they must on a real
 // kube-apiserver (JSON patches with tests, strategic merge patches keyed by
@@ -56,10 +58,10 @@ func (tc *testCase) churn(period time.Duration, objs ...obj) (stop func()) {
 	return stop
 }
 
-// Item 5: objects whose annotations another client patches every 20 ms are
-// collected, stripped of dangling references, and orphaned like any other:
-// kgc's writes rest on their ownerReferences and finalizers, not on their
-// resourceVersion.
+// TestConstantlyUpdatedObjectsAreCollected: objects whose annotations another
+// client patches every 20 ms are collected, stripped of dangling references,
+// and orphaned like any other: kgc's writes rest on their ownerReferences and
+// finalizers, not on their resourceVersion.
 func TestConstantlyUpdatedObjectsAreCollected(t *testing.T) {
 	t.Parallel()
 	tc := newTestCase(t)
@@ -81,10 +83,11 @@ func TestConstantlyUpdatedObjectsAreCollected(t *testing.T) {
 	tc.assertKeptAfterGC(configMapKind, alive(live), aliveWithOwners(stripped, live.uid), aliveWithOwners(orphaned))
 }
 
-// Item 1 and the fallback of item 5 for custom resources (which take no
-// strategic merge patch): two owners orphaning shared dependents at once
-// leave every dependent alive with no references, whichever order their
-// patches land in.
+// TestTwoOwnersOrphanSharedDependents: two owners orphaning shared dependents
+// at once leave every dependent alive with no references, whichever order
+// their patches land in: an owner whose dependent is at a version kgc already
+// wrote to retries instead of skipping it. Custom resources take no strategic
+// merge patch, so they exercise the JSON-patch fallback of reference removal.
 func TestTwoOwnersOrphanSharedDependents(t *testing.T) {
 	t.Parallel()
 	tc := newTestCase(t)
@@ -117,8 +120,9 @@ func TestTwoOwnersOrphanSharedDependents(t *testing.T) {
 	}
 }
 
-// Item 7a: an object whose reference to itself blocks, deleted in the
-// Foreground, goes (upstream keeps it forever).
+// TestForegroundSelfReferenceIsCollected: an object whose reference to
+// itself blocks, deleted in the Foreground, goes (upstream keeps it
+// forever).
 func TestForegroundSelfReferenceIsCollected(t *testing.T) {
 	t.Parallel()
 	tc := newTestCase(t)
@@ -128,11 +132,11 @@ func TestForegroundSelfReferenceIsCollected(t *testing.T) {
 	tc.waitGone(x)
 }
 
-// Item 7b: owner ← middle ← lower ← held, every reference blocking. lower is
-// deleted in the Foreground and waits for held (held by a finalizer); then
-// owner is deleted in the Foreground. There is no cycle: owner must wait for
-// middle, middle for lower, lower for held. Upstream "breaks the cycle" at
-// middle and owner goes at once.
+// TestForegroundChainIsNoCycle: owner ← middle ← lower ← held, every reference
+// blocking. lower is deleted in the Foreground and waits for held (held by a
+// finalizer); then owner is deleted in the Foreground. There is no cycle:
+// owner must wait for middle, middle for lower, lower for held. Upstream
+// "breaks the cycle" at middle and owner goes at once.
 func TestForegroundChainIsNoCycle(t *testing.T) {
 	t.Parallel()
 	tc := newTestCase(t)

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// TestStartCascadeStop is the README's envtest snippet: one call gives a
+// TestStartCascadeStop is the README's library snippet: one call gives a
 // test API server cascading deletion, and Stop leaves nothing running.
 func TestStartCascadeStop(t *testing.T) {
 	ctx := t.Context()

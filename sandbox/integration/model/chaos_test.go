@@ -28,7 +28,7 @@ import (
 //   - delay: kgc's watch streams of one or two resources are held back by a
 //     seeded delay (faultproxy.DelayWatches), so those resources' events
 //     reach kgc's graph later than the others' — the cross-resource
-//     staleness behind several of issue 14's bugs;
+//     staleness behind several of the races docs/correctness.md lists;
 //   - restart: kgc's in-process collector is stopped and a new one started
 //     on the same cluster, one to KGC_MODEL_RESTARTS times per seed, with
 //     the test's operations going on while none runs (owners deleted with

@@ -361,8 +361,9 @@ func (r *run) hasOrphanedOwner(o *recObj) bool {
 // D is kept; if O's reference goes first, D has only dead owners left and
 // is collected. Both are correct, so the test never creates that race,
 // while it does create the cases whose outcome is fixed — two owners of D
-// both deleted with Orphan (D survives without references; issue 14 item
-// 1), or an orphaning owner next to live ones:
+// both deleted with Orphan (D survives without references, however the
+// two owners' patches interleave), or an orphaning owner next to live
+// ones:
 //
 //   - orphanSafe: x may be deleted with Orphan only if every other owner of
 //     each dependent still referring to x is either deleted with Orphan too
