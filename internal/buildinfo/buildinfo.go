@@ -5,10 +5,16 @@ import (
 	"runtime/debug"
 )
 
-// Set by -ldflags -X; they win over what the toolchain recorded.
+// Set by -ldflags -X; they win over what the toolchain recorded. A
+// release build (make dist, the Dockerfile) sets all of them: the image's
+// build context has no .git to record a revision from, and a stamped
+// version is the tag's, not a pseudo-version. modified is "true" when the
+// tree had uncommitted changes; it is read only along with revision.
 var (
-	version  string
-	revision string
+	version   string
+	revision  string
+	buildDate string
+	modified  string
 )
 
 // modulePath is kgc's module: the main module of the kgc binary, a
@@ -29,6 +35,11 @@ type Info struct {
 	Revision string
 	// Modified: the working tree had uncommitted changes.
 	Modified bool
+	// BuildDate is an RFC 3339 time in UTC: a release build's stamp,
+	// which is its commit's time so that building a tag again yields the
+	// same bytes; else the commit time the toolchain recorded
+	// (vcs.time); else Unknown.
+	BuildDate string
 	// GoVersion is the Go toolchain that built the binary.
 	GoVersion string
 }
@@ -39,13 +50,18 @@ func Get() Info {
 	if !ok {
 		bi = nil
 	}
-	return read(bi, version, revision)
+	return read(bi, stamp{version: version, revision: revision, buildDate: buildDate, modified: modified})
+}
+
+// stamp holds the linker-set values; an empty one was not set.
+type stamp struct {
+	version, revision, buildDate, modified string
 }
 
 // read takes kgc's build information from bi (nil when the binary has
 // none) and the linker-set values.
-func read(bi *debug.BuildInfo, ldVersion, ldRevision string) Info {
-	info := Info{Version: Unknown, Revision: Unknown, GoVersion: runtime.Version()}
+func read(bi *debug.BuildInfo, ld stamp) Info {
+	info := Info{Version: Unknown, Revision: Unknown, BuildDate: Unknown, GoVersion: runtime.Version()}
 	if bi != nil {
 		if bi.GoVersion != "" {
 			info.GoVersion = bi.GoVersion
@@ -59,6 +75,8 @@ func read(bi *debug.BuildInfo, ldVersion, ldRevision string) Info {
 					info.Revision = orUnknown(s.Value)
 				case "vcs.modified":
 					info.Modified = s.Value == "true"
+				case "vcs.time":
+					info.BuildDate = orUnknown(s.Value)
 				}
 			}
 		} else {
@@ -77,11 +95,16 @@ func read(bi *debug.BuildInfo, ldVersion, ldRevision string) Info {
 			}
 		}
 	}
-	if ldVersion != "" {
-		info.Version = ldVersion
+	if ld.version != "" {
+		info.Version = ld.version
 	}
-	if ldRevision != "" {
-		info.Revision, info.Modified = ldRevision, false
+	if ld.revision != "" {
+		// The stamp describes its own tree: the toolchain's vcs.modified
+		// may describe another (none, in an image's build context).
+		info.Revision, info.Modified = ld.revision, ld.modified == "true"
+	}
+	if ld.buildDate != "" {
+		info.BuildDate = ld.buildDate
 	}
 	return info
 }

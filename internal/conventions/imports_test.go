@@ -51,7 +51,7 @@ func TestImportsMatchArchitecture(t *testing.T) {
 
 // tableRow is a row of the package table: | `path` | role | `a`, `b` |.
 var (
-	tableRow = regexp.MustCompile("^\\| `((?:cmd|internal|pkg)/[^`]+)` \\|(.*)\\|(.*)\\|\\s*$")
+	tableRow = regexp.MustCompile("^\\| `((?:cmd|internal|pkg|hack)/[^`]+)` \\|(.*)\\|(.*)\\|\\s*$")
 	quoted   = regexp.MustCompile("`([^`]+)`")
 )
 

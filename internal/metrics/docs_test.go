@@ -215,7 +215,7 @@ func TestBuildInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := buildinfo.Get()
-	want := map[string]string{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion}
+	want := map[string]string{"version": b.Version, "revision": b.Revision, "builddate": b.BuildDate, "goversion": b.GoVersion}
 	for _, f := range families {
 		if f.GetName() != "kgc_build_info" {
 			continue

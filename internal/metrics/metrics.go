@@ -206,8 +206,8 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 	build := buildinfo.Get()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info",
-		Help:        "Always 1; its labels say which kgc this is: version, VCS revision and Go version.",
-		ConstLabels: prometheus.Labels{"version": build.Version, "revision": build.Revision, "goversion": build.GoVersion},
+		Help:        "Always 1; its labels say which kgc this is: version, VCS revision, build date and Go version.",
+		ConstLabels: prometheus.Labels{"version": build.Version, "revision": build.Revision, "builddate": build.BuildDate, "goversion": build.GoVersion},
 	})
 	buildInfo.Set(1)
 	m.collectors = []prometheus.Collector{

@@ -189,7 +189,7 @@ func TestStopWithoutStartIsANoop(t *testing.T) {
 }
 
 // /metrics names the kgc it serves: kgc_build_info with its version,
-// revision and Go version.
+// revision, build date and Go version.
 func TestMetricsScrapeHasBuildInfo(t *testing.T) {
 	c, err := kgc.New(&rest.Config{Host: "http://127.0.0.1:1"}, kgc.Options{Registerer: prometheus.NewRegistry()})
 	if err != nil {
@@ -200,9 +200,9 @@ func TestMetricsScrapeHasBuildInfo(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET /metrics = %d", rec.Code)
 	}
-	re := regexp.MustCompile(`(?m)^kgc_build_info\{goversion="` + regexp.QuoteMeta(runtime.Version()) + `",revision="[^"]+",version="[^"]+"\} 1$`)
+	re := regexp.MustCompile(`(?m)^kgc_build_info\{builddate="[^"]+",goversion="` + regexp.QuoteMeta(runtime.Version()) + `",revision="[^"]+",version="[^"]+"\} 1$`)
 	if !re.MatchString(rec.Body.String()) {
-		t.Errorf("/metrics lacks kgc_build_info{goversion,revision,version} 1:\n%s", rec.Body.String())
+		t.Errorf("/metrics lacks kgc_build_info{builddate,goversion,revision,version} 1:\n%s", rec.Body.String())
 	}
 }
 

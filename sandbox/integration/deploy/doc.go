@@ -5,4 +5,9 @@
 // delete verb), the Dockerfile's build command (run as written; the binary
 // must be static), and two replicas of that binary run with the
 // Deployment's arguments as kgc's service account.
+//
+// It also tests what a release ships (release_test.go): `make dist` for this
+// machine's platform stamps its binary with the version, commit and date
+// given, checksums and an SBOM describe what it archived, and the
+// Dockerfile, given the same stamp, builds the same bytes.
 package deploy

@@ -5,12 +5,14 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -110,27 +112,22 @@ func execForm(t *testing.T, in instruction) []string {
 }
 
 // buildCommand is the builder stage's `go build` RUN line: its environment
-// assignments and the go command's arguments.
+// assignments and the go command's arguments, their variables not expanded.
 type buildCommand struct {
 	env  map[string]string
 	args []string // after "go"
+	vars []string // the variables the line uses
 }
 
-// parseBuildCommand reads `VAR=value … go build …` from a RUN line. The line
-// is split on white space: quoting would need a shell, and the command has
-// no need of it.
+// parseBuildCommand reads `VAR=value … go build …` from a RUN line.
 func parseBuildCommand(t *testing.T, in instruction) buildCommand {
 	t.Helper()
-	plain := in.args
-	for _, v := range []string{"${TARGETOS}", "${TARGETARCH}", "$TARGETOS", "$TARGETARCH"} {
-		plain = strings.ReplaceAll(plain, v, "")
+	fields, vars, err := shellWords(in.args)
+	if err != nil {
+		t.Fatalf("Dockerfile:%d: RUN %s: %v", in.line, in.args, err)
 	}
-	if strings.ContainsAny(plain, `"'&|;$(){}<>*?[]~`+"`\\") {
-		t.Fatalf("Dockerfile:%d: RUN %s: keep the build command free of shell syntax (only $TARGETOS and $TARGETARCH are expanded here)", in.line, in.args)
-	}
-	fields := strings.Fields(in.args)
-	cmd := buildCommand{env: map[string]string{}}
-	for len(fields) > 0 && strings.Contains(fields[0], "=") {
+	cmd := buildCommand{env: map[string]string{}, vars: vars}
+	for len(fields) > 0 && strings.Contains(fields[0], "=") && !strings.HasPrefix(fields[0], "-") {
 		k, v, _ := strings.Cut(fields[0], "=")
 		cmd.env[k] = v
 		fields = fields[1:]
@@ -142,6 +139,57 @@ func parseBuildCommand(t *testing.T, in instruction) buildCommand {
 	return cmd
 }
 
+// shellVarRE is a variable reference, ${NAME} or $NAME.
+var shellVarRE = regexp.MustCompile(`^\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))`)
+
+// shellWords splits a command line into words as a shell does for the
+// little shell syntax the build command needs: white space separates
+// words, a double-quoted string is part of one word (the quotes removed),
+// and $NAME and ${NAME} are variables, left in the words for the caller
+// to expand and returned by name. Anything else a shell would interpret
+// is refused: this is not a shell, and must not misread the line.
+func shellWords(line string) (words, vars []string, err error) {
+	var word strings.Builder
+	inWord, quoted := false, false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == '"':
+			quoted, inWord = !quoted, true
+		case (c == ' ' || c == '\t') && !quoted:
+			if inWord {
+				words, inWord = append(words, word.String()), false
+				word.Reset()
+			}
+		case c == '$':
+			m := shellVarRE.FindStringSubmatch(line[i:])
+			if m == nil {
+				return nil, nil, fmt.Errorf("only $NAME and ${NAME} are understood here, not %q", line[i:])
+			}
+			name := m[1] + m[2]
+			if !slices.Contains(vars, name) {
+				vars = append(vars, name)
+			}
+			word.WriteString(m[0])
+			i += len(m[0]) - 1
+			inWord = true
+		case strings.IndexByte("'&|;(){}<>*?[]~`\\!#", c) >= 0 && !quoted,
+			strings.IndexByte("`\\", c) >= 0:
+			return nil, nil, fmt.Errorf("%q: keep the build command free of shell syntax but double quotes and variables", c)
+		default:
+			word.WriteByte(c)
+			inWord = true
+		}
+	}
+	if quoted {
+		return nil, nil, errors.New("unterminated double quote")
+	}
+	if inWord {
+		words = append(words, word.String())
+	}
+	return words, vars, nil
+}
+
 // dockerfile is what the tests need from the Dockerfile.
 type dockerfile struct {
 	builderImage, finalImage string
@@ -150,6 +198,12 @@ type dockerfile struct {
 	binary                   string // where the final stage puts it
 	entrypoint, cmd          []string
 	user                     string
+	// buildArgs are the ARGs the builder stage declares before its go
+	// build line, with their defaults ("" for none).
+	buildArgs map[string]string
+	// argsAfterDownload: the ARGs declared after the module download,
+	// whose values do not invalidate its layer.
+	argsAfterDownload []string
 }
 
 func readDockerfile(t *testing.T) dockerfile {
@@ -163,11 +217,21 @@ func readDockerfile(t *testing.T) dockerfile {
 		t.Fatalf("Dockerfile has %d stages, want 2 (builder, final)", len(stages))
 	}
 	builder, final := stages[0], stages[1]
-	df := dockerfile{builderImage: builder.from, finalImage: final.from}
+	df := dockerfile{builderImage: builder.from, finalImage: final.from, buildArgs: map[string]string{}}
 	var builds []instruction
+	downloaded := false
 	for _, in := range builder.instructions {
-		if in.keyword == "RUN" && strings.Contains(in.args, "go build") {
+		switch {
+		case in.keyword == "RUN" && strings.Contains(in.args, "go build"):
 			builds = append(builds, in)
+		case in.keyword == "RUN" && strings.Contains(in.args, "go mod download"):
+			downloaded = true
+		case in.keyword == "ARG" && len(builds) == 0:
+			name, def, _ := strings.Cut(in.args, "=")
+			df.buildArgs[name] = def
+			if downloaded {
+				df.argsAfterDownload = append(df.argsAfterDownload, name)
+			}
 		}
 	}
 	if len(builds) != 1 {
@@ -227,7 +291,25 @@ func TestDockerfile(t *testing.T) {
 	if len(df.entrypoint) != 1 || df.entrypoint[0] != df.binary {
 		t.Errorf("ENTRYPOINT %q, want [%q]", df.entrypoint, df.binary)
 	}
+	// Docker gives a RUN line only the build arguments its stage declares;
+	// any other variable would be empty, silently.
+	for _, v := range df.build.vars {
+		if _, ok := df.buildArgs[v]; !ok {
+			t.Errorf("the go build RUN line uses $%s, which the builder stage does not declare with ARG", v)
+		}
+	}
+	// The release stamp, declared after the module download so that each
+	// new version does not download the modules again.
+	for _, arg := range stampArgs {
+		if !slices.Contains(df.build.vars, arg) || !slices.Contains(df.argsAfterDownload, arg) {
+			t.Errorf("the builder stage must declare ARG %s after `go mod download` and stamp the binary with it", arg)
+		}
+	}
 }
+
+// stampArgs are the Dockerfile's build arguments that stamp the binary,
+// as make image passes them (make dist's stamp).
+var stampArgs = []string{"VERSION", "REVISION", "BUILD_DATE", "MODIFIED"}
 
 // built is kgc as the Dockerfile builds it, once per test binary.
 var built struct {
@@ -239,7 +321,8 @@ var built struct {
 // buildAsDockerfile runs the Dockerfile's go build command as written, in a
 // copy of the build context the Dockerfile gets (the repository filtered by
 // .dockerignore), with its environment (CGO_ENABLED=0 GOWORK=off; this
-// machine's platform for $TARGETOS/$TARGETARCH), and returns the binary.
+// machine's platform for $TARGETOS/$TARGETARCH; testStamp's build
+// arguments, as make image would pass them), and returns the binary.
 func buildAsDockerfile(t *testing.T) string {
 	t.Helper()
 	built.once.Do(func() {
@@ -247,23 +330,33 @@ func buildAsDockerfile(t *testing.T) string {
 		ctxDir := filepath.Join(workDir, "context")
 		copyBuildContext(t, repoRoot, ctxDir)
 		bin := filepath.Join(workDir, "out", "kgc")
+		// The build args Docker gives the builder stage on this machine:
+		// the automatic platform ones, and the stamp.
+		values := map[string]string{"TARGETOS": runtime.GOOS, "TARGETARCH": runtime.GOARCH}
+		for k, v := range testStamp(t).buildArgs() {
+			values[k] = v
+		}
+		expand := func(s string) string {
+			return os.Expand(s, func(name string) string {
+				if _, declared := df.buildArgs[name]; !declared {
+					t.Fatalf("the go build RUN line uses $%s, which the builder stage does not declare", name)
+				}
+				if v, ok := values[name]; ok {
+					return v
+				}
+				return df.buildArgs[name]
+			})
+		}
 		args := slices.Clone(df.build.args)
 		for i := range args {
+			args[i] = expand(args[i])
 			if i > 0 && args[i-1] == "-o" {
 				args[i] = bin
 			}
 		}
-		// The build args Docker gives the builder stage on this machine.
-		platform := map[string]string{"TARGETOS": runtime.GOOS, "TARGETARCH": runtime.GOARCH}
-		env := environWithout("GOFLAGS", "GOWORK", "CGO_ENABLED", "GOOS", "GOARCH")
+		env := environWithout(buildEnvUnset...)
 		for k, v := range df.build.env {
-			env = append(env, k+"="+os.Expand(v, func(name string) string {
-				if val, ok := platform[name]; ok {
-					return val
-				}
-				t.Fatalf("the go build RUN line uses $%s, which this test does not know", name)
-				return ""
-			}))
+			env = append(env, k+"="+expand(v))
 		}
 		// A cold build cache makes this a full build of kgc and client-go.
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
@@ -540,5 +633,30 @@ func TestDockerignoreMatcher(t *testing.T) {
 	}
 	if got, want := buf.String(), "false:* true:go.mod true:cmd true:pkg false:*.md "; got != want {
 		t.Errorf("patterns = %q, want %q", got, want)
+	}
+}
+
+// TestShellWords pins the build line's word splitting on what the
+// Dockerfile uses, and its refusal of the shell syntax it does not
+// understand.
+func TestShellWords(t *testing.T) {
+	words, vars, err := shellWords(`A=0 GOOS=$TARGETOS go build -ldflags="-s -X p.v=${VERSION} -X p.r=$REVISION" -o /out/kgc ./cmd/kgc`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"A=0", "GOOS=$TARGETOS", "go", "build", "-ldflags=-s -X p.v=${VERSION} -X p.r=$REVISION", "-o", "/out/kgc", "./cmd/kgc"}
+	if !slices.Equal(words, want) {
+		t.Errorf("words %q, want %q", words, want)
+	}
+	if !slices.Equal(vars, []string{"TARGETOS", "VERSION", "REVISION"}) {
+		t.Errorf("vars %q", vars)
+	}
+	for _, line := range []string{
+		`go build $(git rev-parse HEAD)`, `go build -ldflags='-s'`, `go build "unterminated`,
+		`go build ./... && true`, "go build `x`", `go build "$(x)"`, `go build ${A:-b}`, `go build \"`,
+	} {
+		if _, _, err := shellWords(line); err == nil {
+			t.Errorf("shellWords(%q) accepted", line)
+		}
 	}
 }
