@@ -1,7 +1,7 @@
 # kgc — run `make help` for the targets.
 GO ?= go
 
-.PHONY: help run test test-unit test-integration bench bench-quick bench-cluster bench-go bench-namespaces bench-scale build dist image lint verify soak soak-sim
+.PHONY: test-bulk help run test test-unit test-integration bench bench-quick bench-cluster bench-go bench-namespaces bench-scale build dist image lint verify soak soak-sim
 
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,6 +20,10 @@ test-unit: ## Run the root module's unit tests only (fast, no control plane).
 
 test-integration: ## Run the integration tests against the sandbox control plane.
 	$(GO) test -race ./sandbox/...
+
+BULK_TESTS = DoesNotTrip|TestOwnersGoWithTheirNamespace|TestBacklogAfterLeaderChange
+test-bulk: ## The bulk deletions that must never trip the deletion breaker, at full size (a CRD with 10,000 instances, 5,000 owners in one DeleteCollection, namespaces of 5,000 owners, start-up backlogs of 5,000), without the race detector (CI runs them smaller, with it).
+	KGC_BULK_FULL=1 $(GO) test -count=1 -timeout 2h -v -run '$(BULK_TESTS)' ./sandbox/integration/breaker/ ./sandbox/integration/namespaces/ ./sandbox/integration/leaderelection/
 
 soak: ## Run the randomized model-based safety test for many seeds (env: KGC_MODEL_SEEDS=50, KGC_MODEL_OBJECTS=400, KGC_SEED, KGC_MODEL_CHAOS=restart,fail,pages (add delay to see the watch-lag limit of docs/correctness.md), KGC_MODEL_RESTARTS=4).
 	KGC_MODEL_SEEDS=$${KGC_MODEL_SEEDS:-50} KGC_MODEL_OBJECTS=$${KGC_MODEL_OBJECTS:-400} KGC_MODEL_RESTARTS=$${KGC_MODEL_RESTARTS:-4} \

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
@@ -334,4 +337,64 @@ func waitCascadeGone(t *testing.T, ns string, c cascade) {
 		}
 		return false, err
 	})
+}
+
+// A new leader takes over a backlog: the leader dies, its dependents'
+// owners are deleted while no replica leads, and the next leader (a
+// `kgc run` with the default flags: the deletion breaker on its Lease,
+// the restore hold, the orphan journal) collects every dependent at
+// start-up, as kube-controller-manager's collector would, without
+// tripping anything. (CI size; KGC_BULK_FULL=1 runs 5,000.)
+func TestBacklogAfterLeaderChange(t *testing.T) {
+	n := 500
+	if ok, _ := strconv.ParseBool(os.Getenv("KGC_BULK_FULL")); ok {
+		n = 5000
+	}
+	ctx := t.Context()
+	ns := createNamespace(t)
+	a := startKGC(t, "a", ns)
+	waitLeaseHolder(t, ns, func(h string) bool { return h == a.identity })
+	owners := make([]types.UID, n)
+	for i := range n {
+		o, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("owner-%d", i), Labels: map[string]string{labelCascade: "backlog-owner"}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners[i] = o.UID
+		if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("dep-%d", i), Labels: map[string]string{labelCascade: "backlog"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: o.Name, UID: o.UID, BlockOwnerDeletion: ptr.To(true)}}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Kill(t)
+	bg := metav1.DeletePropagationBackground
+	if err := client.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg},
+		metav1.ListOptions{LabelSelector: labelCascade + "=backlog-owner"}); err != nil {
+		t.Fatal(err)
+	}
+	b := startKGC(t, "b", ns)
+	waitLeaseHolder(t, ns, func(h string) bool { return h == b.identity })
+	began := time.Now()
+	backlog := cascade{name: "backlog"}
+	err := wait.PollUntilContextTimeout(ctx, pollInterval, 15*time.Minute, true, func(ctx context.Context) (bool, error) {
+		left, err := dependentsLeft(ctx, ns, backlog)
+		return left == 0, err
+	})
+	if err != nil {
+		left, _ := dependentsLeft(ctx, ns, backlog)
+		t.Fatalf("the new leader left %d of %d dependents: %v", left, n, err)
+	}
+	t.Logf("BULK backlog (leader change): %d dependents collected %s after the new leader took the Lease", n, time.Since(began).Round(time.Millisecond))
+	if c := b.Count(t, "Deletion circuit breaker tripped"); c != 0 {
+		t.Errorf("the new leader's breaker tripped %d times on an ordinary backlog", c)
+	}
+	lease, err := client.CoordinationV1().Leases(ns).Get(ctx, leaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := lease.Annotations["kgc.dev/deletions-held"]; v != "" {
+		t.Errorf("a trip recorded on the Lease: %s", v)
+	}
 }

@@ -2,7 +2,14 @@ package namespaces
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,8 +17,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kgc-dev/kgc/internal/breaker"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
@@ -214,4 +224,81 @@ func TestThousandsOfObjects(t *testing.T) {
 		r.checkpoint(t, expect{label: "namespace deleted", namespace: ns, gone: true, timeout: 10 * time.Minute, objects: map[obj]string{{configMapsGVR, ns, "cm-00000"}: "gone"}})
 		r.logf(t, "%s: namespace with %d configmaps gone %s after its deletion", s.name, n, time.Since(began).Round(time.Millisecond))
 	})
+}
+
+// A namespace holding thousands of owners, each with a dependent, goes
+// on both sides, and neither side's kgc, at `kgc run`'s safety defaults,
+// trips its deletion breaker or holds anything: the owners' deletions are
+// observed (DELETED events, a terminating namespace), which is people
+// deleting, not a fault. (CI size; KGC_BULK_FULL=1 runs 5,000.)
+func TestOwnersGoWithTheirNamespace(t *testing.T) {
+	n := 500
+	if ok, _ := strconv.ParseBool(os.Getenv("KGC_BULK_FULL")); ok {
+		n = 5000
+	}
+	ns := testenv.NamespaceName(t.Name())
+	for _, s := range sides {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			s.createNamespace(t, ns)
+			owners := make([]types.UID, n)
+			parallelDo(t, n, func(i int) error {
+				cm, err := s.kube.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("owner-%d", i)}}, metav1.CreateOptions{})
+				if err == nil {
+					owners[i] = cm.UID
+				}
+				return err
+			})
+			parallelDo(t, n, func(i int) error {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("dep-%d", i),
+					OwnerReferences: []metav1.OwnerReference{testenv.OwnerRef("v1", "ConfigMap", fmt.Sprintf("owner-%d", i), owners[i], true)}}}
+				_, err := s.kube.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{})
+				return err
+			})
+			began := time.Now()
+			s.deleteNamespace(t, ns)
+			err := wait.PollUntilContextTimeout(context.Background(), pollInterval, 15*time.Minute, true, func(context.Context) (bool, error) {
+				return s.namespaceGone(ns), nil
+			})
+			if err != nil {
+				t.Fatalf("waiting for the namespace to go: %v", err)
+			}
+			t.Logf("BULK namespace (%s): %d owners and %d dependents gone %s after the namespace's deletion", s.name, n, n, time.Since(began).Round(time.Millisecond))
+			rec := httptest.NewRecorder()
+			s.gc.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, breaker.Path, nil))
+			var r breaker.Report
+			if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil {
+				t.Fatalf("holds: %v: %s", err, rec.Body.String())
+			}
+			if r.Breaker == nil || len(r.Breaker.Trips) != 0 || r.Breaker.HeldTotal != 0 || len(r.Restored) != 0 {
+				t.Fatalf("deleting a namespace tripped the breaker or held something: %+v", r.Breaker)
+			}
+		})
+	}
+}
+
+// parallelDo runs do(i) for i in [0, n) from 16 goroutines and fails t on
+// an error.
+func parallelDo(t *testing.T, n int, do func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var first atomic.Value
+	next := make(chan int)
+	for range 16 {
+		wg.Go(func() {
+			for i := range next {
+				if err := do(i); err != nil {
+					first.CompareAndSwap(nil, err)
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err, _ := first.Load().(error); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -45,6 +45,8 @@ type side struct {
 	name    string
 	kube    kubernetes.Interface
 	dynamic dynamic.Interface
+	// gc is the kgc collecting there.
+	gc *testenv.Collector
 }
 
 var (
@@ -67,12 +69,14 @@ const (
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, testenv.Options{Name: "namespaces"}, func(env *testenv.Env) error {
 		kgcSide = &side{name: "kgc", kube: env.Kube, dynamic: env.Dynamic}
-		_, err := env.StartCollector(env.Config, kgc.Options{
-			NamespaceLifecycle: true,
-			QPS:                -1, // unthrottled: the tests time the apiserver's work, not a budget
-			Logger:             testenv.Logger("kgc"),
-		}, time.Minute)
-		if err != nil {
+		// Both sides' kgc run with `kgc run`'s safety defaults: deleting
+		// a namespace must never trip them.
+		opts := runDefaults()
+		opts.NamespaceLifecycle = true
+		opts.QPS = -1 // unthrottled: the tests time the apiserver's work, not a budget
+		opts.Logger = testenv.Logger("kgc")
+		var err error
+		if kgcSide.gc, err = env.StartCollector(env.Config, opts, time.Minute); err != nil {
 			return err
 		}
 
@@ -99,12 +103,24 @@ func TestMain(m *testing.M) {
 		kcmSide = &side{name: "kcm", kube: kubernetes.NewForConfigOrDie(cfg), dynamic: dynamic.NewForConfigOrDie(cfg)}
 		// kgc replaces kube-controller-manager's garbage collector there,
 		// as it would in a real cluster, and leaves namespaces to it.
-		if _, err := env.StartCollector(cfg, kgc.Options{QPS: -1, Logger: testenv.Logger("kgc-gc")}, time.Minute); err != nil {
+		opts = runDefaults()
+		opts.QPS = -1
+		opts.Logger = testenv.Logger("kgc-gc")
+		if kcmSide.gc, err = env.StartCollector(cfg, opts, time.Minute); err != nil {
 			return err
 		}
 		sides = []*side{kgcSide, kcmSide}
 		return nil
 	}))
+}
+
+// runDefaults are `kgc run`'s safety defaults: the deletion breaker and
+// the orphan journal on their Leases in kube-system, the restore hold.
+func runDefaults() kgc.Options {
+	b := kgc.DefaultBreakerOptions()
+	b.LeaseNamespace, b.LeaseName = metav1.NamespaceSystem, "kgc"
+	return kgc.Options{Breaker: &b, HoldRestored: true,
+		OrphanJournal: &kgc.OrphanJournalOptions{LeaseNamespace: metav1.NamespaceSystem, LeaseName: "kgc-orphans"}}
 }
 
 func poll(t *testing.T, what string, cond func() bool) {
