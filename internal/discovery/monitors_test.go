@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/metadata"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -468,4 +469,39 @@ func (r gatedResource) List(ctx context.Context, opts metav1.ListOptions) (*meta
 		return nil, errors.New("gate never opened")
 	}
 	return r.ResourceInterface.List(ctx, opts)
+}
+
+// A watch that reconnects after an error checks that its resource's
+// storage did not go back: a consistent read answering an older
+// resourceVersion than the one the watch would resume from (a plain etcd
+// restore) makes it list again; an equal or newer one, a failed read, or
+// a resourceVersion that is no number do not.
+func TestStorageWentBack(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	for _, tc := range []struct {
+		name, resume, now string
+		fail              bool
+		want              bool
+	}{
+		{name: "gone back", resume: "1217", now: "1213", want: true},
+		{name: "the same", resume: "1217", now: "1217"},
+		{name: "newer", resume: "1217", now: "1300"},
+		{name: "the read fails", resume: "1217", fail: true},
+		{name: "no number", resume: "abc", now: "1"},
+		{name: "no number now", resume: "1217", now: "x1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+			client.PrependReactor("list", "configmaps", func(a clienttesting.Action) (bool, kruntime.Object, error) {
+				if tc.fail {
+					return true, nil, errors.New("connection refused")
+				}
+				return true, &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: tc.now}}, nil
+			})
+			mon := &monitor{resource: configMaps, res: client.Resource(configMaps.GVR).Namespace(metav1.NamespaceAll)}
+			if got := mon.storageWentBack(ctx, klog.FromContext(ctx), tc.resume); got != tc.want {
+				t.Fatalf("storageWentBack(%s) with the storage at %s = %v, want %v", tc.resume, tc.now, got, tc.want)
+			}
+		})
+	}
 }
