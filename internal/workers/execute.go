@@ -391,3 +391,8 @@ func conflictOrNil(err error) error {
 	}
 	return err
 }
+
+// releasedAfter reports whether kgc released owner (removed its
+// foregroundDeletion finalizer) after the owner was read waiting at
+// resourceVersion rv. Placeholder until the fix: any release.
+func (w *Workers) releasedAfter(owner types.UID, rv string) bool { return w.fgReleased.Has(owner) }

@@ -388,3 +388,65 @@ func TestForegroundReleaseRefusalKeepsEarlierRelease(t *testing.T) {
 		t.Fatalf("DELETE %v sent while O exists and is no longer in Foreground deletion (S1)", deletes)
 	}
 }
+
+// (7) A client deletes O Foreground again after kgc released it (a
+// foreign finalizer keeps O): the apiserver puts foregroundDeletion back,
+// at a resourceVersion newer than kgc's release. That is a new request,
+// and kgc carries it out as one: it deletes O's dependents (D, decided
+// before, and D2, blocking, created after the release) and releases O
+// again. Taking the first release as final refused their DELETEs for
+// good, and D2 and O waited for each other. A DELETE decided while O
+// waited the first time (before the release) is still not sent as
+// decided: the release came after it; D is decided again.
+func TestForegroundDeleteAfterReleaseIsANewRequest(t *testing.T) {
+	srv := fakeapi.NewServer()
+	s, _ := newMeteredStepper(t, srv)
+	o, d, wOld := waitingOwnerWithDecidedDependent(t, s, srv)
+	if err := s.deleteStep("o-uid"); err != nil {
+		t.Fatalf("O's first release: %v", err)
+	}
+	if cur := s.mustGet(fakeapi.Deployments, o); slices.Contains(cur.Finalizers, metav1.FinalizerDeleteDependents) {
+		t.Fatalf("O still waits after its first release (the test's premise): %v", cur.Finalizers)
+	}
+	s.observe(fakeapi.Deployments, o)
+
+	// A new blocking dependent, and a second Foreground DELETE of O.
+	d2 := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d2", "d2-uid", fakeapi.DeploymentRef("o", "o-uid")))
+	s.observe(fakeapi.ConfigMaps, d2)
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationForeground)
+	again := s.mustGet(fakeapi.Deployments, o)
+	if !slices.Contains(again.Finalizers, metav1.FinalizerDeleteDependents) {
+		t.Fatalf("the second Foreground DELETE did not put foregroundDeletion back (the test's premise): %v", again.Finalizers)
+	}
+	s.observe(fakeapi.Deployments, o)
+
+	if err := wOld(s.ctx); !errors.Is(err, errRetry) {
+		t.Errorf("the DELETE decided before the first release: %v, want errRetry (decided again)", err)
+	}
+	if deletes := deletedNames(srv); len(deletes) != 0 {
+		t.Fatalf("DELETE %v sent as decided before kgc's release", deletes)
+	}
+	if err := s.deleteStep("o-uid"); err != nil && !errors.Is(err, errRetry) {
+		t.Fatalf("O: %v", err)
+	}
+	for _, uid := range []types.UID{"d-uid", "d2-uid"} {
+		if err := s.deleteStep(uid); err != nil {
+			t.Fatalf("%s: %v", uid, err)
+		}
+	}
+	if got := deletedNames(srv); !slices.Equal(got, []string{"d", "d2"}) {
+		t.Fatalf("DELETEs %v, want d and d2: the dependents of an owner deleted Foreground again after kgc released it must go", got)
+	}
+	s.observe(fakeapi.ConfigMaps, d)
+	s.observe(fakeapi.ConfigMaps, d2)
+	if err := s.deleteStep("o-uid"); err != nil {
+		t.Fatalf("O's second release: %v", err)
+	}
+	if cur := s.mustGet(fakeapi.Deployments, o); slices.Contains(cur.Finalizers, metav1.FinalizerDeleteDependents) {
+		t.Fatalf("O still waits after its dependents went: %v", cur.Finalizers)
+	}
+	// The second release is final for what was decided before it.
+	if !s.c.releasedAfter("o-uid", again.ResourceVersion) {
+		t.Error("a decision that read O waiting before the second release is not refused")
+	}
+}
