@@ -450,3 +450,52 @@ func TestForegroundDeleteAfterReleaseIsANewRequest(t *testing.T) {
 		t.Error("a decision that read O waiting before the second release is not refused")
 	}
 }
+
+// (8) The release of the new request is settled like the first: O,
+// released once, deleted Foreground again; D's DELETE is decided while O
+// waits for the second time; kgc's second release lands but its answer is
+// lost. The first release is no reason to take the second as settled
+// (the decision came after it): O is uncertain, and D's DELETE reads O
+// first, finds it solid, and is not sent (S1).
+func TestForegroundSecondReleaseAnsweredAmbiguouslyStopsDependentDeletes(t *testing.T) {
+	srv := fakeapi.NewServer()
+	s, reg := newMeteredStepper(t, srv)
+	o, d, _ := waitingOwnerWithDecidedDependent(t, s, srv)
+	if err := s.deleteStep("o-uid"); err != nil {
+		t.Fatalf("O's first release: %v", err)
+	}
+	s.observe(fakeapi.Deployments, o)
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.Deployments, o)
+	wd, err := s.c.planDeleteItem(s.ctx, "d-uid")
+	if err != nil || wd == nil {
+		t.Fatalf("D: no DELETE decided while O waits again: %v", err)
+	}
+	answerFinalizerPatchOnce(srv, true, lostAnswer())
+	if err := s.deleteStep("o-uid"); !apierrors.IsTimeout(err) {
+		t.Fatalf("O's second release: %v, want the lost answer", err)
+	}
+	if cur := s.mustGet(fakeapi.Deployments, o); slices.Contains(cur.Finalizers, metav1.FinalizerDeleteDependents) {
+		t.Fatalf("the second release did not land (the test's premise): %v", cur.Finalizers)
+	}
+	if !s.c.fgUncertain.Has("o-uid") {
+		t.Error("O not uncertain after its second release was answered ambiguously")
+	}
+	if err := wd(s.ctx); !errors.Is(err, errRetry) {
+		t.Errorf("D's DELETE: %v, want errRetry (O read solid)", err)
+	}
+	if deletes := deletedNames(srv); len(deletes) != 0 {
+		t.Fatalf("DELETE %v sent while O exists and is no longer in Foreground deletion (S1)", deletes)
+	}
+	if n := confirmLookups(t, reg); n != 1 {
+		t.Errorf("confirm lookups %v, want 1", n)
+	}
+	s.observe(fakeapi.Deployments, o)
+	if err := s.deleteStep("d-uid"); err != nil {
+		t.Fatal(err)
+	}
+	s.mustGet(fakeapi.ConfigMaps, d)
+	if deletes := deletedNames(srv); len(deletes) != 0 {
+		t.Fatalf("DELETE %v sent for a dependent its solid owner keeps", deletes)
+	}
+}
