@@ -189,6 +189,11 @@ type Server struct {
 
 	// Fault, when set, may fail a call before it is served.
 	Fault func(Call) error
+	// LostAnswer, when set, may replace the answer to a write that
+	// landed (a DELETE or PATCH served without error) with an error: a
+	// timeout, a 5xx or a broken connection, whose caller cannot tell
+	// whether its write took effect.
+	LostAnswer func(Call) error
 	// ReleasedUnlisted, when set, reports the running collector's last
 	// record of an owner whose finalizer it removed although resources
 	// were unlisted (Collector.Held): the finalizer, the resources unlisted
@@ -1024,6 +1029,22 @@ func (rc *resourceClient) Namespace(ns string) metadata.ResourceInterface {
 func (rc *resourceClient) Delete(_ context.Context, name string, opts metav1.DeleteOptions, _ ...string) error {
 	err := rc.s.delete(rc.actor, rc.gvr, rc.ns, name, opts)
 	rc.traceErr("delete", name, err)
+	if err == nil {
+		err = rc.lostAnswer("delete", name)
+	}
+	return err
+}
+
+// lostAnswer is the answer to a write that landed: nil, or the error
+// LostAnswer replaces it with (traced).
+func (rc *resourceClient) lostAnswer(verb, name string) error {
+	if rc.s.LostAnswer == nil {
+		return nil
+	}
+	err := rc.s.LostAnswer(Call{Actor: rc.actor, Verb: verb, Resource: rc.gvr.GroupResource(), Name: name})
+	if err != nil {
+		rc.s.trace("fault: %s's %s %s %s/%s landed; its answer lost: %v", rc.actor, verb, rc.gvr.Resource, rc.ns, name, err)
+	}
 	return err
 }
 
@@ -1054,6 +1075,11 @@ func (rc *resourceClient) Watch(_ context.Context, opts metav1.ListOptions) (wat
 func (rc *resourceClient) Patch(_ context.Context, name string, pt types.PatchType, data []byte, _ metav1.PatchOptions, _ ...string) (*metav1.PartialObjectMetadata, error) {
 	obj, err := rc.s.patch(rc.actor, rc.gvr, rc.ns, name, pt, data)
 	rc.traceErr("patch", name, err)
+	if err == nil {
+		if err = rc.lostAnswer("patch", name); err != nil {
+			return nil, err
+		}
+	}
 	return obj, err
 }
 
