@@ -75,12 +75,20 @@ func TestOrphanRefusedReleaseKeepsLaggingDependent(t *testing.T) {
 }
 
 // The same with a restart before D is seen: only the journal tells the
-// next collector that O went with Orphan.
+// next collector that O went with Orphan. (Another owner orphaned before
+// the restart has the journal written with what it holds then.)
 func TestOrphanRefusedReleaseKeepsLaggingDependentAcrossRestart(t *testing.T) {
 	s, o, d := orphanWithLaggingDependent(t)
 	s.must(s.Jump(90 * time.Second))
 	if n := s.count("kgc: patch deployments a/o refused"); n == 0 {
 		t.Fatalf("the removal was not decided again and refused (the test's premise)\n%s", s.Trace())
+	}
+	p := s.create(Obj{GR: Jobs, Namespace: "a", Name: "p"})
+	s.must(s.Delete(p, metav1.DeletePropagationOrphan))
+	s.must(s.Deliver(Jobs))
+	s.must(s.Deliver(Jobs))
+	if s.Get(p) != nil {
+		t.Fatalf("the other owner was not orphaned\n%s", s.Trace())
 	}
 	s.must(s.Patch(o, "remove foreign finalizer", map[string]any{"finalizers": []string{}}))
 	s.must(s.Restart())

@@ -155,8 +155,13 @@ type Server struct {
 	snapSeq   int
 	clock     *Clock
 	// orphaned holds the UIDs of owners that went with Orphan: deleting a
-	// dependent on their account breaks S2.
-	orphaned map[types.UID]bool
+	// dependent on their account breaks S2. orphanReleased holds the
+	// owners whose orphan finalizer kgc removed while they were being
+	// deleted (and that no Foreground DELETE has put in Foreground
+	// deletion since): they went with Orphan whoever removes their last
+	// finalizer (a foreign one may keep them after kgc's release).
+	orphaned       map[types.UID]bool
+	orphanReleased map[types.UID]bool
 	// What the running collector was shown: the last version of each
 	// object delivered to it or listed by it, and the resources it listed
 	// completely. A dependent the collector could not have seen yet (its
@@ -218,7 +223,7 @@ func NewServer(clk *Clock, kinds ...*Kind) *Server {
 	s := &Server{
 		rv: 100, kinds: make(map[schema.GroupResource]*resource),
 		objects: make(map[objKey]*metav1.ObjectMeta), snapshots: make(map[int][]metav1.ObjectMeta),
-		clock: clk, orphaned: make(map[types.UID]bool), excused: make(map[[2]types.UID]excuse),
+		clock: clk, orphaned: make(map[types.UID]bool), orphanReleased: make(map[types.UID]bool), excused: make(map[[2]types.UID]excuse),
 		seen: make(map[types.UID]*metav1.ObjectMeta), listed: make(map[schema.GroupResource]bool),
 		relisted: make(map[types.UID]*metav1.ObjectMeta),
 		kgcWrote: make(map[types.UID]int64), streamed: make(map[schema.GroupResource][]int),
@@ -290,12 +295,21 @@ func (s *Server) put(actor Actor, k objKey, m *metav1.ObjectMeta, created bool) 
 		s.checkFinalizers(actor, old, m)
 		s.checkRefs(k, old, m)
 	}
-	if m.DeletionTimestamp != nil && len(m.Finalizers) == 0 && actor == ActorKGC {
-		// (A CRD's deletion, in Unserve, removes instances regardless of
-		// their finalizers: no orphaning happened there.)
-		if old := s.objects[k]; old != nil && slices.Contains(old.Finalizers, metav1.FinalizerOrphanDependents) {
-			s.orphaned[m.UID] = true
+	if old := s.objects[k]; old != nil && m.DeletionTimestamp != nil {
+		switch {
+		case actor == ActorKGC && slices.Contains(old.Finalizers, metav1.FinalizerOrphanDependents) &&
+			!slices.Contains(m.Finalizers, metav1.FinalizerOrphanDependents):
+			s.orphanReleased[m.UID] = true
+		case slices.Contains(m.Finalizers, metav1.FinalizerDeleteDependents) &&
+			!slices.Contains(old.Finalizers, metav1.FinalizerDeleteDependents):
+			delete(s.orphanReleased, m.UID) // deleted Foreground again
 		}
+	}
+	if m.DeletionTimestamp != nil && len(m.Finalizers) == 0 && s.orphanReleased[m.UID] {
+		// (A CRD's deletion, in Unserve, removes instances regardless of
+		// their finalizers: an owner orphaned only by it did not go with
+		// Orphan.)
+		s.orphaned[m.UID] = true
 	}
 	m.ResourceVersion = strconv.FormatInt(s.nextRV(), 10)
 	if m.DeletionTimestamp != nil && len(m.Finalizers) == 0 {
