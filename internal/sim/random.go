@@ -60,6 +60,9 @@ type Outcome struct {
 	// DiscoveryChanged: the schedule switched a preferred version or
 	// deleted a CRD-like resource.
 	DiscoveryChanged bool
+	// LostAnswers: how many answers to the collector's writes that landed
+	// were lost (Sim.LostAnswerRate).
+	LostAnswers int
 }
 
 // Failed reports whether the schedule broke the contract or the harness.
@@ -128,6 +131,7 @@ func (s *Sim) finish(out *Outcome) {
 	}
 	s.mu.Lock()
 	out.Steps = len(s.steps)
+	out.LostAnswers = s.lostAnswers
 	for _, st := range s.steps {
 		if strings.Contains(st, "preferred version") || strings.Contains(st, "deleted (still in discovery") {
 			out.DiscoveryChanged = true

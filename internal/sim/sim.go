@@ -96,6 +96,7 @@ type Sim struct {
 	// of the orphan journal) is answered with a timeout, a 5xx or a
 	// broken connection (lostAnswer).
 	LostAnswerRate float64
+	lostAnswers    int // answers lost so far
 	calls          map[string]int
 	// Configure, when set, adjusts the config of every collector Start
 	// starts (a test that switches a fix off through a config knob).
@@ -167,6 +168,9 @@ func (s *Sim) lostAnswer(c Call) error {
 	if float64(h.Sum64()%10000)/10000 >= rate {
 		return nil
 	}
+	s.mu.Lock()
+	s.lostAnswers++
+	s.mu.Unlock()
 	switch (h.Sum64() / 10000) % 3 {
 	case 0:
 		return apierrors.NewTimeoutError("the server was unable to return a response in the time allotted, but may still be processing the request", 0)
