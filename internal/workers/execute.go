@@ -251,9 +251,10 @@ const releasedForGood = "gone"
 
 // markReleased records that kgc's release of owner is known to have
 // landed by resourceVersion rv (the version its patch produced, or a later
-// one a read found it solid at), keeping a later record.
+// one a read found it solid at; releasedForGood for an owner gone),
+// keeping a later record.
 func (w *Workers) markReleased(owner types.UID, rv string) {
-	if prev, ok := w.fgReleased.Get(owner); ok && !newerRV(rv, prev) {
+	if prev, ok := w.fgReleased.Get(owner); ok && rv != releasedForGood && !newerRV(rv, prev) {
 		return
 	}
 	w.fgReleased.Put(owner, rv)

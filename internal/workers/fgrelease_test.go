@@ -499,3 +499,28 @@ func TestForegroundSecondReleaseAnsweredAmbiguouslyStopsDependentDeletes(t *test
 		t.Fatalf("DELETE %v sent for a dependent its solid owner keeps", deletes)
 	}
 }
+
+// The release records keep the latest version a release is known to have
+// landed by; an owner found gone is released for good, whatever version
+// a decision read it waiting at.
+func TestReleaseRecordsKeepTheLatest(t *testing.T) {
+	s, _ := newMeteredStepper(t, fakeapi.NewServer())
+	w := s.c
+	w.markReleased("o", "120")
+	w.markReleased("o", "110") // an older read: the record stays
+	if !w.releasedAfter("o", "115") || w.releasedAfter("o", "121") {
+		t.Errorf("released after 115 %v (want true), after 121 %v (want false)", w.releasedAfter("o", "115"), w.releasedAfter("o", "121"))
+	}
+	w.markReleased("o", releasedForGood)
+	w.markReleased("o", "200")
+	if !w.releasedAfter("o", "1000") || !w.releasedAfter("o", "") {
+		t.Error("an owner released for good is not released for every read")
+	}
+	if w.releasedAfter("p", "1") {
+		t.Error("an owner never released is released")
+	}
+	w.markReleased("q", "abc") // a version that does not compare
+	if !w.releasedAfter("q", "999") {
+		t.Error("a release at a version that does not compare does not hold every read")
+	}
+}
