@@ -17,11 +17,18 @@
 //
 // Facts. An entry is written before the finalizer removal it covers
 // (Journal.Record blocks until its entry is durable), so no kgc can observe
-// the owner gone with Orphan without the entry existing. A removal that then
-// fails (the owner changed, the policy with it) forgets the entry again; a
-// crash between the two leaves an entry for an owner that may later go
-// another way, and its dependents are then orphaned instead of deleted: the
-// journal errs towards keeping objects.
+// the owner gone with Orphan without the entry existing. Once a removal may
+// have landed (it succeeded, or its answer was lost: Confirm), its entry
+// stays for its TTL, whatever a later attempt for the same owner meets: a
+// later attempt decided on a graph that has not seen the first removal is
+// refused exactly because the first one landed. An entry is withdrawn
+// (Withdraw) only when the attempt it was made for was refused, or its
+// Record failed, and no removal may rest on it: the Record made it (the
+// journal did not hold the owner before), no Confirm followed, and the
+// Store did not hold it when read (another kgc's removal may rest on it).
+// A crash between Record and the removal leaves an entry for an owner that
+// may later go another way, and its dependents are then orphaned instead of
+// deleted: the journal errs towards keeping objects.
 //
 // Bounds. An entry is kept for TTL after it was recorded (default 10 minutes:
 // far longer than any watch delivery lag), and for as long as some resource
@@ -120,6 +127,11 @@ type Journal struct {
 	// full.
 	pending map[types.UID]int
 	latest  time.Time
+	// tentative holds the entries a Record made (the owner was not held
+	// before) that no finalizer removal may rest on yet: Withdraw drops
+	// only these. Confirm, a read of the Store holding the owner, or the
+	// entry's end takes an owner out.
+	tentative map[types.UID]struct{}
 	// unseen is the last time some resource was not seen whole: Keep held
 	// at a prune, or the process had just started (Load). The TTL counts
 	// from it as well as from each entry's record: a dependent in a
@@ -147,7 +159,8 @@ func New(cfg Config) *Journal {
 	if cfg.OnWrite == nil {
 		cfg.OnWrite = func(string, int) {}
 	}
-	return &Journal{cfg: cfg, entries: map[types.UID]time.Time{}, pending: map[types.UID]int{}, flushed: make(chan struct{}), kick: make(chan struct{}, 1)}
+	return &Journal{cfg: cfg, entries: map[types.UID]time.Time{}, pending: map[types.UID]int{}, tentative: map[types.UID]struct{}{},
+		flushed: make(chan struct{}), kick: make(chan struct{}, 1)}
 }
 
 // Durable reports whether the journal outlives the process.
@@ -172,9 +185,12 @@ func (j *Journal) Load(ctx context.Context) error {
 }
 
 // merge adds stored entries, keeping the later time of an entry held on
-// both sides. j.mu is held.
+// both sides. A stored entry is never tentative: another kgc's removal may
+// rest on it (this process's own entries written earlier are taken as
+// such too: a stale entry costs less than a lost one). j.mu is held.
 func (j *Journal) merge(stored map[types.UID]time.Time) {
 	for uid, at := range stored {
+		delete(j.tentative, uid)
 		if mine, ok := j.entries[uid]; !ok || at.After(mine) {
 			j.entries[uid] = at
 		}
@@ -201,12 +217,17 @@ func (j *Journal) Has(owner types.UID) bool {
 
 // Record records owner and returns once the entry is durable (at once
 // without a Store). An error means it may not be: the finalizer removal it
-// was to cover must not be made.
+// was to cover must not be made. The caller then tells the journal what
+// became of that removal: Confirm when it may have landed, Withdraw when it
+// was refused or never sent.
 func (j *Journal) Record(ctx context.Context, owner types.UID) error {
 	if j.cfg.ReadOnly {
 		return errors.New("the orphan journal is read-only (shadow mode)")
 	}
 	j.mu.Lock()
+	if _, held := j.entries[owner]; !held {
+		j.tentative[owner] = struct{}{}
+	}
 	at := j.cfg.Clock.Now()
 	if j.latest.After(at) {
 		at = j.latest
@@ -251,11 +272,32 @@ func (j *Journal) Record(ctx context.Context, owner types.UID) error {
 	}
 }
 
-// Forget removes owner (its finalizer removal failed); the removal is
-// written with the next write.
-func (j *Journal) Forget(owner types.UID) {
+// Confirm records that the finalizer removal owner was recorded for may
+// have landed (it succeeded, or its answer was lost: a timeout, a 5xx, a
+// broken connection): the entry stays for its TTL, and no later Withdraw
+// takes it out.
+func (j *Journal) Confirm(owner types.UID) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	delete(j.tentative, owner)
+}
+
+// Withdraw takes owner's entry out again after the finalizer removal it
+// was recorded for was refused, or its Record failed (the removal is not
+// sent), if no removal may rest on it: a Record made it (the journal did
+// not hold owner before), no removal was confirmed since, no Record of it
+// waits, and no read of the Store found it. Otherwise the entry stays: the
+// refusal, or the failed write, says nothing about an earlier removal,
+// which may have landed (a refused attempt decided again on a graph that
+// has not seen it is refused exactly because it landed). The entry's
+// removal is written with the next write.
+func (j *Journal) Withdraw(owner types.UID) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if _, ok := j.tentative[owner]; !ok || j.pending[owner] > 0 {
+		return
+	}
+	delete(j.tentative, owner)
 	if _, ok := j.entries[owner]; ok {
 		delete(j.entries, owner)
 		j.gen++
@@ -288,6 +330,10 @@ func (j *Journal) prune(now time.Time, keep bool) {
 	}
 	if len(j.entries) != before {
 		j.gen++
+		maps.DeleteFunc(j.tentative, func(uid types.UID, _ struct{}) bool {
+			_, held := j.entries[uid]
+			return !held
+		})
 	}
 }
 

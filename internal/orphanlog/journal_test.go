@@ -171,7 +171,7 @@ func TestConcurrentWritersMerge(t *testing.T) {
 
 // Entries go after their TTL, but not while Keep says a resource that
 // could hold dependents is unlisted; at most MaxEntries are kept, the
-// oldest going first; Forget removes one.
+// oldest going first; Withdraw removes one its own Record made.
 func TestPruning(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Unix(1_800_000_000, 0))
 	store := &MemoryStore{}
@@ -220,13 +220,13 @@ func TestPruning(t *testing.T) {
 	if j.Len() != 3 || j.Has(uidN(3)) {
 		t.Fatalf("MaxEntries 3: %d entries, oldest kept %v", j.Len(), j.Has(uidN(3)))
 	}
-	j.Forget(uidN(5))
+	j.Withdraw(uidN(5))
 	record(uidN(7))
 	if j.Has(uidN(5)) {
-		t.Fatal("forgotten entry still there")
+		t.Fatal("withdrawn entry still there")
 	}
 	if _, ok := store.Entries()[uidN(5)]; ok {
-		t.Error("forgotten entry still stored")
+		t.Error("withdrawn entry still stored")
 	}
 }
 
@@ -318,5 +318,56 @@ func TestLeaseStoreUnreadable(t *testing.T) {
 	}
 	if err := New(Config{Store: s}).Load(context.Background()); !errors.Is(err, ErrUnreadable) {
 		t.Fatalf("Journal.Load: %v, want ErrUnreadable", err)
+	}
+}
+
+// Withdraw takes out only an entry no removal may rest on: one the
+// withdrawn attempt's own Record made. An entry confirmed (its removal may
+// have landed), held before the Record (an earlier attempt's, in this
+// process or read from the Store), stays, in memory and in the Store.
+func TestWithdrawKeepsEntriesARemovalMayRestOn(t *testing.T) {
+	store := &MemoryStore{}
+	if _, err := store.Save(context.Background(), map[types.UID]time.Time{uidN(9): time.Unix(1_800_000_000, 0)}, ""); err != nil {
+		t.Fatal(err)
+	}
+	j := New(Config{Store: store})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := j.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); j.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	record := func(uid types.UID) {
+		t.Helper()
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer rcancel()
+		if err := j.Record(rctx, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	record(uidN(1)) // refused: withdrawn
+	j.Withdraw(uidN(1))
+	record(uidN(2)) // may have landed, then a later attempt refused
+	j.Confirm(uidN(2))
+	record(uidN(2))
+	j.Withdraw(uidN(2))
+	record(uidN(3)) // re-recorded before any answer (an attempt never sent), then refused
+	record(uidN(3))
+	j.Withdraw(uidN(3))
+	record(uidN(9)) // read from the Store: another kgc's removal may rest on it
+	j.Withdraw(uidN(9))
+	record(uidN(4)) // written to the Store with everything before it
+
+	stored := store.Entries()
+	for uid, want := range map[types.UID]bool{uidN(1): false, uidN(2): true, uidN(3): false, uidN(9): true, uidN(4): true} {
+		if j.Has(uid) != want {
+			t.Errorf("%s held %v, want %v", uid, j.Has(uid), want)
+		}
+		if _, ok := stored[uid]; ok != want {
+			t.Errorf("%s stored %v, want %v", uid, ok, want)
+		}
 	}
 }

@@ -49,7 +49,13 @@
 // error that is not io.EOF), or cut by an ERROR event (500). Faults: 429/500 on any collector call
 // (Sim.FaultRate, decided by hashing the seed, the call and its ordinal for
 // that object, so the decision does not depend on how goroutines
-// interleave calls to different objects), a resource whose LIST and WATCH
+// interleave calls to different objects), a write of the collector's
+// that lands and whose answer is then lost (Sim.LostAnswerRate, decided
+// the same way: a DELETE, a PATCH of ownerReferences or finalizers, or a
+// write of the orphan journal's store, applied and then answered with 504
+// "may still be processing", 500 or a broken connection; a random
+// schedule draws its rate from its own stream of the seed, so that seeds
+// keep the schedules they had before this fault), a resource whose LIST and WATCH
 // fail (SetDown), a resource whose next LISTs fail (FailLists) or whose
 // next pages after the first fail (FailListPages), a resource whose
 // collector LISTs wait before their next page until the scheduler releases
@@ -177,7 +183,7 @@
 // and start (each "stream" or "pages"; "start" alone is pages), down,
 // fail-lists, hold-list (a resource's LIST pages held or released),
 // fail-stream (a resource's next streaming list: refuse, eof, break or
-// error after k objects), version, unserve, serve, faults. Replay runs any subsequence of a schedule from scratch: an
+// error after k objects), version, unserve, serve, faults, lost-answers. Replay runs any subsequence of a schedule from scratch: an
 // action on an object the subsequence never creates does nothing, and a
 // reference to one is dropped. Replaying the recorded schedule repeats a
 // failure far more often than re-running the seed, whose later draws
@@ -210,6 +216,12 @@
 // -race on a busy 2-core machine, load average 10-13: 500 schedules in
 // 42 s, 1000 in 68 s, the whole package in 90 s), many more under make
 // soak-sim.
+//
+// lostanswer_test.go scripts kgc's releases met again: an orphan
+// finalizer removal decided again on a graph that has not seen the first
+// and refused (the owner must stay remembered, across a restart too),
+// lost answers to an orphan finalizer removal and to a DELETE, and a
+// second Foreground DELETE of an owner kgc released.
 //
 // The scripted schedules in bugs_test.go reproduce issue 14 items 1, 2, 3,
 // 4, 5 and 7, F1, and three bugs the strict random schedules found: a

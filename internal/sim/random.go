@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -31,6 +32,9 @@ type World struct {
 	// Streaming: each collector started lists by streaming or by pages
 	// (drawn per start), and streaming lists fail (FailStream).
 	Streaming bool
+	// LostAnswers: collector writes that land are answered with a
+	// timeout, a 5xx or a broken connection (drawn per schedule).
+	LostAnswers bool
 	// Configure, when set, adjusts every collector's config (Sim.Configure):
 	// a test that switches a fix off through a config knob.
 	Configure func(*collector.Config)
@@ -38,7 +42,7 @@ type World struct {
 
 // AllFeatures is a World with every feature on.
 func AllFeatures(objects, steps int) World {
-	return World{Objects: objects, Steps: steps, Faults: true, LateStart: true, MultiOrphan: true,
+	return World{Objects: objects, Steps: steps, Faults: true, LostAnswers: true, LateStart: true, MultiOrphan: true,
 		Annotator: true, Cycles: true, Restarts: true, Discovery: true, Expiry: true, Down: true, HoldLists: true,
 		Streaming: true}
 }
@@ -56,6 +60,9 @@ type Outcome struct {
 	// DiscoveryChanged: the schedule switched a preferred version or
 	// deleted a CRD-like resource.
 	DiscoveryChanged bool
+	// LostAnswers: how many answers to the collector's writes that landed
+	// were lost (Sim.LostAnswerRate).
+	LostAnswers int
 }
 
 // Failed reports whether the schedule broke the contract or the harness.
@@ -124,6 +131,7 @@ func (s *Sim) finish(out *Outcome) {
 	}
 	s.mu.Lock()
 	out.Steps = len(s.steps)
+	out.LostAnswers = s.lostAnswers
 	for _, st := range s.steps {
 		if strings.Contains(st, "preferred version") || strings.Contains(st, "deleted (still in discovery") {
 			out.DiscoveryChanged = true
@@ -300,6 +308,13 @@ func (s *rs) run() error {
 			return err
 		}
 	}
+	if s.w.LostAnswers {
+		if rate := lostAnswerRate(s.Seed); rate > 0 {
+			if err := s.Apply(Action{Op: OpLostAnswers, Rate: rate}); err != nil {
+				return err
+			}
+		}
+	}
 	for range s.w.Objects {
 		if err := s.createRandom(); err != nil {
 			return err
@@ -371,6 +386,18 @@ func (s *Sim) heal() error {
 	}
 	s.Heal()
 	return s.Quiesce(2 * time.Hour)
+}
+
+// lostAnswerRate draws the rate of lost answers of a schedule (0 for half
+// of them) from its own stream of the seed, so that a seed's other draws,
+// and the schedules seeds named before this fault existed, stay as they
+// were.
+func lostAnswerRate(seed uint64) float64 {
+	r := rand.New(rand.NewPCG(seed, 0x6c6f7374616e7377)) // "lostansw"
+	if r.Float64() < 0.5 {
+		return 0
+	}
+	return []float64{0.05, 0.15, 0.3}[r.IntN(3)]
 }
 
 // drawStream draws whether a collector being started lists by streaming.

@@ -153,6 +153,9 @@ func TestRandomSchedules(t *testing.T) {
 		limits    = map[string]int{}
 		limitSeed = map[string]uint64{}
 	)
+	// lossy: schedules in which an answer to a write that landed was
+	// lost; lost: those answers.
+	var lossy, lost atomic.Uint64
 	next.Store(base)
 	// Schedules spend much of their time waiting for quiescence: run more
 	// of them than there are CPUs.
@@ -168,6 +171,10 @@ func TestRandomSchedules(t *testing.T) {
 				}
 				s, out := RunRandom(seed, w)
 				ran.Add(1)
+				if out.LostAnswers > 0 {
+					lossy.Add(1)
+					lost.Add(uint64(out.LostAnswers))
+				}
 				mu.Lock()
 				hit := map[string]bool{}
 				for _, l := range out.Limits {
@@ -212,6 +219,7 @@ func TestRandomSchedules(t *testing.T) {
 	slices.Sort(kinds)
 	t.Logf("%d schedules (seeds %d..%d), %d failed, %d hit known bugs, in %s; documented limits hit: %v",
 		ran.Load(), base, base+n-1, failed.Load(), known.Load(), time.Since(start).Round(time.Millisecond), kinds)
+	t.Logf("lost answers to writes that landed: %d, in %d schedules", lost.Load(), lossy.Load())
 }
 
 // documentedLimits are the kinds of Violation.Limit.

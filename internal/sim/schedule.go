@@ -42,6 +42,9 @@ const (
 	OpVersion    = "version" // GR Version: the preferred version
 	OpUnserve    = "unserve" // GR: a CRD-like resource deleted (still in discovery)
 	OpServe      = "serve"   // GR: served again
+	// OpLostAnswers: Rate: the collector's writes that land are answered
+	// with a timeout, a 5xx or a broken connection at this rate.
+	OpLostAnswers = "lost-answers"
 )
 
 // RefSpec is an ownerReference by the owner's coordinates: its resource and
@@ -105,7 +108,7 @@ func refsText(refs []RefSpec) string {
 // it back).
 func (a Action) String() string {
 	switch a.Op {
-	case OpFaults:
+	case OpFaults, OpLostAnswers:
 		return fmt.Sprintf("%s %g", a.Op, a.Rate)
 	case OpCreate:
 		s := a.Op + " " + a.obj()
@@ -252,7 +255,7 @@ func ParseAction(line string) (Action, error) {
 	}
 	var err error
 	switch a.Op {
-	case OpFaults:
+	case OpFaults, OpLostAnswers:
 		if err = need(1); err == nil {
 			a.Rate, err = strconv.ParseFloat(args[0], 64)
 		}
@@ -437,6 +440,11 @@ func (s *Sim) Apply(a Action) error {
 		s.Step("faults: collector calls fail at rate %g", a.Rate)
 		s.mu.Lock()
 		s.FaultRate = a.Rate
+		s.mu.Unlock()
+	case OpLostAnswers:
+		s.Step("faults: the answers to collector writes that landed are lost at rate %g", a.Rate)
+		s.mu.Lock()
+		s.LostAnswerRate = a.Rate
 		s.mu.Unlock()
 	case OpCreate:
 		refs, eff := s.resolveRefs(a.Namespace, a.Refs)

@@ -155,8 +155,13 @@ type Server struct {
 	snapSeq   int
 	clock     *Clock
 	// orphaned holds the UIDs of owners that went with Orphan: deleting a
-	// dependent on their account breaks S2.
-	orphaned map[types.UID]bool
+	// dependent on their account breaks S2. orphanReleased holds the
+	// owners whose orphan finalizer kgc removed while they were being
+	// deleted (and that no Foreground DELETE has put in Foreground
+	// deletion since): they went with Orphan whoever removes their last
+	// finalizer (a foreign one may keep them after kgc's release).
+	orphaned       map[types.UID]bool
+	orphanReleased map[types.UID]bool
 	// What the running collector was shown: the last version of each
 	// object delivered to it or listed by it, and the resources it listed
 	// completely. A dependent the collector could not have seen yet (its
@@ -189,6 +194,11 @@ type Server struct {
 
 	// Fault, when set, may fail a call before it is served.
 	Fault func(Call) error
+	// LostAnswer, when set, may replace the answer to a write that
+	// landed (a DELETE or PATCH served without error) with an error: a
+	// timeout, a 5xx or a broken connection, whose caller cannot tell
+	// whether its write took effect.
+	LostAnswer func(Call) error
 	// ReleasedUnlisted, when set, reports the running collector's last
 	// record of an owner whose finalizer it removed although resources
 	// were unlisted (Collector.Held): the finalizer, the resources unlisted
@@ -213,7 +223,7 @@ func NewServer(clk *Clock, kinds ...*Kind) *Server {
 	s := &Server{
 		rv: 100, kinds: make(map[schema.GroupResource]*resource),
 		objects: make(map[objKey]*metav1.ObjectMeta), snapshots: make(map[int][]metav1.ObjectMeta),
-		clock: clk, orphaned: make(map[types.UID]bool), excused: make(map[[2]types.UID]excuse),
+		clock: clk, orphaned: make(map[types.UID]bool), orphanReleased: make(map[types.UID]bool), excused: make(map[[2]types.UID]excuse),
 		seen: make(map[types.UID]*metav1.ObjectMeta), listed: make(map[schema.GroupResource]bool),
 		relisted: make(map[types.UID]*metav1.ObjectMeta),
 		kgcWrote: make(map[types.UID]int64), streamed: make(map[schema.GroupResource][]int),
@@ -285,12 +295,21 @@ func (s *Server) put(actor Actor, k objKey, m *metav1.ObjectMeta, created bool) 
 		s.checkFinalizers(actor, old, m)
 		s.checkRefs(k, old, m)
 	}
-	if m.DeletionTimestamp != nil && len(m.Finalizers) == 0 && actor == ActorKGC {
-		// (A CRD's deletion, in Unserve, removes instances regardless of
-		// their finalizers: no orphaning happened there.)
-		if old := s.objects[k]; old != nil && slices.Contains(old.Finalizers, metav1.FinalizerOrphanDependents) {
-			s.orphaned[m.UID] = true
+	if old := s.objects[k]; old != nil && m.DeletionTimestamp != nil {
+		switch {
+		case actor == ActorKGC && slices.Contains(old.Finalizers, metav1.FinalizerOrphanDependents) &&
+			!slices.Contains(m.Finalizers, metav1.FinalizerOrphanDependents):
+			s.orphanReleased[m.UID] = true
+		case slices.Contains(m.Finalizers, metav1.FinalizerDeleteDependents) &&
+			!slices.Contains(old.Finalizers, metav1.FinalizerDeleteDependents):
+			delete(s.orphanReleased, m.UID) // deleted Foreground again
 		}
+	}
+	if m.DeletionTimestamp != nil && len(m.Finalizers) == 0 && s.orphanReleased[m.UID] {
+		// (A CRD's deletion, in Unserve, removes instances regardless of
+		// their finalizers: an owner orphaned only by it did not go with
+		// Orphan.)
+		s.orphaned[m.UID] = true
 	}
 	m.ResourceVersion = strconv.FormatInt(s.nextRV(), 10)
 	if m.DeletionTimestamp != nil && len(m.Finalizers) == 0 {
@@ -1024,6 +1043,22 @@ func (rc *resourceClient) Namespace(ns string) metadata.ResourceInterface {
 func (rc *resourceClient) Delete(_ context.Context, name string, opts metav1.DeleteOptions, _ ...string) error {
 	err := rc.s.delete(rc.actor, rc.gvr, rc.ns, name, opts)
 	rc.traceErr("delete", name, err)
+	if err == nil {
+		err = rc.lostAnswer("delete", name)
+	}
+	return err
+}
+
+// lostAnswer is the answer to a write that landed: nil, or the error
+// LostAnswer replaces it with (traced).
+func (rc *resourceClient) lostAnswer(verb, name string) error {
+	if rc.s.LostAnswer == nil {
+		return nil
+	}
+	err := rc.s.LostAnswer(Call{Actor: rc.actor, Verb: verb, Resource: rc.gvr.GroupResource(), Name: name})
+	if err != nil {
+		rc.s.trace("fault: %s's %s %s %s/%s landed; its answer lost: %v", rc.actor, verb, rc.gvr.Resource, rc.ns, name, err)
+	}
 	return err
 }
 
@@ -1054,6 +1089,11 @@ func (rc *resourceClient) Watch(_ context.Context, opts metav1.ListOptions) (wat
 func (rc *resourceClient) Patch(_ context.Context, name string, pt types.PatchType, data []byte, _ metav1.PatchOptions, _ ...string) (*metav1.PartialObjectMetadata, error) {
 	obj, err := rc.s.patch(rc.actor, rc.gvr, rc.ns, name, pt, data)
 	rc.traceErr("patch", name, err)
+	if err == nil {
+		if err = rc.lostAnswer("patch", name); err != nil {
+			return nil, err
+		}
+	}
 	return obj, err
 }
 

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math/rand/v2"
+	"net/url"
 	"runtime"
 	"slices"
 	"sort"
@@ -89,7 +91,13 @@ type Sim struct {
 	limits []Violation
 	// FaultRate is the probability of a 429/500 on a collector call.
 	FaultRate float64
-	calls     map[string]int
+	// LostAnswerRate is the probability that a collector's write that
+	// landed (a DELETE, a PATCH of ownerReferences or finalizers, a write
+	// of the orphan journal) is answered with a timeout, a 5xx or a
+	// broken connection (lostAnswer).
+	LostAnswerRate float64
+	lostAnswers    int // answers lost so far
+	calls          map[string]int
 	// Configure, when set, adjusts the config of every collector Start
 	// starts (a test that switches a fix off through a config knob).
 	Configure func(*collector.Config)
@@ -134,7 +142,66 @@ func New(seed uint64) *Sim {
 		s.mu.Unlock()
 	}
 	s.Srv.Fault = s.fault
+	s.Srv.LostAnswer = s.lostAnswer
 	return s
+}
+
+// lostAnswer answers a collector's write that landed with an error at
+// LostAnswerRate: 504 "may still be processing", a 500, or a connection
+// broken before the answer came, each as likely. Like fault, the decision
+// hashes the seed, the call and how many such calls came before.
+func (s *Sim) lostAnswer(c Call) error {
+	if c.Actor != ActorKGC {
+		return nil
+	}
+	s.mu.Lock()
+	rate := s.LostAnswerRate
+	key := "answer " + c.Verb + " " + c.Resource.String() + " " + c.Name
+	n := s.calls[key]
+	s.calls[key] = n + 1
+	s.mu.Unlock()
+	if rate == 0 {
+		return nil
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d %s %d", s.Seed, key, n)
+	if float64(h.Sum64()%10000)/10000 >= rate {
+		return nil
+	}
+	s.mu.Lock()
+	s.lostAnswers++
+	s.mu.Unlock()
+	switch (h.Sum64() / 10000) % 3 {
+	case 0:
+		return apierrors.NewTimeoutError("the server was unable to return a response in the time allotted, but may still be processing the request", 0)
+	case 1:
+		return apierrors.NewInternalError(errors.New("injected after the write"))
+	}
+	return &url.Error{Op: "Patch", URL: "https://sim/" + c.Resource.String() + "/" + c.Name, Err: io.ErrUnexpectedEOF}
+}
+
+// journalLeases is the resource of the orphan journal's Lease, for the
+// faults of its writes.
+var journalLeases = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
+
+// journalStore is the orphan journal's store as the collectors see it:
+// the Sim's MemoryStore, whose writes that landed may be answered with an
+// error (lostAnswer), as a Lease update's can.
+type journalStore struct {
+	*orphanlog.MemoryStore
+	s *Sim
+}
+
+func (j journalStore) Save(ctx context.Context, entries map[types.UID]time.Time, version string) (string, error) {
+	v, err := j.MemoryStore.Save(ctx, entries, version)
+	if err != nil {
+		return v, err
+	}
+	if err := j.s.lostAnswer(Call{Actor: ActorKGC, Verb: "update", Resource: journalLeases, Name: "orphan-journal"}); err != nil {
+		j.s.Srv.trace("fault: kgc's update of the orphan journal landed; its answer lost: %v", err)
+		return "", err
+	}
+	return v, nil
 }
 
 // fault fails collector calls at FaultRate. The decision hashes the seed,
@@ -211,7 +278,7 @@ func (s *Sim) Start() error {
 		ResyncPeriod: s.ResyncPeriod,
 		UnlistedHold: s.UnlistedHold,
 		Clock:        s.Clock,
-		OrphanStore:  s.Journal,
+		OrphanStore:  journalStore{s.Journal, s},
 		OrphanTTL:    s.OrphanTTL,
 	}
 	if s.Srv.listsHeld() {
@@ -666,7 +733,7 @@ func (s *Sim) Serve(gr schema.GroupResource) {
 func (s *Sim) Heal() {
 	s.Step("heal")
 	s.mu.Lock()
-	s.FaultRate = 0
+	s.FaultRate, s.LostAnswerRate = 0, 0
 	s.mu.Unlock()
 	s.Srv.mu.Lock()
 	var held []schema.GroupResource

@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/apiops"
@@ -78,8 +79,9 @@ func (w *Workers) removeConfirmed(ctx context.Context, it *rules.Item, t apiops.
 //   - DeleteItem carries the item's uid and resourceVersion; on a 409 it is
 //     retried only if a quorum read shows the same ownerReferences and
 //     finalizers (deleteItem). Its waiting owners are waiting unless kgc
-//     released them (fgReleased); one whose release was answered
-//     ambiguously is read first (confirmStillWaiting).
+//     released them after the decision read them (releasedAfter); one
+//     whose release was answered ambiguously is read first
+//     (confirmStillWaiting).
 //
 // Each write is also announced at V(2) before it is sent (the lines tests
 // and operators grep for); its record is logged at V(0) once it returned.
@@ -113,20 +115,24 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 		// Once the finalizer is gone, an owner that other finalizers keep
 		// is solid again: a dependent's DELETE decided while it was
 		// waiting must not land after this (deleteItem checks fgReleased
-		// under the same lock). Recorded before the write (released), and
-		// after it, under the same lock, settled by its answer:
-		//   - success, or 404 (the owner is gone): released stays;
+		// under the same lock, which this write holds exclusively from
+		// before the patch until its answer is settled). The release is
+		// recorded with the resourceVersion it left the owner at, settled
+		// by the answer:
+		//   - success: released at the version the patch produced;
+		//   - 404 (the owner is gone): released for good (UIDs are never
+		//     reused);
 		//   - a refusal (writeRefused: a 4xx other than 404/408) proves
-		//     the patch did not land: released is forgotten;
+		//     the patch did not land: nothing is recorded;
 		//   - any other failure (504 "may still be processing", another
 		//     5xx, a broken connection, a cancelled context) may follow
-		//     a patch that landed, or one that did not. Keeping the owner
+		//     a patch that landed, or one that did not. Recording the owner
 		//     released would make a blocking dependent's DELETE wait for
 		//     an owner that waits for it (a deadlock, if the patch did
-		//     not land); forgetting it would let a DELETE decided while
-		//     the owner waited land after the owner became solid (S1, if
-		//     it did). The owner is marked uncertain instead, and the next
-		//     DELETE resting on it waiting reads it first
+		//     not land); recording nothing would let a DELETE decided
+		//     while the owner waited land after the owner became solid
+		//     (S1, if it did). The owner is marked uncertain instead, and
+		//     the next DELETE resting on it waiting reads it first
 		//     (confirmStillWaiting).
 		// A refusal leaves what an earlier attempt established as it was
 		// (its release, or its uncertainty): it says nothing about that
@@ -136,30 +142,36 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 		// is refused exactly so; forgetting the release then let a
 		// dependent's DELETE decided while the owner waited land on an
 		// owner kgc had made solid (S1; found by the simulator, seed
-		// 7168). Likewise an ambiguous answer after a release that landed
-		// leaves the owner released, not uncertain. (kgc takes its release
-		// as final, as it did before: a client's second Foreground DELETE
-		// of the same owner, which puts foregroundDeletion back, leaves the
-		// DELETEs of dependents resting on it retried until the owner goes,
-		// and a blocking one and the owner then wait for each other — a
-		// stall, never a wrong deletion. Known, not fixed: the release
-		// would have to be forgotten once the graph shows the finalizer
-		// back at a resourceVersion newer than kgc's patch.)
+		// 7168). Likewise an ambiguous answer to an attempt decided before
+		// a release that landed (released) leaves the owner released, not
+		// uncertain.
+		// A client's second Foreground DELETE of an owner kgc released
+		// puts foregroundDeletion back, at a resourceVersion newer than
+		// the release: a new request. Decisions that read the owner
+		// waiting at such a version rest on that request, not on the
+		// first one, and go on (releasedAfter); the release of the new
+		// request is settled like the first — the first release says
+		// nothing about it (taking the first release as final refused the
+		// dependents' DELETEs for good, and a blocking one and the owner
+		// waited for each other).
 		owner := it.Identity.UID
 		defer w.deletions.lock(owner)()
-		released := w.fgReleased.Has(owner)
-		w.fgReleased.Add(owner)
-		_, err := w.ops.ReplaceFinalizers(ctx, t, it.Finalizers, a.Finalizers)
+		released := w.releasedAfter(owner, it.ResourceVersion)
+		obj, err := w.ops.ReplaceFinalizers(ctx, t, it.Finalizers, a.Finalizers)
 		switch {
-		case err == nil, apierrors.IsNotFound(err):
+		case err == nil:
+			at := releasedForGood
+			if obj != nil && obj.ResourceVersion != "" {
+				at = obj.ResourceVersion
+			}
+			w.markReleased(owner, at)
+			w.fgUncertain.Delete(owner)
+		case apierrors.IsNotFound(err):
+			w.markReleased(owner, releasedForGood)
 			w.fgUncertain.Delete(owner)
 		case writeRefused(err):
-			if !released {
-				w.fgReleased.Delete(owner)
-			}
 		default:
 			if !released {
-				w.fgReleased.Delete(owner)
 				w.fgUncertain.Add(owner)
 			}
 		}
@@ -208,7 +220,75 @@ func (w *Workers) execute(ctx context.Context, it *rules.Item, t apiops.Target, 
 	}
 	rec := dependentRecord(history.OpDelete, it, y, deleteReason(it, y, a.Policy), nil)
 	rec.Policy = string(a.Policy)
-	return w.deleteItem(ctx, it.Identity, t, refs, it.Finalizers, a.Policy, a.Waiting, &rec)
+	return w.deleteItem(ctx, it.Identity, t, refs, it.Finalizers, a.Policy, waitingAt(it, a.Waiting, y.facts), &rec)
+}
+
+// waitingOwner is an owner a DELETE decision counted as waiting, and the
+// resourceVersion it was read waiting at ("" when not known).
+type waitingOwner struct {
+	uid types.UID
+	rv  string
+}
+
+// waitingAt pairs the waiting owners of a decision with the
+// resourceVersions their facts were read at (facts are it's references'
+// facts, in order).
+func waitingAt(it *rules.Item, waiting []types.UID, facts []rules.Fact) []waitingOwner {
+	out := make([]waitingOwner, len(waiting))
+	for i, uid := range waiting {
+		out[i].uid = uid
+		if j := slices.IndexFunc(it.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == uid }); j >= 0 && j < len(facts) {
+			out[i].rv = facts[j].Evidence.ResourceVersion
+		}
+	}
+	return out
+}
+
+// releasedForGood is the release version of an owner whose release found
+// it gone (or left a version kgc did not learn): every decision that read
+// it waiting counts as made before the release.
+const releasedForGood = "gone"
+
+// markReleased records that kgc's release of owner is known to have
+// landed by resourceVersion rv (the version its patch produced, or a later
+// one a read found it solid at; releasedForGood for an owner gone),
+// keeping a later record.
+func (w *Workers) markReleased(owner types.UID, rv string) {
+	if prev, ok := w.fgReleased.Get(owner); ok && rv != releasedForGood && !newerRV(rv, prev) {
+		return
+	}
+	w.fgReleased.Put(owner, rv)
+}
+
+// releasedAfter reports whether kgc released owner (removed its
+// foregroundDeletion finalizer) after the owner was read waiting at
+// resourceVersion rv: a decision resting on that read must not be acted
+// on. A read at a version newer than every release kgc made of the owner
+// shows foregroundDeletion put back by a later Foreground DELETE (a new
+// request) and is not refused.
+//
+// Why the comparison is sound: the resourceVersions of one object are
+// ordered (kube-apiserver's are the etcd revisions of its writes, and
+// compare as integers: k8s.io/apimachinery/pkg/util/resourceversion). A
+// release recorded at version R is the version kgc's patch produced (or a
+// later one a quorum read found the owner solid at), at which the owner
+// had no foregroundDeletion. An owner read waiting at a version below R
+// was read before that release; one read waiting above R had the
+// finalizer back after it, which only a client's DELETE puts there (the
+// apiserver refuses a new finalizer on a deleting object otherwise). A
+// version that does not compare (empty, not an integer, releasedForGood)
+// counts as read before the release: kgc then waits, as it did before,
+// and never deletes on it.
+func (w *Workers) releasedAfter(owner types.UID, rv string) bool {
+	at, ok := w.fgReleased.Get(owner)
+	return ok && !newerRV(rv, at)
+}
+
+// newerRV reports whether resourceVersion a of an object is later than b;
+// false when either does not compare.
+func newerRV(a, b string) bool {
+	c, err := resourceversion.CompareResourceVersion(a, b)
+	return err == nil && c > 0
 }
 
 // deleteConflictRetries bounds how often one write re-reads an object whose
@@ -231,28 +311,35 @@ const deleteConflictRetries = 3
 // kgc's own removal of an owner's foregroundDeletion finalizer, which
 // leaves an owner that other finalizers keep solid again. A DELETE decided
 // while such an owner was waiting is therefore not sent once kgc has
-// released it (the item is decided again: kept while the owner stays).
+// released it (the item is decided again: kept while the owner stays),
+// unless the decision read the owner waiting at a version newer than that
+// release: a later Foreground DELETE put foregroundDeletion back, and the
+// decision rests on that new request (releasedAfter).
 // A waiting owner whose release was answered ambiguously (fgUncertain)
 // may or may not have been released: it is read first
 // (confirmStillWaiting).
 //
 // Every DELETE sent is recorded (wrote) from rec, with the preconditions
 // it carried.
-func (w *Workers) deleteItem(ctx context.Context, dependent rules.Identity, t apiops.Target, refs []metav1.OwnerReference, finalizers []string, policy metav1.DeletionPropagation, waiting []types.UID, rec *history.Record) error {
+func (w *Workers) deleteItem(ctx context.Context, dependent rules.Identity, t apiops.Target, refs []metav1.OwnerReference, finalizers []string, policy metav1.DeletionPropagation, waiting []waitingOwner, rec *history.Record) error {
 	if w.cfg.DryRun {
 		r := *rec
 		r.Preconditions = history.Preconditions{UID: t.UID, ResourceVersion: t.ResourceVersion}
 		return w.shadowWrite(ctx, &r, t.ResourceVersion)
 	}
-	defer w.deletions.lockSet(waiting, t.UID)()
+	owners := make([]types.UID, len(waiting))
+	for i, o := range waiting {
+		owners[i] = o.uid
+	}
+	defer w.deletions.lockSet(owners, t.UID)()
 	for _, o := range waiting {
-		if w.fgReleased.Has(o) {
+		if w.releasedAfter(o.uid, o.rv) {
 			return errRetry
 		}
 	}
 	for _, o := range waiting {
-		if w.fgUncertain.Has(o) {
-			if err := w.confirmStillWaiting(ctx, dependent, refs, o, rec); err != nil {
+		if w.fgUncertain.Has(o.uid) {
+			if err := w.confirmStillWaiting(ctx, dependent, refs, o.uid, rec); err != nil {
 				return err
 			}
 		}
@@ -323,7 +410,9 @@ func (w *Workers) deleteItem(ctx context.Context, dependent rules.Identity, t ap
 //     retried removal marks it again, under the exclusive lock);
 //   - solid (same UID, no foregroundDeletion): the removal landed — or
 //     the finalizer went otherwise; either way it is not waiting, and
-//     never will be again: released, for every later DELETE too;
+//     will not be again but through a new Foreground DELETE: released as
+//     of the version read, for every DELETE decided from an earlier read
+//     too (releasedAfter);
 //   - gone (404, or another UID): nothing of it can be released any more
 //     (UIDs are never reused), so it is no longer uncertain; the DELETE
 //     would not break S1, but it was decided, and its policy chosen, from
@@ -354,7 +443,7 @@ func (w *Workers) confirmStillWaiting(ctx context.Context, dependent rules.Ident
 		}
 		return nil
 	case rules.Solid:
-		w.fgReleased.Add(owner)
+		w.markReleased(owner, f.Evidence.ResourceVersion)
 		w.fgUncertain.Delete(owner)
 	case rules.Dangling, rules.Orphaned:
 		w.fgUncertain.Delete(owner)

@@ -388,3 +388,139 @@ func TestForegroundReleaseRefusalKeepsEarlierRelease(t *testing.T) {
 		t.Fatalf("DELETE %v sent while O exists and is no longer in Foreground deletion (S1)", deletes)
 	}
 }
+
+// (7) A client deletes O Foreground again after kgc released it (a
+// foreign finalizer keeps O): the apiserver puts foregroundDeletion back,
+// at a resourceVersion newer than kgc's release. That is a new request,
+// and kgc carries it out as one: it deletes O's dependents (D, decided
+// before, and D2, blocking, created after the release) and releases O
+// again. Taking the first release as final refused their DELETEs for
+// good, and D2 and O waited for each other. A DELETE decided while O
+// waited the first time (before the release) is still not sent as
+// decided: the release came after it; D is decided again.
+func TestForegroundDeleteAfterReleaseIsANewRequest(t *testing.T) {
+	srv := fakeapi.NewServer()
+	s, _ := newMeteredStepper(t, srv)
+	o, d, wOld := waitingOwnerWithDecidedDependent(t, s, srv)
+	if err := s.deleteStep("o-uid"); err != nil {
+		t.Fatalf("O's first release: %v", err)
+	}
+	if cur := s.mustGet(fakeapi.Deployments, o); slices.Contains(cur.Finalizers, metav1.FinalizerDeleteDependents) {
+		t.Fatalf("O still waits after its first release (the test's premise): %v", cur.Finalizers)
+	}
+	s.observe(fakeapi.Deployments, o)
+
+	// A new blocking dependent, and a second Foreground DELETE of O.
+	d2 := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "d2", "d2-uid", fakeapi.DeploymentRef("o", "o-uid")))
+	s.observe(fakeapi.ConfigMaps, d2)
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationForeground)
+	again := s.mustGet(fakeapi.Deployments, o)
+	if !slices.Contains(again.Finalizers, metav1.FinalizerDeleteDependents) {
+		t.Fatalf("the second Foreground DELETE did not put foregroundDeletion back (the test's premise): %v", again.Finalizers)
+	}
+	s.observe(fakeapi.Deployments, o)
+
+	if err := wOld(s.ctx); !errors.Is(err, errRetry) {
+		t.Errorf("the DELETE decided before the first release: %v, want errRetry (decided again)", err)
+	}
+	if deletes := deletedNames(srv); len(deletes) != 0 {
+		t.Fatalf("DELETE %v sent as decided before kgc's release", deletes)
+	}
+	if err := s.deleteStep("o-uid"); err != nil && !errors.Is(err, errRetry) {
+		t.Fatalf("O: %v", err)
+	}
+	for _, uid := range []types.UID{"d-uid", "d2-uid"} {
+		if err := s.deleteStep(uid); err != nil {
+			t.Fatalf("%s: %v", uid, err)
+		}
+	}
+	if got := deletedNames(srv); !slices.Equal(got, []string{"d", "d2"}) {
+		t.Fatalf("DELETEs %v, want d and d2: the dependents of an owner deleted Foreground again after kgc released it must go", got)
+	}
+	s.observe(fakeapi.ConfigMaps, d)
+	s.observe(fakeapi.ConfigMaps, d2)
+	if err := s.deleteStep("o-uid"); err != nil {
+		t.Fatalf("O's second release: %v", err)
+	}
+	if cur := s.mustGet(fakeapi.Deployments, o); slices.Contains(cur.Finalizers, metav1.FinalizerDeleteDependents) {
+		t.Fatalf("O still waits after its dependents went: %v", cur.Finalizers)
+	}
+	// The second release is final for what was decided before it.
+	if !s.c.releasedAfter("o-uid", again.ResourceVersion) {
+		t.Error("a decision that read O waiting before the second release is not refused")
+	}
+}
+
+// (8) The release of the new request is settled like the first: O,
+// released once, deleted Foreground again; D's DELETE is decided while O
+// waits for the second time; kgc's second release lands but its answer is
+// lost. The first release is no reason to take the second as settled
+// (the decision came after it): O is uncertain, and D's DELETE reads O
+// first, finds it solid, and is not sent (S1).
+func TestForegroundSecondReleaseAnsweredAmbiguouslyStopsDependentDeletes(t *testing.T) {
+	srv := fakeapi.NewServer()
+	s, reg := newMeteredStepper(t, srv)
+	o, d, _ := waitingOwnerWithDecidedDependent(t, s, srv)
+	if err := s.deleteStep("o-uid"); err != nil {
+		t.Fatalf("O's first release: %v", err)
+	}
+	s.observe(fakeapi.Deployments, o)
+	s.deleteWith(fakeapi.Deployments, o, metav1.DeletePropagationForeground)
+	s.observe(fakeapi.Deployments, o)
+	wd, err := s.c.planDeleteItem(s.ctx, "d-uid")
+	if err != nil || wd == nil {
+		t.Fatalf("D: no DELETE decided while O waits again: %v", err)
+	}
+	answerFinalizerPatchOnce(srv, true, lostAnswer())
+	if err := s.deleteStep("o-uid"); !apierrors.IsTimeout(err) {
+		t.Fatalf("O's second release: %v, want the lost answer", err)
+	}
+	if cur := s.mustGet(fakeapi.Deployments, o); slices.Contains(cur.Finalizers, metav1.FinalizerDeleteDependents) {
+		t.Fatalf("the second release did not land (the test's premise): %v", cur.Finalizers)
+	}
+	if !s.c.fgUncertain.Has("o-uid") {
+		t.Error("O not uncertain after its second release was answered ambiguously")
+	}
+	if err := wd(s.ctx); !errors.Is(err, errRetry) {
+		t.Errorf("D's DELETE: %v, want errRetry (O read solid)", err)
+	}
+	if deletes := deletedNames(srv); len(deletes) != 0 {
+		t.Fatalf("DELETE %v sent while O exists and is no longer in Foreground deletion (S1)", deletes)
+	}
+	if n := confirmLookups(t, reg); n != 1 {
+		t.Errorf("confirm lookups %v, want 1", n)
+	}
+	s.observe(fakeapi.Deployments, o)
+	if err := s.deleteStep("d-uid"); err != nil {
+		t.Fatal(err)
+	}
+	s.mustGet(fakeapi.ConfigMaps, d)
+	if deletes := deletedNames(srv); len(deletes) != 0 {
+		t.Fatalf("DELETE %v sent for a dependent its solid owner keeps", deletes)
+	}
+}
+
+// The release records keep the latest version a release is known to have
+// landed by; an owner found gone is released for good, whatever version
+// a decision read it waiting at.
+func TestReleaseRecordsKeepTheLatest(t *testing.T) {
+	s, _ := newMeteredStepper(t, fakeapi.NewServer())
+	w := s.c
+	w.markReleased("o", "120")
+	w.markReleased("o", "110") // an older read: the record stays
+	if !w.releasedAfter("o", "115") || w.releasedAfter("o", "121") {
+		t.Errorf("released after 115 %v (want true), after 121 %v (want false)", w.releasedAfter("o", "115"), w.releasedAfter("o", "121"))
+	}
+	w.markReleased("o", releasedForGood)
+	w.markReleased("o", "200")
+	if !w.releasedAfter("o", "1000") || !w.releasedAfter("o", "") {
+		t.Error("an owner released for good is not released for every read")
+	}
+	if w.releasedAfter("p", "1") {
+		t.Error("an owner never released is released")
+	}
+	w.markReleased("q", "abc") // a version that does not compare
+	if !w.releasedAfter("q", "999") {
+		t.Error("a release at a version that does not compare does not hold every read")
+	}
+}

@@ -271,18 +271,37 @@ func (w *Workers) planOrphanItem(ctx context.Context, uid types.UID) ([]write, e
 		// Only kgc's own removal counts: a client that deletes the owner
 		// again with another policy makes the apiserver drop the orphan
 		// finalizer, and then its dependents are garbage.
+		//
+		// After the answer, a refusal (writeRefused) proves only that
+		// this patch did not land; a timeout, a 5xx or a broken
+		// connection may follow a removal that landed, and then the owner
+		// may be gone through kgc's own write. So:
+		//   - success, 404, or an ambiguous answer: remembered, in memory
+		//     and in the journal (Confirm), whatever a later attempt
+		//     meets (at worst a stale entry orphans a dependent that a
+		//     later Background deletion of the owner would have
+		//     collected: the journal errs towards keeping objects);
+		//   - a refusal: forgotten only if no earlier attempt may have
+		//     landed — this process had not remembered the owner before
+		//     this attempt, and the journal's entry is the one this
+		//     attempt's Record made (Withdraw). An attempt decided again
+		//     on a graph that has not seen an earlier removal (its event
+		//     lost, or late past the write log's TTL) is refused exactly
+		//     because that removal landed; forgetting the owner then let
+		//     a dependent the orphaning missed be deleted as dangling once
+		//     the owner went (S2). An owner whose orphan finalizer a new
+		//     Orphan request put back after kgc's removal stays
+		//     remembered too: kgc did release it once.
+		had := w.orphaned.Has(uid)
 		w.orphaned.Add(uid)
 		_, err := w.ops.ReplaceFinalizers(ctx, t, owner.Finalizers, a.Finalizers)
 		if writeRefused(err) {
-			// Still orphaning, or no longer: not ours. Only a refusal
-			// proves the finalizer is still there: after a timeout, a
-			// 5xx or a broken connection the removal may have landed,
-			// and the owner be gone through kgc's own write, so it stays
-			// remembered (at worst a stale entry orphans a dependent
-			// that a later Background deletion of the owner would have
-			// collected: the journal errs towards keeping objects).
-			w.orphaned.Delete(uid)
-			w.journal.Forget(uid)
+			if !had {
+				w.orphaned.Delete(uid)
+			}
+			w.journal.Withdraw(uid)
+		} else {
+			w.journal.Confirm(uid)
 		}
 		w.wrote(ctx, &rec, err)
 		w.writes.record(uid, owner.ResourceVersion, err)
@@ -314,7 +333,11 @@ func (w *Workers) recordOrphaned(ctx context.Context, owner types.UID) error {
 	ctx, cancel := context.WithTimeout(ctx, journalWait)
 	defer cancel()
 	if err := w.journal.Record(ctx, owner); err != nil {
-		w.journal.Forget(owner) // the finalizer stays: nothing to remember yet
+		// The finalizer removal is not sent: an entry this Record made
+		// has nothing to cover. One the journal held before stays: an
+		// earlier removal of this owner, answered ambiguously (in this
+		// process or another), may rest on it (Withdraw).
+		w.journal.Withdraw(owner)
 		return fmt.Errorf("recording the owner in the orphan journal before removing its orphan finalizer: %w", err)
 	}
 	return nil

@@ -113,9 +113,10 @@ type Workers struct {
 	// deletions orders kgc's DELETEs and the writes resting on a solid
 	// owner (locks.go).
 	deletions deletionLocks
-	// fgReleased: owners whose foregroundDeletion finalizer kgc removed
-	// (deleteItem).
-	fgReleased *recentSet[types.UID]
+	// fgReleased: owners whose foregroundDeletion finalizer kgc removed,
+	// with the resourceVersion the release is known to have landed by
+	// (deleteItem, releasedAfter).
+	fgReleased *recentMap[types.UID, string]
 	// fgUncertain: owners whose foregroundDeletion finalizer removal was
 	// answered ambiguously (a timeout, a 5xx, a broken connection): it
 	// may have landed. A DELETE resting on such an owner waiting reads
@@ -179,7 +180,7 @@ func New(cfg Config, g *graph.Graph) *Workers {
 		// needed only until the owner's dependents have been checked
 		// after it went.
 		orphaned:   newRecentSet[types.UID](65536),
-		fgReleased: newRecentSet[types.UID](65536),
+		fgReleased: newRecentMap[types.UID, string](65536),
 		// Filled only by ambiguous answers, emptied by each confirmation;
 		// as large as fgReleased so that an owner is never forgotten
 		// sooner (forgetting one lets a DELETE go without the read).

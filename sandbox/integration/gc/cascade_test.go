@@ -219,6 +219,48 @@ func TestDoubleForegroundDeletionWithCustomFinalizer(t *testing.T) {
 	tc.waitGone(owner)
 }
 
+// Scenario 7b. An owner that carries its own finalizer is deleted in the
+// foreground, kgc deletes its dependents and removes foregroundDeletion;
+// the custom finalizer keeps it. New dependents appear (blocking ones
+// among them) and the owner is deleted in the foreground again: the
+// apiserver puts foregroundDeletion back, a new request. kgc must carry it
+// out like the first — delete the new dependents, wait for the one that
+// lingers, release the owner — not take its first release as final (the
+// dependents' DELETEs were refused for good, and the owner and a blocking
+// dependent waited for each other).
+func TestForegroundDeletionAgainAfterRelease(t *testing.T) {
+	t.Parallel()
+	tc := newTestCase(t)
+	owner := tc.rc("owner", withFinalizers(holdFinalizer))
+	first := tc.pod("first", withOwners(owner.ref(true)))
+
+	tc.del(owner, foreground())
+	tc.waitGone(first)
+	tc.waitFor(owner, "released (only the custom finalizer left)", func(m *metav1.PartialObjectMetadata) bool {
+		return m != nil && m.DeletionTimestamp != nil && slices.Equal(m.Finalizers, []string{holdFinalizer})
+	})
+
+	blocking := tc.pod("blocking", withOwners(owner.ref(true)))
+	lingering := tc.pod("lingering", withOwners(owner.ref(true)), withFinalizers(holdFinalizer))
+	plain := tc.pod("plain", withOwners(owner.ref(false)))
+	tc.del(owner, foreground())
+
+	tc.waitGone(blocking, plain)
+	// kgc deletes the lingering pod too (its finalizer holds it), and the
+	// owner waits for it.
+	tc.waitTerminating(lingering)
+	if m, err := tc.get(tc.ctx, owner); err != nil || m == nil || !slices.Contains(m.Finalizers, metav1.FinalizerDeleteDependents) {
+		t.Fatalf("%s: want it waiting for its blocking dependent %s; got %s, err %v", owner, lingering, safety.Describe(m), err)
+	}
+	tc.release(lingering)
+	tc.waitGone(lingering)
+	tc.waitFor(owner, "released again (only the custom finalizer left)", func(m *metav1.PartialObjectMetadata) bool {
+		return m != nil && slices.Equal(m.Finalizers, []string{holdFinalizer})
+	})
+	tc.release(owner)
+	tc.waitGone(owner)
+}
+
 // Scenario 8. A blocking dependent that cannot go away keeps its owner in
 // foreground deletion; once it goes, the owner goes.
 func TestBlockingOwnerRefDoesBlock(t *testing.T) {
