@@ -24,8 +24,7 @@ import (
 // resource that could hold one has been listed: a LIST that fails (a
 // conversion webhook down, a 429, a timeout) leaves its objects out, and
 // removing the finalizer then releases the owner before dependents kgc has
-// never seen (issue 14, item 2: orphans deleted, Foreground owners gone
-// first). Only the resources that could hold a dependent count: a
+// never seen (orphans deleted, Foreground owners gone first). Only the resources that could hold a dependent count: a
 // namespaced owner's dependents are namespaced (a cluster-scoped object
 // naming a namespaced owner is never collected on its account).
 //
@@ -54,6 +53,12 @@ func (w *Workers) negativeFactsReady(ctx context.Context, owner rules.Identity, 
 	now := w.now()
 	v, _ := w.holds.LoadOrStore(owner.UID, HeldFinalizer{Owner: owner, Finalizer: finalizer, Since: now})
 	h := v.(HeldFinalizer)
+	if h.Finalizer != finalizer {
+		// A second DELETE with another policy swapped the owner's
+		// finalizer: the new one waits its own hold, or it would go at
+		// once on the time the old one waited.
+		h = HeldFinalizer{Owner: owner, Finalizer: finalizer, Since: now}
+	}
 	h.Unlisted = unlisted
 	w.holds.Store(owner.UID, h)
 	logger := klog.FromContext(ctx)
