@@ -1,0 +1,113 @@
+package sim
+
+import (
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kgc-dev/kgc/internal/breaker"
+)
+
+// The deletion breaker in the simulator.
+//
+// The simulated world has no fault the breaker exists for: no rollback of
+// the store (resourceVersions, UIDs and deletionTimestamps are monotonic)
+// and no API answering wrongly (a LIST answers what the store holds, or
+// 404 for a deleted CRD-like resource, or an error). So with the breaker
+// on (Sim.Breaker), every trip is a violation (RuleBreaker): the random
+// schedules measure how precise its signals are against ordinary
+// operation, under every interleaving they draw.
+//
+// kube-apiserver deletes a CRD's instances only once the CRD is being
+// deleted, and answers its LIST 404 only once the CRD is gone: kgc reads
+// the CRD's deletion as the explanation of its instances' going
+// (graph.Vanish.CRD). A Sim with the breaker therefore models the two
+// CRD-like resources' CustomResourceDefinitions as objects of a resource
+// kgc monitors (CRDs): Unserve marks the CRD deleting (the
+// customresourcecleanup finalizer), deletes the instances, then the CRD;
+// Serve creates a new CRD of the same name. They are no owner or
+// dependent of anything, and the random schedules never touch them
+// otherwise.
+
+// RuleBreaker is the rule a trip of the deletion breaker breaks in the
+// simulator (Violation.Rule).
+const RuleBreaker = "breaker"
+
+// CRDs is the resource of CustomResourceDefinitions (modeled only in a
+// Sim with the breaker; see above).
+var CRDs = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
+
+// crdFinalizer is the finalizer kube-apiserver's CRD cleanup keeps on a
+// CRD while it deletes the instances.
+const crdFinalizer = "customresourcecleanup.apiextensions.k8s.io"
+
+// crdNames are the CRDs of the CRD-like resources: <plural>.<group>.
+var crdNames = map[schema.GroupResource]string{Widgets: "widgets.example.com", Gadgets: "gadgets.gadgets.example.org"}
+
+// SetBreaker runs every collector Start starts with a deletion breaker of
+// cfg (its clock the Sim's), reports every trip as a violation, and
+// models the CRD-like resources' CRDs (see above). Call it before the
+// first Start and before objects are created.
+func (s *Sim) SetBreaker(cfg breaker.Config) {
+	cfg.Clock = s.Clock
+	s.Breaker = &cfg
+	s.Srv.mu.Lock()
+	s.Srv.kinds[CRDs] = &resource{Kind: &Kind{Group: CRDs.Group, Resource: CRDs.Resource, Kind: "CustomResourceDefinition",
+		Versions: []string{"v1"}, Preferred: "v1"}, served: true}
+	s.Srv.mu.Unlock()
+	s.mapper.Reset()
+	for _, gr := range []schema.GroupResource{Widgets, Gadgets} {
+		s.createCRD(gr)
+	}
+}
+
+// modelsCRDs reports whether the CRD-like resources have CRD objects.
+func (s *Server) modelsCRDs() bool { return s.kinds[CRDs] != nil }
+
+// createCRD creates gr's CRD if it is modeled and does not exist.
+func (s *Sim) createCRD(gr schema.GroupResource) {
+	s.Srv.mu.Lock()
+	exists := !s.Srv.modelsCRDs() || s.Srv.objects[objKey{gr: CRDs, name: crdNames[gr]}] != nil
+	s.Srv.mu.Unlock()
+	if exists {
+		return
+	}
+	if _, err := s.Srv.Create(CRDs, metav1.ObjectMeta{Name: crdNames[gr]}); err != nil {
+		panic(err) // the CRD resource is always served
+	}
+}
+
+// deleteCRD starts (done false: the CRD is marked deleting, kept by the
+// cleanup finalizer) or ends (done true: the CRD goes) the deletion of
+// gr's CRD, if it is modeled and exists. Caller holds s.Srv.mu.
+func (s *Sim) deleteCRD(gr schema.GroupResource, done bool) {
+	k := objKey{gr: CRDs, name: crdNames[gr]}
+	cur := s.Srv.objects[k]
+	if !s.Srv.modelsCRDs() || cur == nil {
+		return
+	}
+	m := cur.DeepCopy()
+	if done {
+		m.Finalizers = slices.DeleteFunc(m.Finalizers, func(f string) bool { return f == crdFinalizer })
+	} else if m.DeletionTimestamp == nil {
+		m.DeletionTimestamp = &metav1.Time{Time: s.Clock.Now()}
+		m.Finalizers = append(m.Finalizers, crdFinalizer)
+	}
+	s.Srv.put(ActorClient, k, m, false)
+}
+
+// newBreaker returns the breaker of a collector Start starts (nil without
+// one).
+func (s *Sim) newBreaker() *breaker.Breaker {
+	if s.Breaker == nil {
+		return nil
+	}
+	return breaker.New(*s.Breaker)
+}
+
+// tripped reports a trip of the breaker: no fault it exists for is ever
+// injected, so every trip is a violation.
+func (s *Sim) tripped(t breaker.Trip) {
+	s.Srv.violate(RuleBreaker, "the deletion breaker tripped (%s %s on %s): %s", t.Signal, t.Resource, t.Object, t.Because())
+}
