@@ -99,7 +99,7 @@ func TestVanished(t *testing.T) {
 	}
 	// w1 and w2 went unexplained; w3 was deleting, w4's namespace is
 	// terminating, w5's is not in the graph.
-	if v.Gone != 5 || v.Unexplained != 2 || v.CRD != CRDLive || v.ResourceVersion != "99" || v.Resource != "widgets" || v.Kind != "Widget" {
+	if v.Gone != 5 || v.Unexplained != 2 || v.CRD != CRDLive || v.CRDUID != "crd" || v.ResourceVersion != "99" || v.Resource != "widgets" || v.Kind != "Widget" {
 		t.Fatalf("vanish %+v", v)
 	}
 	if !slices.Equal(v.Owners, []types.UID{"w1"}) {

@@ -128,8 +128,9 @@ type Vanish struct {
 	// placeholders, their dependents re-checked).
 	Owners []types.UID
 	// CRD is what the graph holds of the CustomResourceDefinition named
-	// <Resource>.<group>.
-	CRD CRDState
+	// <Resource>.<group>; CRDUID its UID (CRDLive, CRDDeleting).
+	CRD    CRDState
+	CRDUID types.UID
 }
 
 // CRDState is what the graph holds of a resource's CustomResourceDefinition.
@@ -479,7 +480,7 @@ func (g *Graph) vanish(apiVersion, k, resource, rv string, gone []*node) *Vanish
 			alive[n.name] = !n.deleting
 		case crdName != "" && n.kind.kind == "CustomResourceDefinition" && n.name == crdName &&
 			rules.GroupOf(n.kind.apiVersion) == "apiextensions.k8s.io":
-			v.CRD = CRDLive
+			v.CRD, v.CRDUID = CRDLive, g.uidOf(n.uid)
 			if n.deleting {
 				v.CRD = CRDDeleting
 			}
