@@ -1,6 +1,8 @@
 package sim
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"testing"
 
 	"github.com/kgc-dev/kgc/internal/breaker"
@@ -45,4 +47,35 @@ func TestBreakerCRDRecreatedWhileCRDWatchLags(t *testing.T) {
 	s.Serve(Gadgets)
 	s.must(s.Expire(Gadgets))
 	s.finish()
+}
+
+// At start-up, the resources' first lists end at different times. A
+// dependent created after its own resource's list (it arrives while kgc
+// watches) whose owner was created and deleted before the first list of
+// the owner's resource has an owner kgc never observed alive, and yet
+// nothing was restored: the owner went before kgc could see it, as a
+// backlog's owners did. Such owners are not the restore signature; here
+// two of them, with the signal's limit at one, trip nothing.
+func TestBreakerOwnerGoneBeforeItsResourceWasFirstListed(t *testing.T) {
+	s := newScripted(t)
+	cfg := breakerConfig()
+	cfg.UnobservedLimit = 1
+	s.SetBreaker(cfg)
+	s.HoldLists(Deployments, true) // the owners' first list waits
+	s.start()
+	var deps []Obj
+	for _, name := range []string{"x", "y"} {
+		owner := s.create(Obj{GR: Deployments, Namespace: "a", Name: name})
+		deps = append(deps, s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: name + "-dep"}, s.OwnerRef(owner, false)))
+		s.must(s.Delete(owner, metav1.DeletePropagationBackground))
+		s.must(s.Deliver(ConfigMaps)) // the dependent arrives
+	}
+	s.HoldLists(Deployments, false)
+	s.must(s.Settle())
+	s.finish()
+	for _, d := range deps {
+		if s.Get(d) != nil {
+			t.Fatalf("%s/%s not collected\ntrace:\n%s", d.Namespace, d.Name, s.Trace())
+		}
+	}
 }
