@@ -53,7 +53,9 @@ type Event struct {
 	// before this event (a watch event, or an object of a later list), so
 	// an object the graph first holds from this event appeared while kgc
 	// watched its resource, rather than being there when kgc started
-	// (rules.Item.Arrived).
+	// (rules.Item.Arrived). The graph builder clears it for an object
+	// naming an owner whose resource it has not applied a complete list
+	// of (builder.ownersListed).
 	Fresh bool
 	// Resource is the resource's plural name (Relisted only): the graph
 	// looks up the CustomResourceDefinition that serves it, if any
