@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,8 +107,68 @@ func (s *Sim) newBreaker() *breaker.Breaker {
 	return breaker.New(*s.Breaker)
 }
 
+// resumeBreaker resumes every trip of the running collector's breaker, as
+// an operator does once the cause is understood (Heal): the objects held
+// are decided again, and what the reference model owes must then be done
+// (L1), which checks that a resume releases everything it held.
+func (s *Sim) resumeBreaker() {
+	if s.coll == nil || s.coll.Breaker() == nil {
+		return
+	}
+	release, resumed, overflowed := s.coll.Breaker().Resume(s.Clock.Now())
+	if len(resumed) == 0 {
+		return
+	}
+	s.Srv.trace("breaker resumed: %d trips, %d held objects released", len(resumed), len(release))
+	s.coll.ResumeHeld(context.Background(), release, overflowed)
+}
+
+// LimitVanishInWatchGap: vanished-resource tripped on a resource whose
+// objects clients really deleted, every one of them, while kgc's watch of
+// it was down (the watch expired before delivering their DELETED
+// events), outside a CRD's deletion: a complete list that finds none of
+// a resource's objects, with none of their deletions seen coming, is
+// what an API answering wrongly looks like, and kgc cannot tell the two
+// apart (docs/correctness.md, "Known limits"; at the default minimum it
+// takes 10 such objects).
+const LimitVanishInWatchGap = "vanish-in-watch-gap"
+
 // tripped reports a trip of the breaker: no fault it exists for is ever
-// injected, so every trip is a violation.
+// injected, so every trip is a violation, or an instance of
+// LimitVanishInWatchGap.
 func (s *Sim) tripped(t breaker.Trip) {
-	s.Srv.violate(RuleBreaker, "the deletion breaker tripped (%s %s on %s): %s", t.Signal, t.Resource, t.Object, t.Because())
+	limit := ""
+	if t.Signal == breaker.Vanished && s.vanishInWatchGap(t.Resource) {
+		limit = LimitVanishInWatchGap
+	}
+	s.Srv.violateLimit(RuleBreaker, limit, "the deletion breaker tripped (%s %s on %s): %s", t.Signal, t.Resource, t.Object, t.Because())
+}
+
+// vanishInWatchGap reports whether the resource a vanished-resource trip
+// names ("Kind.group") holds no object in the store, and its CRD, if it
+// has one, is alive and not deleting: clients deleted every object, and
+// no CRD deletion explains it (see LimitVanishInWatchGap).
+func (s *Sim) vanishInWatchGap(resource string) bool {
+	s.Srv.mu.Lock()
+	defer s.Srv.mu.Unlock()
+	var gr schema.GroupResource
+	found := false
+	for g, r := range s.Srv.kinds {
+		if breaker.ResourceName(r.Group, r.Kind.Kind) == resource {
+			gr, found = g, true
+		}
+	}
+	if !found {
+		return false
+	}
+	for k := range s.Srv.objects {
+		if k.gr == gr {
+			return false
+		}
+	}
+	if name, ok := crdNames[gr]; ok && s.Srv.modelsCRDs() {
+		crd := s.Srv.objects[objKey{gr: CRDs, name: name}]
+		return crd != nil && crd.DeletionTimestamp == nil
+	}
+	return true
 }

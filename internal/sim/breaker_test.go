@@ -1,9 +1,14 @@
 package sim
 
 import (
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kgc-dev/kgc/internal/breaker"
 )
@@ -78,4 +83,75 @@ func TestBreakerOwnerGoneBeforeItsResourceWasFirstListed(t *testing.T) {
 			t.Fatalf("%s/%s not collected\ntrace:\n%s", d.Namespace, d.Name, s.Trace())
 		}
 	}
+}
+
+// Schedule counts of TestRandomSchedulesTripNothing (CI, -short).
+const (
+	breakerSchedules      = 400
+	breakerShortSchedules = 60
+)
+
+// TestRandomSchedulesTripNothing runs random schedules (the world of
+// TestRandomSchedules: every feature) with the deletion breaker on
+// (breakerConfig). The simulator injects no fault the breaker exists for,
+// so every trip fails the schedule, unless it is an instance of a
+// documented limit (LimitVanishInWatchGap), which is counted and logged.
+// KGC_SIM_SEED replays one schedule, KGC_SIM_SCHEDULES and KGC_SIM_BASE
+// set how many and the first seed.
+func TestRandomSchedulesTripNothing(t *testing.T) {
+	w := world()
+	cfg := breakerConfig()
+	w.Breaker = &cfg
+	if v := os.Getenv("KGC_SIM_SEED"); v != "" {
+		seed := envInt(t, "KGC_SIM_SEED", 0)
+		s, out := RunRandom(seed, w)
+		t.Logf("seed %d: documented limits hit: %v\ntrace:\n%s\nschedule:\n%s", seed, out.Limits, s.Trace(), FormatSchedule(seed, s.Actions()))
+		if out.Failed() {
+			t.Fatalf("%s", out)
+		}
+		return
+	}
+	n := envInt(t, "KGC_SIM_SCHEDULES", breakerSchedules)
+	if testing.Short() && os.Getenv("KGC_SIM_SCHEDULES") == "" {
+		n = breakerShortSchedules
+	}
+	base := envInt(t, "KGC_SIM_BASE", 1)
+	var (
+		next        atomic.Uint64
+		mu          sync.Mutex
+		wg          sync.WaitGroup
+		gaps, fails int
+		gapSeeds    []uint64
+	)
+	next.Store(base)
+	for range 4 * runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				seed := next.Add(1) - 1
+				if seed >= base+n {
+					return
+				}
+				s, out := RunRandom(seed, w)
+				mu.Lock()
+				for _, l := range out.Limits {
+					if l.Limit == LimitVanishInWatchGap {
+						gaps++
+						gapSeeds = append(gapSeeds, seed)
+						break
+					}
+				}
+				if out.Failed() && fails < 5 {
+					fails++
+					t.Errorf("%s\nreplay: KGC_SIM_SEED=%d go test -race -run TestRandomSchedulesTripNothing ./internal/sim/\ntrace of the objects involved:\n%s\nschedule:\n%s",
+						out, seed, s.Trace(out.Focus()...), FormatSchedule(seed, s.Actions()))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(gapSeeds)
+	t.Logf("%d schedules (seeds %d..%d); %d tripped %s (%s), first seeds %v", n, base, base+n-1, gaps, breaker.Vanished, LimitVanishInWatchGap, gapSeeds[:min(len(gapSeeds), 5)])
 }

@@ -694,4 +694,5 @@ func (s *Sim) Heal() {
 	for _, gr := range held {
 		s.Srv.HoldLists(gr, false)
 	}
+	s.resumeBreaker()
 }
