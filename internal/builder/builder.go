@@ -168,6 +168,12 @@ func (b *Builder) Unlisted() []discovery.Resource { return b.monitors.Unlisted()
 // the graph builder's goroutine, which their last events may wait for.
 func (b *Builder) RelistAll(ctx context.Context) int { return b.monitors.RestartAll(ctx) }
 
+// Unverified reports whether the watch of gk was interrupted and not
+// verified since (discovery.Monitors.Unverified).
+func (b *Builder) Unverified(gk schema.GroupKind) (epoch uint64, unverified bool) {
+	return b.monitors.Unverified(gk)
+}
+
 // CRDBacked reports whether a CRD was observed to serve gr.
 func (b *Builder) CRDBacked(gr schema.GroupResource) bool { return b.monitors.CRDBacked(gr) }
 
