@@ -402,6 +402,12 @@ func (g *Graph) needsAttention(n *node) bool {
 func (g *Graph) remove(obj *rules.Object, eff *Effects) {
 	if n := g.node(obj.Identity.UID); n != nil && !n.virtual {
 		g.removeNode(n, rules.SourceWatchDeletion, obj.ResourceVersion, eff)
+		if n.virtual && (n.kind.kind != obj.Identity.Kind || !rules.SameGroup(n.kind.apiVersion, obj.Identity.APIVersion)) {
+			// A placeholder kept for its dependents remembers the resource
+			// whose watch saw the deletion: an object served under two
+			// groups is compared within that one (checkRegression).
+			n.kind = g.kindOf(obj.Identity.APIVersion, obj.Identity.Kind)
+		}
 	}
 }
 
