@@ -461,10 +461,10 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		unverified:  m.isUnverified(r.GroupKind()),
 		onInterrupt: func() { m.watchInterrupted(r.GroupKind()) },
 		onVerify:    func() { m.watchVerified(r.GroupKind()) },
-		cancel:     cancel,
-		done:       make(chan struct{}),
-		clock:      m.clock,
-		progressAt: m.clock.Now(),
+		cancel:      cancel,
+		done:        make(chan struct{}),
+		clock:       m.clock,
+		progressAt:  m.clock.Now(),
 	}
 	m.started[r.GroupKind()] = true
 	if r.GVR.GroupResource() == crdResource {
