@@ -53,6 +53,17 @@ var crdNames = map[schema.GroupResource]string{Widgets: "widgets.example.com", G
 func (s *Sim) SetBreaker(cfg breaker.Config) {
 	cfg.Clock = s.Clock
 	s.Breaker = &cfg
+	s.crdReadFailed = map[string]bool{}
+	inner := s.Srv.Fault
+	s.Srv.Fault = func(c Call) error {
+		err := inner(c)
+		if c.Actor == ActorKGC && c.Verb == "get" && c.Resource == CRDs {
+			s.mu.Lock()
+			s.crdReadFailed[c.Name] = err != nil
+			s.mu.Unlock()
+		}
+		return err
+	}
 	s.Srv.mu.Lock()
 	s.Srv.kinds[CRDs] = &resource{Kind: &Kind{Group: CRDs.Group, Resource: CRDs.Resource, Kind: "CustomResourceDefinition",
 		Versions: []string{"v1"}, Preferred: "v1"}, served: true}
@@ -108,19 +119,21 @@ func (s *Sim) newBreaker() *breaker.Breaker {
 }
 
 // resumeBreaker resumes every trip of the running collector's breaker, as
-// an operator does once the cause is understood (Heal): the objects held
-// are decided again, and what the reference model owes must then be done
-// (L1), which checks that a resume releases everything it held.
-func (s *Sim) resumeBreaker() {
+// an operator does once the cause is understood (Heal, and Quiesce, for
+// trips after the heal), and reports whether it resumed any: the objects
+// held are decided again, and what the reference model owes must then be
+// done (L1), which checks that a resume releases everything it held.
+func (s *Sim) resumeBreaker() bool {
 	if s.coll == nil || s.coll.Breaker() == nil {
-		return
+		return false
 	}
 	release, resumed, overflowed := s.coll.Breaker().Resume(s.Clock.Now())
 	if len(resumed) == 0 {
-		return
+		return false
 	}
 	s.Srv.trace("breaker resumed: %d trips, %d held objects released", len(resumed), len(release))
 	s.coll.ResumeHeld(context.Background(), release, overflowed)
+	return true
 }
 
 // LimitVanishInWatchGap: vanished-resource tripped on a resource whose
@@ -133,15 +146,43 @@ func (s *Sim) resumeBreaker() {
 // takes 10 such objects).
 const LimitVanishInWatchGap = "vanish-in-watch-gap"
 
+// LimitVanishUnconfirmed: vanished-resource tripped on a CRD's resource
+// whose CRD the graph held alive (its monitor lagging behind the
+// resource's) while kgc's quorum read of the CRD, which would have shown
+// it deleted, failed (an injected 429 or 500, every attempt): a read that
+// fails explains nothing, and the trip holds more, never deletes more
+// (docs/correctness.md, "Holds").
+const LimitVanishUnconfirmed = "vanish-unconfirmed"
+
 // tripped reports a trip of the breaker: no fault it exists for is ever
 // injected, so every trip is a violation, or an instance of
-// LimitVanishInWatchGap.
+// LimitVanishInWatchGap or LimitVanishUnconfirmed.
 func (s *Sim) tripped(t breaker.Trip) {
 	limit := ""
-	if t.Signal == breaker.Vanished && s.vanishInWatchGap(t.Resource) {
+	switch {
+	case t.Signal != breaker.Vanished:
+	case s.vanishInWatchGap(t.Resource):
 		limit = LimitVanishInWatchGap
+	case s.vanishUnconfirmed(t.Resource):
+		limit = LimitVanishUnconfirmed
 	}
 	s.Srv.violateLimit(RuleBreaker, limit, "the deletion breaker tripped (%s %s on %s): %s", t.Signal, t.Resource, t.Object, t.Because())
+}
+
+// vanishUnconfirmed reports whether kgc's last read of the CRD of the
+// resource a vanished-resource trip names failed (LimitVanishUnconfirmed).
+func (s *Sim) vanishUnconfirmed(resource string) bool {
+	s.Srv.mu.Lock()
+	var name string
+	for gr, r := range s.Srv.kinds {
+		if breaker.ResourceName(r.Group, r.Kind.Kind) == resource {
+			name = crdNames[gr]
+		}
+	}
+	s.Srv.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return name != "" && s.crdReadFailed[name]
 }
 
 // vanishInWatchGap reports whether the resource a vanished-resource trip

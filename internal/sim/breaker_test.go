@@ -136,7 +136,7 @@ func TestRandomSchedulesTripNothing(t *testing.T) {
 				s, out := RunRandom(seed, w)
 				mu.Lock()
 				for _, l := range out.Limits {
-					if l.Limit == LimitVanishInWatchGap {
+					if l.Limit == LimitVanishInWatchGap || l.Limit == LimitVanishUnconfirmed {
 						gaps++
 						gapSeeds = append(gapSeeds, seed)
 						break
@@ -153,5 +153,5 @@ func TestRandomSchedulesTripNothing(t *testing.T) {
 	}
 	wg.Wait()
 	slices.Sort(gapSeeds)
-	t.Logf("%d schedules (seeds %d..%d); %d tripped %s (%s), first seeds %v", n, base, base+n-1, gaps, breaker.Vanished, LimitVanishInWatchGap, gapSeeds[:min(len(gapSeeds), 5)])
+	t.Logf("%d schedules (seeds %d..%d); %d tripped %s (%s, %s), first seeds %v", n, base, base+n-1, gaps, breaker.Vanished, LimitVanishInWatchGap, LimitVanishUnconfirmed, gapSeeds[:min(len(gapSeeds), 5)])
 }

@@ -101,8 +101,10 @@ type Sim struct {
 	OrphanTTL time.Duration
 	// Breaker, when set (SetBreaker), is the deletion breaker's config of
 	// every collector Start starts; every trip is a violation
-	// (breaker.go).
-	Breaker *breaker.Config
+	// (breaker.go). crdReadFailed: kgc's last read of each CRD (by name)
+	// was answered an injected fault.
+	Breaker       *breaker.Config
+	crdReadFailed map[string]bool
 
 	// The schedule applied through Apply, as it took effect, and the
 	// objects it created, by coordinates (schedule.go).
@@ -421,6 +423,11 @@ func (s *Sim) Quiesce(budget time.Duration) error {
 	for s.Clock.Since(start) < budget {
 		if err := s.DeliverAll(); err != nil {
 			return err
+		}
+		if s.resumeBreaker() {
+			if err := s.Settle(); err != nil {
+				return err
+			}
 		}
 		if rv := s.Srv.RV(); rv != lastRV {
 			lastRV, quietSince = rv, s.Clock.Now()
