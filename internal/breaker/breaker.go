@@ -343,7 +343,7 @@ type VanishFacts struct {
 // trip and whether it is new (a resource already tripped is not tripped
 // again).
 func (b *Breaker) Vanish(f VanishFacts) (Trip, bool) {
-	if b.cfg.VanishedMinimum <= 0 || f.ResourceRemoved || f.Unexplained < b.cfg.VanishedMinimum {
+	if !b.WouldVanish(f) {
 		return Trip{}, false
 	}
 	ev := "an empty list at resourceVersion " + f.ResourceVersion
@@ -351,6 +351,13 @@ func (b *Breaker) Vanish(f VanishFacts) (Trip, bool) {
 		ev = "its LIST answered 404 while discovery serves it"
 	}
 	return b.tripOn(Trip{Signal: Vanished, Resource: f.Resource, Count: f.Unexplained, Limit: b.cfg.VanishedMinimum, Evidence: ev})
+}
+
+// WouldVanish reports whether Vanish would trip on f (for a resource not
+// tripped yet): the caller may then look for an explanation the facts
+// lack before it asks.
+func (b *Breaker) WouldVanish(f VanishFacts) bool {
+	return b.cfg.VanishedMinimum > 0 && !f.ResourceRemoved && f.Unexplained >= b.cfg.VanishedMinimum
 }
 
 // RolledBack trips Rollback (when on) on the evidence that object was

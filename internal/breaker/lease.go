@@ -96,7 +96,8 @@ func (s *LeaseStore) Load(ctx context.Context) (State, *coordinationv1.Lease, er
 }
 
 // Record adds trips to the Lease's AnnotationTrips (one per signal and
-// resource, the latest), dropping the resumed ones. It updates the Lease with its
+// resource, the latest), dropping the resumed ones. An annotation it cannot
+// parse fails it (ErrUnreadable) rather than being replaced. It updates the Lease with its
 // resourceVersion (a conflict with a renewal is retried), so that nothing
 // else on it is lost; the leader elector's next renewal meets a conflict
 // once and re-reads it.
@@ -111,7 +112,12 @@ func (s *LeaseStore) Record(ctx context.Context, trips []Trip) (*coordinationv1.
 		case err != nil:
 			return err
 		}
-		st, _ := ParseState(l.Annotations) // a broken annotation is replaced
+		st, err := ParseState(l.Annotations)
+		if err != nil {
+			// Not replaced: it may hold trips an earlier kgc made, and the
+			// workers of this one wait for it to be fixed (Sync.Load).
+			return err
+		}
 		merged := mergeTrips(st.Active(), trips)
 		data, err := json.Marshal(merged)
 		if err != nil {
@@ -274,7 +280,10 @@ func (s *Sync) Run(ctx context.Context) {
 		case <-s.kick:
 		case <-tick.C:
 		}
-		if err := s.Record(ctx); err != nil {
+		if err := s.Record(ctx); errors.Is(err, ErrUnreadable) {
+			logger.Error(err, "Recording the deletion breaker's trip on the Lease; retrying. Until it is recorded a restart of kgc forgets it", "lease", s.Store.Namespace+"/"+s.Store.Name, "retryIn", interval,
+				"whatToDo", "fix or remove the annotation "+AnnotationTrips+" (or "+AnnotationResume+") on the Lease: kgc does not replace trips it cannot read")
+		} else if err != nil {
 			logger.Error(err, "Recording the deletion breaker's trip on the Lease; retrying. Until it is recorded a restart of kgc forgets it", "lease", s.Store.Namespace+"/"+s.Store.Name, "retryIn", interval)
 		}
 		st, _, err := s.Store.Load(ctx)

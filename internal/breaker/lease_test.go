@@ -157,3 +157,22 @@ func TestRecordKeepsTripsPerResource(t *testing.T) {
 		t.Fatalf("%+v %v: want both resources' trips", st, err)
 	}
 }
+
+// An unreadable annotation stays as it is: a trip made meanwhile (the
+// graph builder judges before the workers start) is not recorded over it,
+// which would forget the trips it holds and let the next Load succeed
+// without them. The trip is retried once an operator fixes it.
+func TestRecordKeepsUnreadableState(t *testing.T) {
+	ctx := context.Background()
+	const broken = `[{"signal":"rollback","at":"2026-01-02T03:04:05Z"`
+	cs := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kgc",
+		Annotations: map[string]string{AnnotationTrips: broken}}})
+	s := &LeaseStore{Client: cs.CoordinationV1(), Namespace: "ns", Name: "kgc"}
+	if _, err := s.Record(ctx, []Trip{{Signal: Vanished, Resource: "Widget.example.com", At: t0}}); !errors.Is(err, ErrUnreadable) {
+		t.Fatalf("Record over an unreadable annotation: %v, want ErrUnreadable", err)
+	}
+	l, err := cs.CoordinationV1().Leases("ns").Get(ctx, "kgc", metav1.GetOptions{})
+	if err != nil || l.Annotations[AnnotationTrips] != broken {
+		t.Fatalf("annotation %q (%v), want it untouched", l.Annotations[AnnotationTrips], err)
+	}
+}

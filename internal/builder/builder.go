@@ -88,6 +88,10 @@ type Builder struct {
 	// cascadeStart is when each in-flight cascade started; only the graph
 	// builder goroutine touches it.
 	cascadeStart map[types.UID]time.Time
+	// listed holds the group kinds a complete list of which the graph
+	// applied in this process (their Listed markers: see ownersListed);
+	// only the graph builder goroutine touches it.
+	listed map[schema.GroupKind]struct{}
 
 	// kinds maps each monitored kind to its resource, refreshed by discovery.
 	kinds atomic.Pointer[map[schema.GroupVersionKind]schema.GroupVersionResource]
@@ -116,6 +120,7 @@ func New(cfg Config, g *graph.Graph, sink Sink) *Builder {
 		sink:         sink,
 		rediscover:   newRediscoverer(),
 		cascadeStart: make(map[types.UID]time.Time),
+		listed:       make(map[schema.GroupKind]struct{}),
 	}
 	for _, gr := range cfg.Ignored {
 		b.ignored[gr] = struct{}{}
@@ -162,6 +167,12 @@ func (b *Builder) Unlisted() []discovery.Resource { return b.monitors.Unlisted()
 // RestartAll). It waits for the monitors to stop: not to be called from
 // the graph builder's goroutine, which their last events may wait for.
 func (b *Builder) RelistAll(ctx context.Context) int { return b.monitors.RestartAll(ctx) }
+
+// Unverified reports whether the watch of gk was interrupted and not
+// verified since (discovery.Monitors.Unverified).
+func (b *Builder) Unverified(gk schema.GroupKind) (epoch uint64, unverified bool) {
+	return b.monitors.Unverified(gk)
+}
 
 // CRDBacked reports whether a CRD was observed to serve gr.
 func (b *Builder) CRDBacked(gr schema.GroupResource) bool { return b.monitors.CRDBacked(gr) }
@@ -294,9 +305,13 @@ func (b *Builder) Run(ctx context.Context) {
 func (b *Builder) Apply(ev graph.Event) {
 	if ev.Type == graph.Listed {
 		// Everything the list saw is in the graph now.
+		b.listed[ev.Object.Identity.GroupKind()] = struct{}{}
 		b.monitors.Applied(ev.Gen)
 		b.sink.Observed(ev, graph.Effects{})
 		return
+	}
+	if ev.Fresh && ev.Type == graph.Upsert && !b.ownersListed(&ev.Object) {
+		ev.Fresh = false
 	}
 	if b.cfg.BeforeApply != nil {
 		b.cfg.BeforeApply(ev)
@@ -323,6 +338,24 @@ func (b *Builder) Apply(ev graph.Event) {
 			delete(b.cascadeStart, uid)
 		}
 	}
+}
+
+// ownersListed reports whether the graph holds a complete list of the
+// resource of every owner obj references (graph.Event.Fresh): an object
+// that arrives before its owner's resource was first listed is no
+// evidence of a restore when that owner is never observed alive, since
+// the owner may have come and gone before kgc could see it (at start-up
+// the resources' first lists end at different times; a CRD's resource is
+// listed only once its monitor starts). Only the graph builder goroutine
+// calls it.
+func (b *Builder) ownersListed(obj *rules.Object) bool {
+	for i := range obj.OwnerReferences {
+		ref := &obj.OwnerReferences[i]
+		if _, ok := b.listed[schema.GroupKind{Group: rules.GroupOf(ref.APIVersion), Kind: ref.Kind}]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // clock returns the configured clock, or the real one.

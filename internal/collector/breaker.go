@@ -1,6 +1,8 @@
 package collector
 
 import (
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
@@ -49,6 +51,12 @@ func (c *Collector) judge(logger klog.Logger, eff graph.Effects) {
 			ResourceRemoved: v.CRD == graph.CRDDeleting ||
 				v.CRD == graph.CRDNone && v.Resource != "" && c.builder.CRDBacked(schema.GroupResource{Group: group, Resource: v.Resource}),
 		}
+		if !f.ResourceRemoved && v.CRD == graph.CRDLive && b.WouldVanish(f) {
+			// The graph holds the CRD alive, but its monitor may lag
+			// behind the resource's: a quorum read says whether the CRD
+			// that served the objects is still there.
+			f.ResourceRemoved = c.crdGone(logger, v)
+		}
 		if t, tripped := b.Vanish(f); tripped {
 			logger.Error(nil, "Deletion circuit breaker tripped: a complete list found none of a resource's objects, and kgc saw none of their deletions coming; holding every deletion resting on a gone owner of that resource until an operator resumes",
 				"signal", t.Signal, "resource", t.Resource, "gone", f.Gone, "unexplained", f.Unexplained, "evidence", t.Evidence)
@@ -58,6 +66,46 @@ func (c *Collector) judge(logger klog.Logger, eff graph.Effects) {
 				"resource", f.Resource, "gone", f.Gone, "unexplained", f.Unexplained, "resourceRemoved", f.ResourceRemoved)
 		}
 	}
+}
+
+// crdResource is the resource of CustomResourceDefinitions.
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// crdGoneAttempts is how many times crdGone reads the CRD before it takes
+// the read's failure as no explanation.
+const crdGoneAttempts = 3
+
+// crdGone reports whether a quorum read shows that the CRD the graph
+// holds alive for v's resource (v.CRDUID) is gone or being deleted: no
+// CRD of that name, one being deleted, or one with another UID (the CRD
+// was deleted and created again). kube-apiserver deletes a CRD's
+// instances only once the CRD is being deleted, and answers their LIST
+// 404 only once it is gone, so the CRD's state, read after the list, tells
+// an ordinary CRD deletion whose events the CRD monitor has not delivered
+// yet from an API answering wrongly. A read that fails explains nothing
+// (the vanish trips). It runs on the graph builder's goroutine, before the
+// workers learn of the vanish: one read per vanish that would trip.
+func (c *Collector) crdGone(logger klog.Logger, v *graph.Vanish) bool {
+	ctx := c.runCtx
+	if ctx == nil {
+		return false
+	}
+	name := v.Resource + "." + rules.GroupOf(v.APIVersion)
+	var err error
+	for range crdGoneAttempts {
+		var crd *metav1.PartialObjectMetadata
+		crd, err = c.cfg.Metadata.Resource(crdResource).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return true
+		case err == nil:
+			return crd.UID != v.CRDUID || crd.DeletionTimestamp != nil
+		case ctx.Err() != nil:
+			return false
+		}
+	}
+	logger.Error(err, "Reading the CRD of a resource whose objects all vanished; taking their going as unexplained", "crd", name)
+	return false
 }
 
 // relistAll lists every monitored resource again, in the background,

@@ -79,6 +79,12 @@ type Monitors struct {
 	// monitors' goroutines write it.
 	listedMu sync.Mutex
 	listed   map[schema.GroupKind]bool
+	// watchMu guards watches: per group and kind, the interruptions of
+	// its watch and whether the last one was verified since
+	// (Unverified). Its own lock: the monitors' goroutines and the graph
+	// builder's write it, the workers read it.
+	watchMu sync.Mutex
+	watches map[schema.GroupKind]*watchState
 	// loops counts monitor goroutines that have not returned (a test hook
 	// for leaks: it must equal the number of monitors).
 	loops atomic.Int64
@@ -114,7 +120,14 @@ type monitor struct {
 	// resourceVersion, the monitor checks that the storage did not go
 	// back (storageWentBack).
 	reconnecting bool
-	gen          uint32 // the list generation of the last list
+	// onInterrupt and onVerify tell the Monitors that the monitor's watch
+	// was interrupted, and that the resource was verified since
+	// (Monitors.Unverified). unverified and verifyGen (guarded by mu):
+	// an interruption awaits verification; the generation of the first
+	// list completed since, whose Listed marker, once applied, verifies
+	// (0: none yet).
+	onInterrupt, onVerify func()
+	gen                   uint32 // the list generation of the last list
 	// listGen: the generation of the last complete list, whose Listed
 	// marker was handed on; appliedGen: the last one the graph builder
 	// applied (Unlisted). firstGen: the generation of the first complete
@@ -138,6 +151,14 @@ type monitor struct {
 	progressAt time.Time // when the monitor started or last progressed
 	lastErr    error     // the last list or watch error
 	errAt      uint64    // progress when lastErr happened
+	unverified bool
+	verifyGen  uint32
+}
+
+// watchState is what Unverified reports of one group and kind.
+type watchState struct {
+	epoch      uint64
+	unverified bool
 }
 
 // status reads the monitor's state. An error counts until the monitor makes
@@ -229,6 +250,7 @@ func NewMonitors(client metadata.Interface, observe func(graph.Event)) *Monitors
 
 		crdBacked: make(map[schema.GroupResource]bool),
 		listed:    make(map[schema.GroupKind]bool),
+		watches:   make(map[schema.GroupKind]*watchState),
 	}
 }
 
@@ -283,6 +305,48 @@ func (m *Monitors) noteListed(gk schema.GroupKind) {
 	m.listedMu.Lock()
 	m.listed[gk] = true
 	m.listedMu.Unlock()
+}
+
+// Unverified reports whether the watch of gk was interrupted (an error, a
+// 410, a 404, an end well before its timeout) and the resource not
+// verified since, and the interruption's number (it grows with each one).
+// Verified: the watch resumed and delivered an event or bookmark (the
+// storage's history goes on from where kgc was), or a complete list made
+// since was applied to the graph. Until then, an absence the graph holds
+// for an object of gk may have been undone under kgc: etcd restored from
+// a snapshot brings back objects kgc saw deleted, under their UIDs, and
+// kgc learns it only when it lists again (graph.Regression). The workers
+// read such an absence again before resting a decision on it.
+func (m *Monitors) Unverified(gk schema.GroupKind) (epoch uint64, unverified bool) {
+	m.watchMu.Lock()
+	defer m.watchMu.Unlock()
+	w := m.watches[gk]
+	if w == nil || !w.unverified {
+		return 0, false
+	}
+	return w.epoch, true
+}
+
+// watchInterrupted and watchVerified record a monitor's interruption and
+// verification (Unverified).
+func (m *Monitors) watchInterrupted(gk schema.GroupKind) {
+	m.watchMu.Lock()
+	defer m.watchMu.Unlock()
+	w := m.watches[gk]
+	if w == nil {
+		w = &watchState{}
+		m.watches[gk] = w
+	}
+	w.epoch++
+	w.unverified = true
+}
+
+func (m *Monitors) watchVerified(gk schema.GroupKind) {
+	m.watchMu.Lock()
+	defer m.watchMu.Unlock()
+	if w := m.watches[gk]; w != nil {
+		w.unverified = false
+	}
 }
 
 func (m *Monitors) wasListed(gk schema.GroupKind) bool {
@@ -392,10 +456,15 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		sweep:      m.started[r.GroupKind()],
 		fresh:      m.wasListed(r.GroupKind()),
 		noteListed: func() { m.noteListed(r.GroupKind()) },
-		cancel:     cancel,
-		done:       make(chan struct{}),
-		clock:      m.clock,
-		progressAt: m.clock.Now(),
+		// A monitor replacing one whose interruption was not verified
+		// yet verifies with its first list.
+		unverified:  m.isUnverified(r.GroupKind()),
+		onInterrupt: func() { m.watchInterrupted(r.GroupKind()) },
+		onVerify:    func() { m.watchVerified(r.GroupKind()) },
+		cancel:      cancel,
+		done:        make(chan struct{}),
+		clock:       m.clock,
+		progressAt:  m.clock.Now(),
 	}
 	m.started[r.GroupKind()] = true
 	if r.GVR.GroupResource() == crdResource {
@@ -414,6 +483,11 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		mon.run(mctx)
 	}()
 	return mon, nil
+}
+
+func (m *Monitors) isUnverified(gk schema.GroupKind) bool {
+	_, u := m.Unverified(gk)
+	return u
 }
 
 // Timing of the monitors' loops. Failed lists and watches back off from
@@ -584,9 +658,15 @@ func (mon *monitor) storageWentBack(ctx context.Context, logger klog.Logger, rv 
 // resourceVersion to go on from ("" to list again), after backing off as
 // the ending calls for, and false once ctx is done.
 func (mon *monitor) watched(ctx context.Context, logger klog.Logger, start time.Time, next string, events int, err error, backoff, notServed *wait.Backoff, retry func(error, string) bool) (string, bool) {
-	switch {
-	case ctx.Err() != nil:
+	if ctx.Err() != nil {
 		return "", false
+	}
+	// Anything but a watch that ran until its timeout is an interruption:
+	// the server (or its storage) may have changed under it (Unverified).
+	if err != nil || next == "" || mon.clock.Since(start) < monitorWatchTimeout*9/10 {
+		mon.interrupt()
+	}
+	switch {
 	case errors.Is(err, errWatchNotServed):
 		logger.V(2).Info("Resource not served (its watch answers 404); listing again")
 		if !sleep(ctx, mon.clock, notServed.Step()) {
@@ -610,6 +690,34 @@ func (mon *monitor) watched(ctx context.Context, logger klog.Logger, start time.
 		*backoff = newMonitorBackoff()
 	}
 	return next, true
+}
+
+// interrupt records that the monitor's watch was interrupted: the
+// resource is unverified until a watch resumed from where this one was
+// delivers an event, or a list completed since is applied (Unverified).
+func (mon *monitor) interrupt() {
+	mon.mu.Lock()
+	mon.unverified, mon.verifyGen = true, 0
+	mon.mu.Unlock()
+	if mon.onInterrupt != nil {
+		mon.onInterrupt()
+	}
+}
+
+// verify records that the resource was verified since its last
+// interruption, if gen is the generation that verifies it (resumed: 0,
+// an event of a watch resumed with no list since the interruption; else
+// the generation of the list whose Listed marker was applied).
+func (mon *monitor) verify(gen uint32) {
+	mon.mu.Lock()
+	ok := mon.unverified && mon.verifyGen == gen
+	if ok {
+		mon.unverified = false
+	}
+	mon.mu.Unlock()
+	if ok && mon.onVerify != nil {
+		mon.onVerify()
+	}
 }
 
 // list lists the resource page by page, hands each object to observe as
@@ -770,6 +878,11 @@ func (mon *monitor) listed(gen uint32) {
 			mon.noteListed()
 		}
 	}
+	mon.mu.Lock()
+	if mon.unverified && mon.verifyGen == 0 {
+		mon.verifyGen = gen
+	}
+	mon.mu.Unlock()
 	mon.firstGen.CompareAndSwap(0, gen)
 	mon.listGen.Store(gen)
 	mon.observe(graph.Event{Type: graph.Listed, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen})
@@ -854,6 +967,11 @@ func (mon *monitor) follow(rv string, events int, next func(*streamEvent) error)
 			mon.observe(graph.Event{Type: graph.Upsert, Object: ev.obj, Gen: mon.gen, Fresh: mon.fresh})
 		case watch.Deleted:
 			mon.observe(graph.Event{Type: graph.Delete, Object: ev.obj, Gen: mon.gen, Fresh: mon.fresh})
+		}
+		if events == 0 {
+			// The storage's history goes on from rv: a watch resumed
+			// after an interruption, with no list since, is verified.
+			mon.verify(0)
 		}
 		if ev.rv != "" {
 			rv = ev.rv
@@ -1207,6 +1325,7 @@ func (m *Monitors) Applied(gen uint32) {
 		}
 		if last {
 			mon.appliedGen.Store(gen)
+			mon.verify(gen)
 		}
 		if first || last {
 			return

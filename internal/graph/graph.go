@@ -53,7 +53,9 @@ type Event struct {
 	// before this event (a watch event, or an object of a later list), so
 	// an object the graph first holds from this event appeared while kgc
 	// watched its resource, rather than being there when kgc started
-	// (rules.Item.Arrived).
+	// (rules.Item.Arrived). The graph builder clears it for an object
+	// naming an owner whose resource it has not applied a complete list
+	// of (builder.ownersListed).
 	Fresh bool
 	// Resource is the resource's plural name (Relisted only): the graph
 	// looks up the CustomResourceDefinition that serves it, if any
@@ -128,8 +130,9 @@ type Vanish struct {
 	// placeholders, their dependents re-checked).
 	Owners []types.UID
 	// CRD is what the graph holds of the CustomResourceDefinition named
-	// <Resource>.<group>.
-	CRD CRDState
+	// <Resource>.<group>; CRDUID its UID (CRDLive, CRDDeleting).
+	CRD    CRDState
+	CRDUID types.UID
 }
 
 // CRDState is what the graph holds of a resource's CustomResourceDefinition.
@@ -399,6 +402,12 @@ func (g *Graph) needsAttention(n *node) bool {
 func (g *Graph) remove(obj *rules.Object, eff *Effects) {
 	if n := g.node(obj.Identity.UID); n != nil && !n.virtual {
 		g.removeNode(n, rules.SourceWatchDeletion, obj.ResourceVersion, eff)
+		if n.virtual && (n.kind.kind != obj.Identity.Kind || !rules.SameGroup(n.kind.apiVersion, obj.Identity.APIVersion)) {
+			// A placeholder kept for its dependents remembers the resource
+			// whose watch saw the deletion: an object served under two
+			// groups is compared within that one (checkRegression).
+			n.kind = g.kindOf(obj.Identity.APIVersion, obj.Identity.Kind)
+		}
 	}
 }
 
@@ -479,7 +488,7 @@ func (g *Graph) vanish(apiVersion, k, resource, rv string, gone []*node) *Vanish
 			alive[n.name] = !n.deleting
 		case crdName != "" && n.kind.kind == "CustomResourceDefinition" && n.name == crdName &&
 			rules.GroupOf(n.kind.apiVersion) == "apiextensions.k8s.io":
-			v.CRD = CRDLive
+			v.CRD, v.CRDUID = CRDLive, g.uidOf(n.uid)
 			if n.deleting {
 				v.CRD = CRDDeleting
 			}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/kgc-dev/kgc/internal/breaker"
 	"github.com/kgc-dev/kgc/internal/collector"
 )
 
@@ -38,6 +39,9 @@ type World struct {
 	// Configure, when set, adjusts every collector's config (Sim.Configure):
 	// a test that switches a fix off through a config knob.
 	Configure func(*collector.Config)
+	// Breaker, when set, runs every collector with the deletion breaker
+	// (Sim.SetBreaker): every trip is a violation.
+	Breaker *breaker.Config
 }
 
 // AllFeatures is a World with every feature on.
@@ -116,6 +120,9 @@ func RunRandom(seed uint64, w World) (*Sim, *Outcome) {
 func newSim(seed uint64, w World) *Sim {
 	s := New(seed)
 	s.Configure = w.Configure
+	if w.Breaker != nil {
+		s.SetBreaker(*w.Breaker)
+	}
 	return s
 }
 
@@ -145,6 +152,8 @@ func (s *rs) chance(p float64) bool { return s.rng.Float64() < p }
 // live returns the stored objects, optionally only those not deleting.
 func (s *rs) live(notDeleting bool) []Object {
 	objs, _ := s.Srv.Snapshot()
+	// CRDs (modeled with the breaker) are nobody's owner or dependent.
+	objs = slices.DeleteFunc(objs, func(o Object) bool { return o.Kind.GR() == CRDs })
 	if !notDeleting {
 		return objs
 	}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kgc-dev/kgc/internal/breaker"
 	"github.com/kgc-dev/kgc/internal/collector"
 	"github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/orphanlog"
@@ -106,6 +107,12 @@ type Sim struct {
 	// is their journal TTL.
 	Journal   *orphanlog.MemoryStore
 	OrphanTTL time.Duration
+	// Breaker, when set (SetBreaker), is the deletion breaker's config of
+	// every collector Start starts; every trip is a violation
+	// (breaker.go). crdReadFailed: kgc's last read of each CRD (by name)
+	// was answered an injected fault.
+	Breaker       *breaker.Config
+	crdReadFailed map[string]bool
 
 	// The schedule applied through Apply, as it took effect, and the
 	// objects it created, by coordinates (schedule.go).
@@ -280,6 +287,9 @@ func (s *Sim) Start() error {
 		Clock:        s.Clock,
 		OrphanStore:  journalStore{s.Journal, s},
 		OrphanTTL:    s.OrphanTTL,
+	}
+	if cfg.Breaker = s.newBreaker(); cfg.Breaker != nil {
+		cfg.OnTrip = s.tripped
 	}
 	if s.Srv.listsHeld() {
 		// A held first list neither syncs nor fails: the workers start
@@ -480,6 +490,11 @@ func (s *Sim) Quiesce(budget time.Duration) error {
 	for s.Clock.Since(start) < budget {
 		if err := s.DeliverAll(); err != nil {
 			return err
+		}
+		if s.resumeBreaker() {
+			if err := s.Settle(); err != nil {
+				return err
+			}
 		}
 		if rv := s.Srv.RV(); rv != lastRV {
 			lastRV, quietSince = rv, s.Clock.Now()
@@ -709,12 +724,14 @@ func (s *Sim) Unserve(gr schema.GroupResource, stillDiscovered bool) {
 		}
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].namespace+"/"+keys[i].name < keys[j].namespace+"/"+keys[j].name })
+	s.deleteCRD(gr, false) // kube-apiserver deletes the instances of a CRD being deleted
 	for _, k := range keys {
 		m := s.Srv.objects[k].DeepCopy()
 		m.Finalizers = nil
 		m.DeletionTimestamp = &metav1.Time{Time: s.Clock.Now()}
 		s.Srv.put(ActorClient, k, m, false)
 	}
+	s.deleteCRD(gr, true)
 	r.list404 = stillDiscovered
 	r.served = stillDiscovered
 }
@@ -726,6 +743,7 @@ func (s *Sim) Serve(gr schema.GroupResource) {
 	r := s.Srv.kinds[gr]
 	r.served, r.list404 = true, false
 	s.Srv.mu.Unlock()
+	s.createCRD(gr)
 }
 
 // Heal ends every injected fault: resources up, faults off, resources
@@ -750,4 +768,5 @@ func (s *Sim) Heal() {
 	for _, gr := range held {
 		s.Srv.HoldLists(gr, false)
 	}
+	s.resumeBreaker()
 }

@@ -74,6 +74,13 @@ type resolver struct {
 	// owner lives in another namespace.
 	invalidNamespace func(dependent rules.Identity, ref metav1.OwnerReference, ownerNamespace string)
 
+	// unverified reports whether the watch of a group and kind was
+	// interrupted and not verified since (Config.Unverified); nil: never.
+	// reread remembers the interruption at which each owner's absence
+	// was read again (stale).
+	unverified func(schema.GroupKind) (epoch uint64, unverified bool)
+	reread     *recentMap[rules.Coordinates, uint64]
+
 	// metrics counts lookups; nil records nothing.
 	metrics *metrics.Metrics
 	// list, when set, lets many lookups of one resource and namespace
@@ -105,14 +112,24 @@ func (r *resolver) resolveFact(ctx context.Context, dependent rules.Identity, re
 	// path would compute. Solid and Waiting are as safe from here as below;
 	// Dangling is concluded only for an owner observed deleted at exactly
 	// those coordinates (what the absent cache records).
+	again := false
 	if o, ok := r.graph.Owner(ref.UID); ok && (!o.Virtual || o.Absent) && rules.Matches(o.Identity, ref, dependent.Namespace) {
-		return rules.ClassifyFact(ref.UID, observed(o), r.isOrphaned), nil
+		if !o.Absent || !r.stale(o.Identity.Coordinates()) {
+			return rules.ClassifyFact(ref.UID, observed(o), r.isOrphaned), nil
+		}
+		again = true // its coordinates are the slow path's
 	}
 	m, c, f, done, err := r.locate(dependent, ref)
 	if done {
 		return f, err
 	}
+	if again {
+		return r.readAgain(ctx, m.Resource, c)
+	}
 	if e, ok := r.absent.Get(c); ok {
+		if r.stale(c) {
+			return r.readAgain(ctx, m.Resource, c)
+		}
 		r.checkNamespace(dependent, ref, c.Namespace)
 		return rules.ClassifyFact(ref.UID, rules.Found{Source: e.Source, ResourceVersion: e.ResourceVersion, UID: e.FoundUID, Exists: e.FoundUID != ""}, r.isOrphaned), nil
 	}
@@ -132,6 +149,44 @@ func (r *resolver) resolveFact(ctx context.Context, dependent rules.Identity, re
 	f, err = r.lookup(ctx, m.Resource, c)
 	if f.State == rules.Dangling || f.State == rules.Orphaned {
 		r.checkNamespace(dependent, ref, c.Namespace)
+	}
+	return f, err
+}
+
+// stale reports whether an absence of the owner at c that kgc holds (the
+// graph's, or the absent cache's) must be read again before a decision
+// rests on it: the watch of its resource was interrupted and not verified
+// since (Config.Unverified), and no read since that interruption found
+// it absent. Absences are monotonic in one history of the API's storage,
+// but etcd restored from a snapshot under a running kgc brings back
+// objects kgc saw deleted, under their UIDs; kgc learns that when it
+// lists their resource again (graph.Regression trips the breaker), and a
+// decision made meanwhile on the old absence deletes the dependents of an
+// owner that exists. Every restore interrupts kgc's watches (etcd and the
+// apiserver restart); so do ordinary apiserver restarts, which cost one
+// quorum read per owner whose absence a decision needs until the watch
+// resumes.
+func (r *resolver) stale(c rules.Coordinates) bool {
+	if r.unverified == nil {
+		return false
+	}
+	epoch, unverified := r.unverified(schema.GroupKind{Group: c.Group, Kind: c.Kind})
+	if !unverified {
+		return false
+	}
+	at, ok := r.reread.Get(c)
+	return !ok || at != epoch
+}
+
+// readAgain classifies the owner at c, whose absence kgc held, from a
+// quorum read (stale), and remembers at which interruption it read it
+// absent. The read counts as a confirmation: the owner was observed, so
+// its absence is no evidence of an owner never observed alive.
+func (r *resolver) readAgain(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates) (rules.Fact, error) {
+	epoch, _ := r.unverified(schema.GroupKind{Group: c.Group, Kind: c.Kind})
+	f, err := r.read(ctx, gvr, c, metrics.LookupConfirm)
+	if err == nil && (f.State == rules.Dangling || f.State == rules.Orphaned) {
+		r.reread.Put(c, epoch)
 	}
 	return f, err
 }

@@ -59,6 +59,12 @@ type Config struct {
 	// long as the list has not been idle for UnlistedHold (awaitList).
 	// nil: no resource is ever listing.
 	Listing func(schema.GroupKind) (listing bool, idle time.Duration)
+	// Unverified reports whether the watch of a group and kind was
+	// interrupted and not verified since, and the interruption's number
+	// (the graph builder's Unverified); nil: never. An absence of an owner
+	// of that kind is then read again before a decision rests on it
+	// (resolver.stale).
+	Unverified func(schema.GroupKind) (epoch uint64, unverified bool)
 	// Resource returns the monitored resource of an observed kind (the
 	// graph builder's Resource); nil: ask Mapper.
 	Resource func(schema.GroupVersionKind) (schema.GroupVersionResource, bool)
@@ -210,6 +216,8 @@ func New(cfg Config, g *graph.Graph) *Workers {
 		orphaned:         orphanMemory{w.orphaned, w.journal},
 		invalidNamespace: w.reportInvalidNamespace,
 		await:            w.awaiting.park,
+		unverified:       cfg.Unverified,
+		reread:           newRecentMap[rules.Coordinates, uint64](16384),
 	}
 	newQueue := func(name string) workqueue.TypedRateLimitingInterface[types.UID] {
 		return workqueue.NewTypedRateLimitingQueueWithConfig(
