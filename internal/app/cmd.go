@@ -177,6 +177,7 @@ func Run(ctx context.Context, o *RunOptions) error {
 		QPS:                   o.KubeAPIQPS,
 		Burst:                 o.KubeAPIBurst,
 		Registerer:            newRegistry(),
+		QueueMetrics:          kcmQueueMetrics(),
 		Profiling:             o.Observability.Profiling,
 		EventComponent:        o.Observability.EventComponent,
 		NamespaceLifecycle:    o.NamespaceLifecycle,

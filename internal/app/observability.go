@@ -10,8 +10,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
@@ -115,12 +113,4 @@ func verbosity(fs *pflag.FlagSet) int {
 		return 0
 	}
 	return v
-}
-
-// newRegistry returns kgc run's metrics registry: kgc's metrics plus the Go
-// runtime's and the process's.
-func newRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
 }

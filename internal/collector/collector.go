@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -77,6 +78,10 @@ type Config struct {
 	Rules rules.Policy
 	// Metrics is optional; nil records nothing.
 	Metrics *metrics.Metrics
+	// QueueMetrics, optional, is told about every queue too (the workers',
+	// the graph builder's, the namespace lifecycle's), besides Metrics:
+	// kube-controller-manager's workqueue_* series under its queue names.
+	QueueMetrics workqueue.MetricsProvider
 	// History keeps the record of every write the workers make (package
 	// history); nil keeps none (every write is still logged).
 	History *history.Ring
@@ -192,7 +197,7 @@ func New(cfg Config) (*Collector, error) {
 		c.shadow = &shadowMode{c: c}
 	}
 	if cfg.Namespaces != nil {
-		nc, err := namespaces.New(namespaces.Config{API: cfg.Namespaces, Observed: c.observedIn, Metrics: cfg.Metrics, Clock: cfg.Clock, History: cfg.History})
+		nc, err := namespaces.New(namespaces.Config{API: cfg.Namespaces, Observed: c.observedIn, Metrics: cfg.Metrics, QueueMetrics: cfg.QueueMetrics, Clock: cfg.Clock, History: cfg.History})
 		if err != nil {
 			return nil, err
 		}
@@ -205,7 +210,7 @@ func New(cfg Config) (*Collector, error) {
 	// → API server.
 	bcfg := builder.Config{
 		Metadata: cfg.Metadata, Pages: cfg.Pages, Discovery: cfg.Discovery, Mapper: cfg.Mapper,
-		Ignored: cfg.Ignored, ResyncPeriod: cfg.ResyncPeriod, Metrics: cfg.Metrics, Clock: cfg.Clock,
+		Ignored: cfg.Ignored, ResyncPeriod: cfg.ResyncPeriod, Metrics: cfg.Metrics, QueueMetrics: cfg.QueueMetrics, Clock: cfg.Clock,
 	}
 	if c.shadow != nil {
 		bcfg.BeforeApply = c.shadow.before
@@ -227,7 +232,7 @@ func New(cfg Config) (*Collector, error) {
 		Metadata: cfg.Metadata, Mapper: cfg.Mapper, Recorder: cfg.Recorder,
 		Workers: cfg.Workers, MaxWritesInFlight: cfg.MaxWritesInFlight, UnlistedHold: cfg.UnlistedHold,
 		Unlisted: c.builder.Unlisted, Listing: c.builder.Listing, Resource: c.builder.Resource,
-		Rules: cfg.Rules, Metrics: cfg.Metrics, History: cfg.History, Clock: cfg.Clock,
+		Rules: cfg.Rules, Metrics: cfg.Metrics, QueueMetrics: cfg.QueueMetrics, History: cfg.History, Clock: cfg.Clock,
 		Breaker: cfg.Breaker, OnTrip: cfg.OnTrip, HoldRestored: cfg.HoldRestored,
 	}
 	// An entry of the journal is kept past its TTL while a resource that

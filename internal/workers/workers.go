@@ -67,6 +67,9 @@ type Config struct {
 	Rules rules.Policy
 	// Metrics is optional; nil records nothing.
 	Metrics *metrics.Metrics
+	// QueueMetrics, optional, is told about the queues too, besides
+	// Metrics (metrics.Metrics.Queues).
+	QueueMetrics workqueue.MetricsProvider
 	// History keeps the record of every write (history.go); nil keeps
 	// none. Every write is logged either way.
 	History *history.Ring
@@ -213,11 +216,11 @@ func New(cfg Config, g *graph.Graph) *Workers {
 	newQueue := func(name string) workqueue.TypedRateLimitingInterface[types.UID] {
 		return workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](5*time.Millisecond, 60*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: name, MetricsProvider: cfg.Metrics.QueueMetricsProvider(), Clock: cfg.Clock},
+			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: name, MetricsProvider: cfg.Metrics.Queues(cfg.QueueMetrics), Clock: cfg.Clock},
 		)
 	}
-	w.attemptToDelete = w.hooks.track(newQueue("garbage_collector_attempt_to_delete"))
-	w.attemptToOrphan = w.hooks.track(newQueue("garbage_collector_attempt_to_orphan"))
+	w.attemptToDelete = w.hooks.track(newQueue(metrics.QueueAttemptToDelete))
+	w.attemptToOrphan = w.hooks.track(newQueue(metrics.QueueAttemptToOrphan))
 	w.useClock(cfg.Clock)
 	return w
 }

@@ -48,6 +48,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/apiops"
@@ -144,6 +145,18 @@ type Options struct {
 	// prometheus.Gatherer (a *prometheus.Registry is), Handler serves it at
 	// /metrics.
 	Registerer prometheus.Registerer
+	// QueueMetrics, when set, is told about each of the collector's work
+	// queues too, as client-go tells a workqueue.MetricsProvider, under
+	// kube-controller-manager's names for them:
+	// garbage_collector_attempt_to_delete,
+	// garbage_collector_attempt_to_orphan, garbage_collector_graph_changes
+	// (the queue between the monitors and the graph) and, with
+	// NamespaceLifecycle, namespace. `kgc run` passes one that exports
+	// kube-controller-manager's workqueue_* series (docs/metrics.md).
+	// client-go's process-wide provider (workqueue.SetProvider) is used
+	// only where client-go itself falls back to it: for the queues of a
+	// Collector with neither Registerer nor QueueMetrics.
+	QueueMetrics workqueue.MetricsProvider
 	// Profiling serves /debug/pprof/ from Handler.
 	Profiling bool
 	// EventComponent is the reporting component (source.component and
@@ -479,6 +492,7 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		Ignored:           ignored,
 		ResyncPeriod:      opts.DiscoveryResyncPeriod,
 		Metrics:           m,
+		QueueMetrics:      opts.QueueMetrics,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kgc: %w", err)
