@@ -80,12 +80,12 @@ func (f SinkFunc) Observed(ev graph.Event, eff graph.Effects) { f(ev, eff) }
 // in order, on one goroutine (the graph's single writer). It never calls
 // the API server but to discover, list and watch, and never decides.
 type Builder struct {
-	cfg      Config
-	ignored  map[schema.GroupResource]struct{}
-	graph    *graph.Graph
-	events   *fifo[queued]
+	cfg     Config
+	ignored map[schema.GroupResource]struct{}
+	graph   *graph.Graph
+	events  *fifo[queued]
 	// queue measures events (queuemetrics.go); nil measures nothing.
-	queue *queueMetrics
+	queue    *queueMetrics
 	monitors *discovery.Monitors
 	sink     Sink
 	// rediscover turns CRD and APIService events into rediscoveries.

@@ -215,7 +215,7 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 	})
 	buildInfo.Set(1)
 	m.syncErrors = newSyncErrors()
-	m.collectors = []prometheus.Collector{m.syncErrors, 
+	m.collectors = []prometheus.Collector{m.syncErrors,
 		buildInfo, m.operations, m.apiRequests, m.cascade, m.unresolvable, m.lookups, m.unlisted,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries,
 		m.nsSyncs, m.nsSync, m.nsDeletion, m.nsTerminating, m.nsSkipped,

@@ -37,7 +37,9 @@ func (r recorded) Set(v float64)     { r.add(v) }
 func (p *recordingProvider) metric(name, what string) recorded {
 	return recorded{p, name + "/" + what}
 }
-func (p *recordingProvider) NewDepthMetric(n string) workqueue.GaugeMetric { return p.metric(n, "depth") }
+func (p *recordingProvider) NewDepthMetric(n string) workqueue.GaugeMetric {
+	return p.metric(n, "depth")
+}
 func (p *recordingProvider) NewAddsMetric(n string) workqueue.CounterMetric {
 	return p.metric(n, "adds")
 }
