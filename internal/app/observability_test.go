@@ -68,7 +68,7 @@ func TestObservabilityValidateReportsEveryProblem(t *testing.T) {
 	if errs := o.Validate(); len(errs) != 0 {
 		t.Fatalf("defaults: %v", errs)
 	}
-	o.LogFormat, o.EventComponent = "xml", "not valid"
+	o.Logs.Format, o.EventComponent = "xml", "not valid"
 	if errs := o.Validate(); len(errs) != 2 {
 		t.Errorf("Validate = %v, want 2 errors", errs)
 	}
