@@ -81,14 +81,19 @@ const RecommendedGCPercent = 50
 
 // Reporting components for the events kgc records (Options.EventComponent).
 const (
-	// DefaultEventComponent is kgc's own name, the default: events say
-	// which program acted, also while kgc and kube-controller-manager's
-	// collector both run (as during a migration).
-	DefaultEventComponent = "kgc-garbage-collector"
-	// UpstreamEventComponent is kube-controller-manager's collector's, for
-	// alerts, dashboards and field selectors (source=,
-	// reportingComponent=) written for it.
+	// UpstreamEventComponent is kube-controller-manager's garbage
+	// collector's reporting component.
 	UpstreamEventComponent = "garbage-collector-controller"
+	// DefaultEventComponent is kube-controller-manager's collector's, so
+	// that event filters, alerts and field selectors (source=,
+	// reportingComponent=) written for that collector keep working: kgc
+	// does its job, records the events it records for the same facts, and
+	// only one collector acts on a cluster at a time (docs/semantics.md,
+	// Events).
+	DefaultEventComponent = UpstreamEventComponent
+	// OwnEventComponent is kgc's own name, for those who want kgc's events
+	// told apart from kube-controller-manager's collector's by component.
+	OwnEventComponent = "kgc-garbage-collector"
 )
 
 // ValidateEventComponent reports whether component can name the reporting
@@ -161,8 +166,8 @@ type Options struct {
 	Profiling bool
 	// EventComponent is the reporting component (source.component and
 	// reportingComponent) of the events kgc records. Default
-	// DefaultEventComponent; UpstreamEventComponent makes them look like
-	// kube-controller-manager's collector's. See ValidateEventComponent.
+	// DefaultEventComponent, kube-controller-manager's collector's;
+	// OwnEventComponent is kgc's own name. See ValidateEventComponent.
 	EventComponent string
 	// NamespaceLifecycle turns on kgc's namespace lifecycle: a deleted
 	// Namespace is emptied (Pods first, then every namespaced resource;
