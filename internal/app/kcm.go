@@ -64,9 +64,8 @@ var kcmFlags = []KCMFlag{
 	// The client.
 	{Name: "kubeconfig", Handling: Honoured, Reason: "without it kgc also reads $KUBECONFIG and ~/.kube/config before the in-cluster service account; kube-controller-manager goes to the service account directly"},
 	{Name: "master", Handling: Honoured},
-	{Name: "kube-api-qps", Handling: Honoured, Reason: "a negative value means no client-side rate limit, as in client-go; 0, which client-go turns into its default of 5 QPS, is refused. " +
-		"kube-controller-manager doubles this QPS for its garbage collector's metadata client (it reads each object before deleting it); kgc does not, so give kgc twice kube-controller-manager's value for the same request budget"},
-	{Name: "kube-api-burst", Handling: Honoured, Reason: "unused when --kube-api-qps is negative"},
+	{Name: "kube-api-qps", Handling: Honoured, Reason: "a negative value means no client-side rate limit, as in client-go; 0, which client-go turns into its default of 5 QPS, is refused. As kube-controller-manager does for its garbage collector, the collector's own requests (owner lookups, deletions, patches) get twice this QPS, and every other client (lists and watches, discovery, events, Leases) this QPS, each its own bucket (see The request budget)"},
+	{Name: "kube-api-burst", Handling: Honoured, Reason: "the burst of every client, the collector's own requests' included, as in kube-controller-manager; unused when --kube-api-qps is negative"},
 	{Name: "kube-api-content-type", Handling: Honoured, Reason: "application/json or application/vnd.kubernetes.protobuf, for the typed clients (events, the leader election Lease); the metadata clients that carry the garbage collection's own requests choose theirs, in kgc as in kube-controller-manager. kgc's default is client-go's (JSON), kube-controller-manager's protobuf"},
 
 	// The garbage collector.

@@ -40,6 +40,10 @@ type Recorder = workers.Recorder
 // Config is what a Collector needs. Everything is required unless noted.
 type Config struct {
 	Metadata metadata.Interface
+	// WorkerMetadata, optional, is the workers' client: the owner lookups
+	// and every write (kube-controller-manager's collector's metadata
+	// client, which gets its own request budget). nil: Metadata.
+	WorkerMetadata metadata.Interface
 	// Pages, optional, reads the monitors' list pages raw and decodes
 	// them without per-object garbage (discovery.RESTPageLister); nil lists
 	// with Metadata.
@@ -228,8 +232,12 @@ func New(cfg Config) (*Collector, error) {
 			c.shadow.after(ev, eff)
 		}
 	}))
+	workerMetadata := cfg.WorkerMetadata
+	if workerMetadata == nil {
+		workerMetadata = cfg.Metadata
+	}
 	wcfg := workers.Config{
-		Metadata: cfg.Metadata, Mapper: cfg.Mapper, Recorder: cfg.Recorder,
+		Metadata: workerMetadata, Mapper: cfg.Mapper, Recorder: cfg.Recorder,
 		Workers: cfg.Workers, MaxWritesInFlight: cfg.MaxWritesInFlight, UnlistedHold: cfg.UnlistedHold,
 		Unlisted: c.builder.Unlisted, Listing: c.builder.Listing, Resource: c.builder.Resource,
 		Rules: cfg.Rules, Metrics: cfg.Metrics, QueueMetrics: cfg.QueueMetrics, History: cfg.History, Clock: cfg.Clock,

@@ -21,7 +21,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -53,6 +52,7 @@ import (
 
 	"github.com/kgc-dev/kgc/internal/apiops"
 	"github.com/kgc-dev/kgc/internal/breaker"
+	"github.com/kgc-dev/kgc/internal/budget"
 	"github.com/kgc-dev/kgc/internal/collector"
 	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
@@ -137,10 +137,19 @@ type Options struct {
 	// DiscoveryResyncPeriod is how often deletable resources are rediscovered. Default 30s.
 	DiscoveryResyncPeriod time.Duration
 	// QPS and Burst override the client budget of the rest.Config (and its
-	// RateLimiter, if it has one). A negative QPS means no client-side rate
-	// limit, as in rest.Config and kube-controller-manager's --kube-api-qps;
-	// Burst is then unused. When both are left zero, a config without a
-	// budget gets kube-controller-manager's defaults (20 QPS, burst 30).
+	// RateLimiter, if it has one), and are read as kube-controller-manager
+	// reads --kube-api-qps and --kube-api-burst for its garbage collector
+	// (docs/kcm-flags.md, "The request budget"): the collector's own
+	// requests — owner lookups, deletions and patches — get twice QPS with
+	// the same burst, awaited work first (work an owner's finalizer waits
+	// for: an orphaning owner's patches, a Foreground owner's blocking
+	// dependents); every other client — the monitors' lists and watches,
+	// discovery, events, Leases — gets QPS and Burst, each its own bucket.
+	// A negative QPS means no client-side rate limit, as in rest.Config
+	// and kube-controller-manager; Burst is then unused. When both are left
+	// zero, a config without a budget gets kube-controller-manager's
+	// defaults (20 QPS, burst 30); the config's own budget is read alike,
+	// and a RateLimiter it carries is shared by every client as it is.
 	QPS   float32
 	Burst int
 	// Logger defaults to klog's.
@@ -268,6 +277,7 @@ type Collector struct {
 	component  string // the events' reporting component
 	logger     logr.Logger
 	httpClient *http.Client
+	limiter    *budget.Limiter // the workers' client's; nil without one (budget.go)
 	handler    http.Handler
 	metrics    *metrics.Metrics
 
@@ -415,6 +425,11 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("kgc: metadata client: %w", err)
 	}
+	workCfg, limiter := workerConfig(cfg)
+	workMD, err := metadata.NewForConfigAndClient(workCfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("kgc: workers' metadata client: %w", err)
+	}
 	var pages kgcdiscovery.PageLister
 	pages, err = kgcdiscovery.NewRESTPageLister(cfg, httpClient)
 	if err != nil {
@@ -443,6 +458,7 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		component:    component,
 		logger:       opts.Logger,
 		httpClient:   httpClient,
+		limiter:      limiter,
 		done:         make(chan struct{}),
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
@@ -487,6 +503,7 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		History:           history.NewRing(historySize),
 		Namespaces:        nsAPI,
 		Metadata:          md,
+		WorkerMetadata:    workMD,
 		Pages:             pages,
 		Discovery:         dc,
 		Mapper:            mapper,
@@ -509,28 +526,6 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	}
 	out.handler = server.BuildMux(out.source(opts.HoldRestored), hopts)
 	return out, nil
-}
-
-// withBudget returns a copy of cfg with the client budget New documents
-// for Options.QPS and Options.Burst. Every client kgc builds from it takes
-// its rate limiter from QPS and Burst: client-go builds none for a
-// negative QPS.
-func withBudget(cfg *rest.Config, qps float32, burst int) (*rest.Config, error) {
-	if math.IsNaN(float64(qps)) {
-		return nil, errors.New("kgc: QPS must be a number, got NaN")
-	}
-	if qps >= 0 && burst < 0 {
-		return nil, fmt.Errorf("kgc: Burst must not be negative unless QPS is (got QPS %v, Burst %d)", qps, burst)
-	}
-	cfg = rest.CopyConfig(cfg)
-	switch {
-	case qps != 0 || burst != 0:
-		// A RateLimiter would win over QPS and Burst in client-go.
-		cfg.QPS, cfg.Burst, cfg.RateLimiter = qps, burst, nil
-	case cfg.QPS == 0 && cfg.Burst == 0 && cfg.RateLimiter == nil:
-		cfg.QPS, cfg.Burst = 20, 30
-	}
-	return cfg, nil
 }
 
 // Start builds a Collector, runs it in the background and returns once its
@@ -577,6 +572,9 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	defer close(c.done)
 	defer c.httpClient.CloseIdleConnections()
+	if c.limiter != nil {
+		defer c.limiter.Stop()
+	}
 	if c.logger.GetSink() != nil {
 		ctx = klog.NewContext(ctx, c.logger)
 	}
