@@ -37,6 +37,7 @@ func IsPlugin(argv0 string) bool {
 // Main runs kgc with the process's argv (argv[0] included) and returns the
 // exit code: as the kubectl plugin when argv[0] names it, else as kgc.
 func Main(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
+	defer flushLogs()
 	if len(argv) > 0 && IsPlugin(argv[0]) {
 		return execute(ctx, NewPluginCommand(), argv[1:], stdout, stderr)
 	}
@@ -108,7 +109,6 @@ func NewRunCommand(run RunFunc) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.LeaderElection.Complete(cmd.Flags(), o.Kubeconfig)
 			o.Shadow.Complete(cmd.Flags(), &o.LeaderElection, &o.Breaker)
-			o.Observability.Verbosity = verbosity(cmd.Flags())
 			o.gcPercentChanged = cmd.Flags().Changed("gc-percent")
 			if err := o.Complete(); err != nil {
 				return err
@@ -120,7 +120,6 @@ func NewRunCommand(run RunFunc) *cobra.Command {
 		},
 	}
 	o.AddFlags(cmd.Flags())
-	addLogFlags(cmd.Flags())
 	return cmd
 }
 
@@ -156,7 +155,10 @@ func writeHistorySize(flag int) int {
 
 // Run is `kgc run`: the collector plus its HTTP server, until ctx is done.
 func Run(ctx context.Context, o *RunOptions) error {
-	ctx = o.Observability.setupLogging(ctx, os.Stderr)
+	// First: everything after logs in the configured format.
+	if err := applyLogging(o.Observability.Logs, os.Stderr, os.Stdout); err != nil {
+		return err
+	}
 	logger := klog.FromContext(ctx)
 	if p := o.Observability.ApplyGCPercent(o.gcPercentChanged, os.Getenv); p != -2 {
 		logger.V(1).Info("Set the GC target percentage", "gcPercent", p)
@@ -177,6 +179,7 @@ func Run(ctx context.Context, o *RunOptions) error {
 		QPS:                   o.KubeAPIQPS,
 		Burst:                 o.KubeAPIBurst,
 		Registerer:            newRegistry(),
+		QueueMetrics:          kcmQueueMetrics(),
 		Profiling:             o.Observability.Profiling,
 		EventComponent:        o.Observability.EventComponent,
 		NamespaceLifecycle:    o.NamespaceLifecycle,

@@ -52,19 +52,20 @@ const (
 const (
 	reasonServing = "kgc serves /healthz, /livez, /readyz, /metrics, the debug graph and pprof over plain HTTP on --http-address (default :10258), " +
 		"without TLS, authentication or authorization: keep that port inside the cluster network (a NetworkPolicy) or bind it to localhost"
-	reasonMetrics = "kgc's metrics are its own (docs/metrics.md), not component-base's: none is hidden or deprecated, and every label has a small fixed set of values"
+	reasonMetrics = "kgc exports its own metrics and kube-controller-manager's collector's series (docs/metrics.md) unfiltered: none is hidden or deprecated, and every label has a small fixed set of values"
 	reasonCloud   = "configures the cloud provider and the node, route and IPAM controllers, not the garbage collector"
 	reasonVersion = "kgc implements the garbage collection of kube-controller-manager v1.36 (docs/semantics.md) and cannot emulate another version"
-	reasonLogs    = "kgc writes every log line to stderr as it is logged, in the format --log-format chooses"
+	// The alpha logging options need the LoggingAlphaOptions feature
+	// gate, in kube-controller-manager as in component-base.
+	reasonLogsAlpha = "parsed and validated as kube-controller-manager parses them: a value other than the default needs the LoggingAlphaOptions feature gate, which kgc, having no --feature-gates, never has, so it is refused as kube-controller-manager refuses it without the gate"
 )
 
 var kcmFlags = []KCMFlag{
 	// The client.
 	{Name: "kubeconfig", Handling: Honoured, Reason: "without it kgc also reads $KUBECONFIG and ~/.kube/config before the in-cluster service account; kube-controller-manager goes to the service account directly"},
 	{Name: "master", Handling: Honoured},
-	{Name: "kube-api-qps", Handling: Honoured, Reason: "a negative value means no client-side rate limit, as in client-go; 0, which client-go turns into its default of 5 QPS, is refused. " +
-		"kube-controller-manager doubles this QPS for its garbage collector's metadata client (it reads each object before deleting it); kgc does not, so give kgc twice kube-controller-manager's value for the same request budget"},
-	{Name: "kube-api-burst", Handling: Honoured, Reason: "unused when --kube-api-qps is negative"},
+	{Name: "kube-api-qps", Handling: Honoured, Reason: "a negative value means no client-side rate limit, as in client-go; 0, which client-go turns into its default of 5 QPS, is refused. As kube-controller-manager does for its garbage collector, the collector's own requests (owner lookups, deletions, patches) get twice this QPS, and every other client (lists and watches, discovery, events, Leases) this QPS, each its own bucket (see The request budget)"},
+	{Name: "kube-api-burst", Handling: Honoured, Reason: "the burst of every client, the collector's own requests' included, as in kube-controller-manager; unused when --kube-api-qps is negative"},
 	{Name: "kube-api-content-type", Handling: Honoured, Reason: "application/json or application/vnd.kubernetes.protobuf, for the typed clients (events, the leader election Lease); the metadata clients that carry the garbage collection's own requests choose theirs, in kgc as in kube-controller-manager. kgc's default is client-go's (JSON), kube-controller-manager's protobuf"},
 
 	// The garbage collector.
@@ -144,13 +145,16 @@ var kcmFlags = []KCMFlag{
 	{Name: "disabled-metrics", Handling: Refused, Reason: reasonMetrics},
 	{Name: "show-hidden-metrics-for-version", Handling: Refused, Reason: reasonMetrics},
 
-	// Logs.
+	// Logs: component-base's logging, as kube-controller-manager's
+	// (logging.go).
 	{Name: "v", Handling: Honoured},
 	{Name: "vmodule", Handling: Honoured},
-	{Name: "logging-format", Handling: Honoured, Reason: "the same as --log-format: text or json"},
-	{Name: "log-flush-frequency", Handling: Ignored, Reason: reasonLogs + "; there is no buffer to flush", kind: kindDuration},
-	{Name: "log-text-info-buffer-size", Handling: Refused, Reason: reasonLogs + "; it buffers nothing"},
-	{Name: "log-text-split-stream", Handling: Refused, Reason: reasonLogs, kind: kindBool},
+	{Name: "logging-format", Handling: Honoured, Reason: "text or json, component-base's formats, as in kube-controller-manager; kgc's --log-format is another name for it"},
+	{Name: "log-flush-frequency", Handling: Honoured},
+	{Name: "log-text-info-buffer-size", Handling: Honoured, Reason: reasonLogsAlpha},
+	{Name: "log-text-split-stream", Handling: Honoured, Reason: reasonLogsAlpha},
+	{Name: "log-json-info-buffer-size", Handling: Honoured, Reason: reasonLogsAlpha},
+	{Name: "log-json-split-stream", Handling: Honoured, Reason: reasonLogsAlpha},
 
 	{Name: "version", Handling: Refused, Reason: "`kgc version` prints kgc's version", kind: kindBool},
 }

@@ -29,7 +29,7 @@ func TestKCMCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.KubeAPIQPS != -1 || got.ConcurrentGCSyncs != 40 || !got.LeaderElection.LeaderElect || got.Observability.LogFormat != LogFormatJSON ||
+	if got.KubeAPIQPS != -1 || got.ConcurrentGCSyncs != 40 || !got.LeaderElection.LeaderElect || got.Observability.Logs.Format != LogFormatJSON ||
 		!got.Observability.ContentionProfiling || !got.Observability.Profiling {
 		t.Errorf("options = %+v", got)
 	}
@@ -37,7 +37,7 @@ func TestKCMCommandLine(t *testing.T) {
 	for _, g := range got.KCM.given {
 		ignored = append(ignored, g.flag.Name+"="+g.value)
 	}
-	want := []string{"min-resync-period=12h", "controller-start-interval=0s", "controller-shutdown-timeout=10s", "use-service-account-credentials=true", "log-flush-frequency=5s"}
+	want := []string{"min-resync-period=12h", "controller-start-interval=0s", "controller-shutdown-timeout=10s", "use-service-account-credentials=true"}
 	if !slices.Equal(ignored, want) {
 		t.Errorf("ignored flags recorded = %v, want %v", ignored, want)
 	}
@@ -70,7 +70,8 @@ func TestKCMFlagErrors(t *testing.T) {
 		{[]string{"--leader-elect-resource-lock=endpointsleases"}, `--leader-elect-resource-lock must be "leases"`},
 		{[]string{"--enable-leader-migration"}, "--enable-leader-migration: leader migration"},
 		{[]string{"--secure-port", "10257"}, "--secure-port is a kube-controller-manager flag kgc does not accept: kgc serves"},
-		{[]string{"--logging-format=xml"}, "--log-format (or --logging-format)"},
+		{[]string{"--logging-format=xml"}, "Unsupported log format"},
+		{[]string{"--log-text-split-stream"}, "LoggingAlphaOptions is disabled"},
 	} {
 		_, err := parse(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -1,33 +1,28 @@
 package app
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
-	"k8s.io/klog/v2"
+	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
 )
 
 // Log formats.
 const (
-	LogFormatText = "text"
-	LogFormatJSON = "json"
+	LogFormatText = logsapi.DefaultLogFormat
+	LogFormatJSON = logsapi.JSONLogFormat
 )
 
 // ObservabilityOptions are the flags for logs, events, metrics and
 // profiling.
 type ObservabilityOptions struct {
-	LogFormat string
+	// Logs is kube-controller-manager's logging configuration
+	// (logging.go).
+	Logs      *logsapi.LoggingConfiguration
 	Profiling bool
 	// EventComponent is the reporting component of kgc's events.
 	EventComponent string
@@ -36,23 +31,18 @@ type ObservabilityOptions struct {
 	ContentionProfiling bool
 	// GCPercent is Go's GC target percentage; applied by ApplyGCPercent.
 	GCPercent int
-	// Verbosity is klog's -v, completed from the flags.
-	Verbosity int
 }
 
 // NewObservabilityOptions returns the defaults.
 func NewObservabilityOptions() ObservabilityOptions {
-	return ObservabilityOptions{LogFormat: LogFormatText, GCPercent: kgc.RecommendedGCPercent, EventComponent: kgc.DefaultEventComponent}
+	return ObservabilityOptions{Logs: logsapi.NewLoggingConfiguration(), GCPercent: kgc.RecommendedGCPercent, EventComponent: kgc.DefaultEventComponent}
 }
 
 // AddFlags registers the options on fs.
 func (o *ObservabilityOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, `Log format: "text" (klog) or "json" (one JSON object per line).`)
-	// kube-controller-manager's name for --log-format.
-	fs.StringVar(&o.LogFormat, "logging-format", o.LogFormat, "The same as --log-format.")
-	_ = fs.MarkHidden("logging-format")
+	addLoggingFlags(o.Logs, fs)
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve /debug/pprof/ on --http-address.")
-	fs.StringVar(&o.EventComponent, "event-component", o.EventComponent, `Reporting component (source.component, reportingComponent) of the events kgc records. "`+kgc.UpstreamEventComponent+`" is kube-controller-manager's garbage collector's, for tools that filter on it. A Kubernetes qualified name.`)
+	fs.StringVar(&o.EventComponent, "event-component", o.EventComponent, `Reporting component (source.component, reportingComponent) of the events kgc records. The default is kube-controller-manager's garbage collector's, so that event filters and alerts written for it keep working; "`+kgc.OwnEventComponent+`" is kgc's own name. A Kubernetes qualified name.`)
 	fs.BoolVar(&o.ContentionProfiling, "contention-profiling", o.ContentionProfiling, "With --profiling, record every blocking event for /debug/pprof/block.")
 	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent, "Go garbage collector target percentage (GOGC). kgc's heap is mostly its long-lived ownership graph; the default trades a few more GC cycles for a third less memory than Go's 100. Without this flag, a GOGC environment variable wins. Negative: no collection (GOGC=off).")
 }
@@ -78,49 +68,9 @@ func (o *ObservabilityOptions) applyContentionProfiling() {
 
 // Validate returns every problem with the options.
 func (o *ObservabilityOptions) Validate() []error {
-	var errs []error
-	if o.LogFormat != LogFormatText && o.LogFormat != LogFormatJSON {
-		errs = append(errs, fmt.Errorf("--log-format (or --logging-format) must be %q or %q, got %q", LogFormatText, LogFormatJSON, o.LogFormat))
-	}
+	errs := validateLogging(o.Logs)
 	if err := kgc.ValidateEventComponent(o.EventComponent); err != nil {
 		errs = append(errs, fmt.Errorf("--event-component: %w", err))
 	}
 	return errs
-}
-
-// setupLogging routes kgc's and its libraries' logs to the chosen format and
-// returns ctx carrying the logger.
-func (o *ObservabilityOptions) setupLogging(ctx context.Context, w io.Writer) context.Context {
-	if o.LogFormat != LogFormatJSON {
-		return ctx
-	}
-	logger := funcr.NewJSON(func(obj string) { fmt.Fprintln(w, obj) }, funcr.Options{
-		LogTimestamp:    true,
-		TimestampFormat: "2006-01-02T15:04:05.000000Z07:00",
-		Verbosity:       o.Verbosity,
-	})
-	// client-go and friends log through klog's global logger.
-	klog.SetLogger(logger)
-	return logr.NewContext(ctx, logger)
-}
-
-// verbosity reads klog's -v level.
-func verbosity(fs *pflag.FlagSet) int {
-	f := fs.Lookup("v")
-	if f == nil {
-		return 0
-	}
-	v, err := strconv.Atoi(f.Value.String())
-	if err != nil {
-		return 0
-	}
-	return v
-}
-
-// newRegistry returns kgc run's metrics registry: kgc's metrics plus the Go
-// runtime's and the process's.
-func newRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
 }

@@ -14,8 +14,9 @@ func TestEventComponentFlag(t *testing.T) {
 		args []string
 		want string
 	}{
-		{name: "default is kgc's own name", want: kgc.DefaultEventComponent},
+		{name: "default is kube-controller-manager's collector's", want: "garbage-collector-controller"},
 		{name: "upstream's name", args: []string{"--event-component=garbage-collector-controller"}, want: kgc.UpstreamEventComponent},
+		{name: "kgc's own name", args: []string{"--event-component=kgc-garbage-collector"}, want: kgc.OwnEventComponent},
 		{name: "prefixed name", args: []string{"--event-component", "example.com/gc"}, want: "example.com/gc"},
 	}
 	for _, tc := range tests {
@@ -68,7 +69,7 @@ func TestObservabilityValidateReportsEveryProblem(t *testing.T) {
 	if errs := o.Validate(); len(errs) != 0 {
 		t.Fatalf("defaults: %v", errs)
 	}
-	o.LogFormat, o.EventComponent = "xml", "not valid"
+	o.Logs.Format, o.EventComponent = "xml", "not valid"
 	if errs := o.Validate(); len(errs) != 2 {
 		t.Errorf("Validate = %v, want 2 errors", errs)
 	}

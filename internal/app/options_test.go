@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
 )
@@ -351,40 +349,32 @@ func TestValidateRejectsNonNumericPort(t *testing.T) {
 }
 
 func TestObservabilityFlags(t *testing.T) {
-	var got *RunOptions
-	cmd := NewRunCommand(func(_ context.Context, o *RunOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--log-format=json", "--profiling", "-v=3"})
-	// -v is klog's process-wide flag: put it back for the other tests.
-	t.Cleanup(func() { _ = cmd.Flags().Set("v", "0") })
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
+	for _, format := range []string{"--logging-format=json", "--log-format=json"} {
+		var got *RunOptions
+		cmd := NewRunCommand(func(_ context.Context, o *RunOptions) error { got = o; return nil })
+		cmd.SetArgs([]string{format, "--profiling", "-v=3", "--log-flush-frequency=2s"})
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		if got.Observability.Logs.Format != LogFormatJSON || !got.Observability.Profiling || got.Observability.Logs.Verbosity != 3 ||
+			got.Observability.Logs.FlushFrequency.Duration.Duration != 2*time.Second {
+			t.Errorf("%s: observability options = %+v, logs %+v", format, got.Observability, got.Observability.Logs)
+		}
 	}
-	if got.Observability.LogFormat != LogFormatJSON || !got.Observability.Profiling || got.Observability.Verbosity != 3 {
-		t.Errorf("observability options = %+v", got.Observability)
-	}
-	cmd = NewRunCommand(func(context.Context, *RunOptions) error { t.Fatal("run with a bad --log-format"); return nil })
-	cmd.SetArgs([]string{"--log-format=xml"})
+	cmd := NewRunCommand(func(context.Context, *RunOptions) error { t.Fatal("run with a bad --logging-format"); return nil })
+	cmd.SetArgs([]string{"--logging-format=xml"})
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(io.Discard)
-	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--log-format") {
-		t.Errorf("--log-format=xml: err = %v", err)
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--logging-format") || !strings.Contains(err.Error(), "Unsupported log format") {
+		t.Errorf("--logging-format=xml: err = %v", err)
 	}
-}
-
-func TestJSONLogging(t *testing.T) {
-	var buf strings.Builder
-	o := ObservabilityOptions{LogFormat: LogFormatJSON, Verbosity: 1}
-	ctx := o.setupLogging(context.Background(), &buf)
-	t.Cleanup(func() { klog.ClearLogger() })
-	klog.FromContext(ctx).V(1).Info("Deleting garbage", "object", "ConfigMap.v1 ns/x")
-	klog.FromContext(ctx).V(2).Info("too verbose")
-	line := strings.TrimSpace(buf.String())
-	var rec map[string]any
-	if err := json.Unmarshal([]byte(line), &rec); err != nil {
-		t.Fatalf("log line %q is not one JSON object: %v", line, err)
-	}
-	if rec["msg"] != "Deleting garbage" || rec["object"] != "ConfigMap.v1 ns/x" {
-		t.Errorf("log record = %v", rec)
+	// --vmodule is the text format's, as in kube-controller-manager.
+	cmd = NewRunCommand(func(context.Context, *RunOptions) error { t.Fatal("run with --vmodule in JSON"); return nil })
+	cmd.SetArgs([]string{"--logging-format=json", "--vmodule=workers*=4"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "Only supported for text log format") {
+		t.Errorf("--vmodule with JSON: err = %v", err)
 	}
 }
 

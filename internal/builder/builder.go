@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -36,6 +37,9 @@ type Config struct {
 	ResyncPeriod time.Duration
 	// Metrics is optional; nil records nothing.
 	Metrics *metrics.Metrics
+	// QueueMetrics, optional, is told about the graph builder's queue too,
+	// besides Metrics (metrics.Metrics.Queues).
+	QueueMetrics workqueue.MetricsProvider
 	// Clock drives periodic rediscovery and the monitors' backoff; nil is
 	// the real clock.
 	Clock clock.WithTicker
@@ -76,10 +80,12 @@ func (f SinkFunc) Observed(ev graph.Event, eff graph.Effects) { f(ev, eff) }
 // in order, on one goroutine (the graph's single writer). It never calls
 // the API server but to discover, list and watch, and never decides.
 type Builder struct {
-	cfg      Config
-	ignored  map[schema.GroupResource]struct{}
-	graph    *graph.Graph
-	events   *fifo[graph.Event]
+	cfg     Config
+	ignored map[schema.GroupResource]struct{}
+	graph   *graph.Graph
+	events  *fifo[queued]
+	// queue measures events (queuemetrics.go); nil measures nothing.
+	queue    *queueMetrics
 	monitors *discovery.Monitors
 	sink     Sink
 	// rediscover turns CRD and APIService events into rediscoveries.
@@ -105,6 +111,9 @@ type Builder struct {
 	running atomic.Bool
 	// backlog is the list gate's bound (listBacklog; SetListBacklog).
 	backlog atomic.Int64
+	// syncCheck is when the monitors must all have synced after the last
+	// change of the monitored resources (UnixNano; 0: no check due).
+	syncCheck atomic.Int64
 }
 
 // New returns a Builder that writes to g and tells sink what changed.
@@ -116,7 +125,7 @@ func New(cfg Config, g *graph.Graph, sink Sink) *Builder {
 		cfg:          cfg,
 		ignored:      make(map[schema.GroupResource]struct{}),
 		graph:        g,
-		events:       newFIFO[graph.Event](),
+		events:       newFIFO[queued](),
 		sink:         sink,
 		rediscover:   newRediscoverer(),
 		cascadeStart: make(map[types.UID]time.Time),
@@ -136,6 +145,10 @@ func New(cfg Config, g *graph.Graph, sink Sink) *Builder {
 	}
 	empty := map[schema.GroupVersionKind]schema.GroupVersionResource{}
 	b.kinds.Store(&empty)
+	// Real time, whatever clock drives the rest: the metrics measure the
+	// process, and a ticker of theirs on a test's fake clock would be one
+	// more timer for the test to step.
+	b.queue = newQueueMetrics(cfg.Metrics.Queues(cfg.QueueMetrics), clock.RealClock{})
 	return b
 }
 
@@ -208,7 +221,9 @@ func (b *Builder) Resource(gvk schema.GroupVersionKind) (schema.GroupVersionReso
 // entry point. It never blocks (the queue is unbounded, so a slow graph
 // never stalls a watch).
 func (b *Builder) Enqueue(ev graph.Event) {
-	b.events.Push(ev)
+	if b.events.Push(queued{ev: ev, at: b.queue.now()}) {
+		b.queue.added()
+	}
 	b.rediscover.observe(ev)
 }
 
@@ -251,6 +266,7 @@ func (b *Builder) Idle() bool {
 func (b *Builder) Resync(ctx context.Context) (want map[schema.GroupVersionResource]discovery.Resource, failed map[schema.GroupVersion]error, err error) {
 	want, failed, err = discovery.Deletable(b.cfg.Discovery, b.ignored)
 	if want == nil {
+		b.cfg.Metrics.ResourcesSyncError()
 		return nil, nil, err
 	}
 	failures := make(map[schema.GroupVersion]error, len(failed))
@@ -274,6 +290,7 @@ func (b *Builder) Resync(ctx context.Context) (want map[schema.GroupVersionResou
 		return ok
 	})
 	if added+removed > 0 {
+		b.expectSynced()
 		b.cfg.Mapper.Reset()
 		klog.FromContext(ctx).V(1).Info("Monitors changed", "added", added, "removed", removed, "monitors", b.monitors.Len())
 	}
@@ -287,12 +304,18 @@ func (b *Builder) Run(ctx context.Context) {
 	defer b.events.Close()
 	b.running.Store(true)
 	defer b.running.Store(false)
+	qctx, stopQueue := context.WithCancel(ctx)
+	queueDone := make(chan struct{})
+	go func() { defer close(queueDone); b.queue.updateUnfinished(qctx) }()
+	defer func() { stopQueue(); <-queueDone }()
 	for {
-		ev, ok := b.events.Pop()
+		q, ok := b.events.Pop()
 		if !ok {
 			return
 		}
-		b.Apply(ev)
+		b.queue.taken(q.at)
+		b.Apply(q.ev)
+		b.queue.applied()
 		b.events.Done()
 		if ctx.Err() != nil {
 			return

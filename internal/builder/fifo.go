@@ -23,14 +23,17 @@ func newFIFO[T any]() *fifo[T] {
 	return f
 }
 
-// Push appends v; it never blocks. Pushes after Close are dropped.
-func (f *fifo[T]) Push(v T) {
+// Push appends v and reports whether it did; it never blocks. Pushes
+// after Close are dropped.
+func (f *fifo[T]) Push(v T) bool {
 	f.mu.Lock()
-	if !f.closed {
-		f.items = append(f.items, v)
-		f.cond.Broadcast()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
 	}
-	f.mu.Unlock()
+	f.items = append(f.items, v)
+	f.cond.Broadcast()
+	return true
 }
 
 // Pop waits for the next item; ok is false once the queue is closed and

@@ -210,6 +210,7 @@ func (b *Builder) RunDiscovery(ctx context.Context, periodic func(context.Contex
 		case <-retry.C():
 		}
 		b.busy.Add(1)
+		b.checkSynced()
 		logger.V(4).Info("Rediscovering", "reason", reason)
 		want, failed, err := b.Resync(ctx)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -39,6 +40,10 @@ type Recorder = workers.Recorder
 // Config is what a Collector needs. Everything is required unless noted.
 type Config struct {
 	Metadata metadata.Interface
+	// WorkerMetadata, optional, is the workers' client: the owner lookups
+	// and every write (kube-controller-manager's collector's metadata
+	// client, which gets its own request budget). nil: Metadata.
+	WorkerMetadata metadata.Interface
 	// Pages, optional, reads the monitors' list pages raw and decodes
 	// them without per-object garbage (discovery.RESTPageLister); nil lists
 	// with Metadata.
@@ -77,6 +82,10 @@ type Config struct {
 	Rules rules.Policy
 	// Metrics is optional; nil records nothing.
 	Metrics *metrics.Metrics
+	// QueueMetrics, optional, is told about every queue too (the workers',
+	// the graph builder's, the namespace lifecycle's), besides Metrics:
+	// kube-controller-manager's workqueue_* series under its queue names.
+	QueueMetrics workqueue.MetricsProvider
 	// History keeps the record of every write the workers make (package
 	// history); nil keeps none (every write is still logged).
 	History *history.Ring
@@ -192,7 +201,7 @@ func New(cfg Config) (*Collector, error) {
 		c.shadow = &shadowMode{c: c}
 	}
 	if cfg.Namespaces != nil {
-		nc, err := namespaces.New(namespaces.Config{API: cfg.Namespaces, Observed: c.observedIn, Metrics: cfg.Metrics, Clock: cfg.Clock, History: cfg.History})
+		nc, err := namespaces.New(namespaces.Config{API: cfg.Namespaces, Observed: c.observedIn, Metrics: cfg.Metrics, QueueMetrics: cfg.QueueMetrics, Clock: cfg.Clock, History: cfg.History})
 		if err != nil {
 			return nil, err
 		}
@@ -205,7 +214,7 @@ func New(cfg Config) (*Collector, error) {
 	// → API server.
 	bcfg := builder.Config{
 		Metadata: cfg.Metadata, Pages: cfg.Pages, Discovery: cfg.Discovery, Mapper: cfg.Mapper,
-		Ignored: cfg.Ignored, ResyncPeriod: cfg.ResyncPeriod, Metrics: cfg.Metrics, Clock: cfg.Clock,
+		Ignored: cfg.Ignored, ResyncPeriod: cfg.ResyncPeriod, Metrics: cfg.Metrics, QueueMetrics: cfg.QueueMetrics, Clock: cfg.Clock,
 	}
 	if c.shadow != nil {
 		bcfg.BeforeApply = c.shadow.before
@@ -223,11 +232,15 @@ func New(cfg Config) (*Collector, error) {
 			c.shadow.after(ev, eff)
 		}
 	}))
+	workerMetadata := cfg.WorkerMetadata
+	if workerMetadata == nil {
+		workerMetadata = cfg.Metadata
+	}
 	wcfg := workers.Config{
-		Metadata: cfg.Metadata, Mapper: cfg.Mapper, Recorder: cfg.Recorder,
+		Metadata: workerMetadata, Mapper: cfg.Mapper, Recorder: cfg.Recorder,
 		Workers: cfg.Workers, MaxWritesInFlight: cfg.MaxWritesInFlight, UnlistedHold: cfg.UnlistedHold,
 		Unlisted: c.builder.Unlisted, Listing: c.builder.Listing, Unverified: c.builder.Unverified, Resource: c.builder.Resource,
-		Rules: cfg.Rules, Metrics: cfg.Metrics, History: cfg.History, Clock: cfg.Clock,
+		Rules: cfg.Rules, Metrics: cfg.Metrics, QueueMetrics: cfg.QueueMetrics, History: cfg.History, Clock: cfg.Clock,
 		Breaker: cfg.Breaker, OnTrip: cfg.OnTrip, HoldRestored: cfg.HoldRestored,
 	}
 	// An entry of the journal is kept past its TTL while a resource that

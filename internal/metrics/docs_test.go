@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"encoding/json"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -27,7 +28,7 @@ func readDocs(t *testing.T) map[string]docRow {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := regexp.MustCompile("^\\| `(kgc_[a-z_]+)` \\| (counter|gauge|histogram|summary) \\|([^|]*)\\|")
+	row := regexp.MustCompile("^\\| `((?:kgc|garbagecollector)_[a-z_]+)` \\| (counter|gauge|histogram|summary) \\|([^|]*)\\|")
 	out := map[string]docRow{}
 	for _, line := range strings.Split(string(data), "\n") {
 		m := row.FindStringSubmatch(line)
@@ -234,4 +235,63 @@ func TestBuildInfo(t *testing.T) {
 		return
 	}
 	t.Error("kgc_build_info not exported")
+}
+
+// TestDocsAnswerKCMSeries: docs/metrics.md answers every series of the
+// contract (testdata/kcm-collector-series.json, read from a real
+// kube-controller-manager by sandbox/integration/signals, which also
+// checks that kgc exports each), with its labels, and nothing else.
+func TestDocsAnswerKCMSeries(t *testing.T) {
+	b, err := os.ReadFile("testdata/kcm-collector-series.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var contract []struct {
+		Name   string   `json:"name"`
+		Labels []string `json:"labels"`
+	}
+	if err := json.Unmarshal(b, &contract); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## kube-controller-manager's series\n")
+	if !ok {
+		t.Fatal("docs/metrics.md has no section \"kube-controller-manager's series\"")
+	}
+	row := regexp.MustCompile("^\\| `([a-z_]+)` \\|([^|]*)\\|")
+	documented := map[string][]string{}
+	for _, line := range strings.Split(section, "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		var labels []string
+		for _, l := range strings.Split(m[2], ",") {
+			if l = strings.Trim(strings.TrimSpace(l), "`"); l != "" {
+				labels = append(labels, l)
+			}
+		}
+		slices.Sort(labels)
+		documented[m[1]] = labels
+	}
+	if len(contract) == 0 {
+		t.Fatal("the contract lists no series")
+	}
+	for _, s := range contract {
+		labels, ok := documented[s.Name]
+		if !ok {
+			t.Errorf("docs/metrics.md does not answer kube-controller-manager's %s", s.Name)
+			continue
+		}
+		if !slices.Equal(labels, s.Labels) {
+			t.Errorf("docs/metrics.md gives %s the labels %v, kube-controller-manager %v", s.Name, labels, s.Labels)
+		}
+		delete(documented, s.Name)
+	}
+	for name := range documented {
+		t.Errorf("docs/metrics.md answers %s, which the contract does not list", name)
+	}
 }

@@ -70,6 +70,10 @@ type Metrics struct {
 	nsTerminating prometheus.Gauge
 	nsSkipped     prometheus.Counter
 
+	// syncErrors is kube-controller-manager's collector's counter, under
+	// its name (resources.go).
+	syncErrors prometheus.Counter
+
 	breakerTrips *prometheus.CounterVec // breaker.go
 	shadow       shadowMetrics          // shadow.go
 	journal      journalMetrics         // journal.go
@@ -210,7 +214,8 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 		ConstLabels: prometheus.Labels{"version": build.Version, "revision": build.Revision, "builddate": build.BuildDate, "goversion": build.GoVersion},
 	})
 	buildInfo.Set(1)
-	m.collectors = []prometheus.Collector{
+	m.syncErrors = newSyncErrors()
+	m.collectors = []prometheus.Collector{m.syncErrors,
 		buildInfo, m.operations, m.apiRequests, m.cascade, m.unresolvable, m.lookups, m.unlisted,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries,
 		m.nsSyncs, m.nsSync, m.nsDeletion, m.nsTerminating, m.nsSkipped,

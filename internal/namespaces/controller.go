@@ -71,6 +71,9 @@ type Config struct {
 	Observed func(ns string, gvr schema.GroupVersionResource, kind string) (n int, complete bool)
 	// Metrics is optional.
 	Metrics *metrics.Metrics
+	// QueueMetrics, optional, is told about the queue too, besides
+	// Metrics (metrics.Metrics.Queues).
+	QueueMetrics workqueue.MetricsProvider
 	// Clock is optional (the real clock).
 	Clock clock.WithTicker
 	// History, optional, keeps the record of the lifecycle's deletions
@@ -128,7 +131,7 @@ func New(cfg Config) (*Controller, error) {
 		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
 	)
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{
-		Name: "namespace", MetricsProvider: cfg.Metrics.QueueMetricsProvider(), Clock: cfg.Clock,
+		Name: metrics.QueueNamespace, MetricsProvider: cfg.Metrics.Queues(cfg.QueueMetrics), Clock: cfg.Clock,
 	})
 	return &Controller{cfg: cfg, api: cfg.API, clock: cfg.Clock, queue: q, deleting: map[string]seen{}}, nil
 }

@@ -36,7 +36,7 @@ func TestWorkerDrainsInFlightItemOnly(t *testing.T) {
 		return nil, nil
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); c.runWorker(ctx, workCtx, q, one(process)) }()
+	go func() { defer close(done); c.runWorker(ctx, workCtx, q, one(process), always) }()
 
 	if uid := <-started; uid != "a" {
 		t.Fatalf("first item = %s", uid)

@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/kgc-dev/kgc/internal/budget"
 )
 
 // pipelineProbe plans a blocking write for every item and records what the
@@ -108,7 +110,7 @@ func noUID(t *testing.T, ch <-chan types.UID, what string) {
 func (p *pipelineProbe) run(t *testing.T, c *Workers, q workqueue.TypedRateLimitingInterface[types.UID]) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); c.runWorker(ctx, context.Background(), q, one(p.plan)) }()
+	go func() { defer close(done); c.runWorker(ctx, context.Background(), q, one(p.plan), always) }()
 	t.Cleanup(func() {
 		cancel()
 		q.ShutDown()
@@ -141,7 +143,7 @@ func (p *pipelineProbe) releaseAll(t *testing.T, q workqueue.TypedRateLimitingIn
 // One worker keeps as many writes in flight as there are slots, and no
 // more; an item is not handed out again while its write is in flight.
 func TestWorkerPipelinesWritesUpToTheSlots(t *testing.T) {
-	c := &Workers{slots: make(chan struct{}, 3)}
+	c := &Workers{slots: budget.NewSlots(3)}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.UID]())
 	p := newPipelineProbe()
 	for i := range 5 {
@@ -184,7 +186,7 @@ func TestWorkerPipelinesWritesUpToTheSlots(t *testing.T) {
 
 // A write's error retries its item with backoff; success forgets it.
 func TestFailedWriteRetriesItem(t *testing.T) {
-	c := &Workers{slots: make(chan struct{}, 2)}
+	c := &Workers{slots: budget.NewSlots(2)}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](time.Millisecond, time.Millisecond))
 	p := newPipelineProbe()
 	q.Add("a")
@@ -215,7 +217,7 @@ func (p *pipelineProbe) inFlightNow() int {
 // are waited for (pending); a decided write still waiting for a slot is
 // dropped, not started.
 func TestShutdownFinishesStartedWritesOnly(t *testing.T) {
-	c := &Workers{slots: make(chan struct{}, 1)}
+	c := &Workers{slots: budget.NewSlots(1)}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.UID]())
 	p := newPipelineProbe()
 	defer p.stop()
@@ -225,7 +227,7 @@ func TestShutdownFinishesStartedWritesOnly(t *testing.T) {
 	workCtx, cancelWork := context.WithCancel(context.Background())
 	defer cancelWork()
 	done := make(chan struct{})
-	go func() { defer close(done); c.runWorker(ctx, workCtx, q, one(p.plan)) }()
+	go func() { defer close(done); c.runWorker(ctx, workCtx, q, one(p.plan), always) }()
 
 	if uid := recvUID(t, p.started, "the first write"); uid != "a" {
 		t.Fatalf("first write = %s", uid)

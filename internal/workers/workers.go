@@ -19,6 +19,7 @@ import (
 
 	"github.com/kgc-dev/kgc/internal/apiops"
 	"github.com/kgc-dev/kgc/internal/breaker"
+	"github.com/kgc-dev/kgc/internal/budget"
 	"github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
 	"github.com/kgc-dev/kgc/internal/history"
@@ -73,6 +74,9 @@ type Config struct {
 	Rules rules.Policy
 	// Metrics is optional; nil records nothing.
 	Metrics *metrics.Metrics
+	// QueueMetrics, optional, is told about the queues too, besides
+	// Metrics (metrics.Metrics.Queues).
+	QueueMetrics workqueue.MetricsProvider
 	// History keeps the record of every write (history.go); nil keeps
 	// none. Every write is logged either way.
 	History *history.Ring
@@ -150,8 +154,9 @@ type Workers struct {
 	// tests replace it).
 	unlisted func() []discovery.Resource
 
-	// slots holds a token per API write in flight (MaxWritesInFlight).
-	slots chan struct{}
+	// slots holds one per API write in flight (MaxWritesInFlight), awaited
+	// writes served first (priority.go).
+	slots *budget.Slots
 	// pending counts the writes workers handed off that have not finished.
 	pending sync.WaitGroup
 	// running counts the worker goroutines.
@@ -195,7 +200,7 @@ func New(cfg Config, g *graph.Graph) *Workers {
 		// inner owners (ReplicaSets), not its leaves.
 		deletedByKGC: newRecentSet[types.UID](65536),
 		restored:     restoreHolds{max: breaker.DefaultMaxHeld},
-		slots:        make(chan struct{}, cfg.MaxWritesInFlight),
+		slots:        budget.NewSlots(cfg.MaxWritesInFlight),
 		unlisted:     cfg.Unlisted,
 		shadowSeen:   newRecentSet[shadowKey](65536),
 	}
@@ -219,14 +224,25 @@ func New(cfg Config, g *graph.Graph) *Workers {
 		unverified:       cfg.Unverified,
 		reread:           newRecentMap[rules.Coordinates, uint64](16384),
 	}
-	newQueue := func(name string) workqueue.TypedRateLimitingInterface[types.UID] {
+	newQueue := func(name string, order workqueue.Queue[types.UID]) workqueue.TypedRateLimitingInterface[types.UID] {
+		provider := cfg.Metrics.Queues(cfg.QueueMetrics)
+		clk := cfg.Clock
+		if clk == nil {
+			clk = clock.RealClock{}
+		}
+		// The rate-limiting queue's own delaying queue, over a queue in
+		// the given order.
 		return workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](5*time.Millisecond, 60*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: name, MetricsProvider: cfg.Metrics.QueueMetricsProvider(), Clock: cfg.Clock},
+			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: name, MetricsProvider: provider, Clock: clk,
+				DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[types.UID]{
+					Name: name, MetricsProvider: provider, Clock: clk,
+					Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[types.UID]{Name: name, MetricsProvider: provider, Clock: clk, Queue: order}),
+				})},
 		)
 	}
-	w.attemptToDelete = w.hooks.track(newQueue("garbage_collector_attempt_to_delete"))
-	w.attemptToOrphan = w.hooks.track(newQueue("garbage_collector_attempt_to_orphan"))
+	w.attemptToDelete = w.hooks.track(newQueue(metrics.QueueAttemptToDelete, newAwaitedFirst(g.Awaited)))
+	w.attemptToOrphan = w.hooks.track(newQueue(metrics.QueueAttemptToOrphan, nil))
 	w.useClock(cfg.Clock)
 	return w
 }
@@ -276,11 +292,11 @@ func (w *Workers) Start(ctx, workCtx context.Context) {
 		w.running.Add(2)
 		go func() {
 			defer w.running.Done()
-			w.runWorker(ctx, workCtx, w.attemptToDelete, one(w.planDeleteItem))
+			w.runWorker(ctx, workCtx, w.attemptToDelete, one(w.planDeleteItem), w.graph.Awaited)
 		}()
 		go func() {
 			defer w.running.Done()
-			w.runWorker(ctx, workCtx, w.attemptToOrphan, w.planOrphanItem)
+			w.runWorker(ctx, workCtx, w.attemptToOrphan, w.planOrphanItem, always)
 		}()
 	}
 	w.hooks.workersStarted.Store(true)
@@ -316,7 +332,7 @@ func (w *Workers) Recheck(ctx context.Context) {
 
 // WritesInFlight reports the API writes in flight and their limit
 // (MaxWritesInFlight).
-func (w *Workers) WritesInFlight() (n, limit int) { return len(w.slots), cap(w.slots) }
+func (w *Workers) WritesInFlight() (n, limit int) { return w.slots.InFlight() }
 
 // planner decides an item and returns the API writes that carry the
 // decision out, if any; it never writes to an object itself (the orphan
@@ -353,7 +369,11 @@ func one(plan func(context.Context, types.UID) (write, error)) planner {
 // Once ctx is done the worker starts no new item and no new write (the
 // queue hands out what it still holds; those are dropped); a write already
 // started finishes on workCtx.
-func (w *Workers) runWorker(ctx, workCtx context.Context, q workqueue.TypedRateLimitingInterface[types.UID], plan planner) {
+//
+// The writes of an item awaited reports (an owner's finalizer waits for
+// them) take their slots, and then their requests take the rate limiter's
+// tokens, before those of work nobody waits for (priority.go).
+func (w *Workers) runWorker(ctx, workCtx context.Context, q workqueue.TypedRateLimitingInterface[types.UID], plan planner, awaited func(types.UID) bool) {
 	for {
 		uid, shutdown := q.Get()
 		if shutdown {
@@ -374,16 +394,20 @@ func (w *Workers) runWorker(ctx, workCtx context.Context, q workqueue.TypedRateL
 		// finishes exactly once, after its last write.
 		o := &outcome{left: len(ws) + 1}
 		started := 0
+		first, writeCtx := awaited(uid), workCtx
+		if first {
+			writeCtx = budget.WithAwaited(workCtx)
+		}
 		for _, wr := range ws {
-			if !w.acquireSlot(ctx) {
+			if !w.slots.Acquire(ctx, first) {
 				break
 			}
 			started++
 			w.pending.Add(1)
 			go func() {
 				defer w.pending.Done()
-				err := wr(workCtx)
-				w.releaseSlot()
+				err := wr(writeCtx)
+				w.slots.Release()
 				if o.add(err, 1) {
 					w.finish(ctx, q, uid, o.err)
 				}
@@ -449,22 +473,6 @@ func (w *Workers) finish(ctx context.Context, q workqueue.TypedRateLimitingInter
 	}
 	q.Done(uid)
 }
-
-// acquireSlot waits until a write may start; false if ctx ended first (or
-// had ended already: no write starts after shutdown began).
-func (w *Workers) acquireSlot(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	select {
-	case w.slots <- struct{}{}:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func (w *Workers) releaseSlot() { <-w.slots }
 
 // target returns where to write to an observed item.
 func (w *Workers) target(it *rules.Item) (apiops.Target, error) {

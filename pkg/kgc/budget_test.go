@@ -8,6 +8,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/kgc-dev/kgc/internal/budget"
 )
 
 // limiterOf returns the rate limiter client-go gives a REST client built
@@ -77,5 +79,74 @@ func TestWithBudgetRejects(t *testing.T) {
 		if _, err := withBudget(&rest.Config{}, tc.qps, tc.burst); err == nil {
 			t.Errorf("withBudget(QPS %v, Burst %d) succeeded", tc.qps, tc.burst)
 		}
+	}
+}
+
+// TestWorkerBudgetIsKCMCollectors: the workers' client gets the budget
+// kube-controller-manager gives its collector's metadata client from
+// --kube-api-qps and --kube-api-burst — twice the QPS, the same burst —
+// with a rate limiter that serves awaited work first; the other clients
+// keep the budget as given.
+func TestWorkerBudgetIsKCMCollectors(t *testing.T) {
+	custom := flowcontrol.NewTokenBucketRateLimiter(1, 1)
+	for _, tc := range []struct {
+		name        string
+		cfg         rest.Config
+		qps         float32
+		burst       int
+		wantQPS     float32 // the workers' limiter's
+		wantBurst   int
+		wantOurs    bool // a budget.Limiter
+		wantLimiter flowcontrol.RateLimiter
+	}{
+		{name: "kube-controller-manager's defaults", wantQPS: 40, wantBurst: 30, wantOurs: true},
+		{name: "given", qps: 50, burst: 60, wantQPS: 100, wantBurst: 60, wantOurs: true},
+		{name: "the config's budget", cfg: rest.Config{QPS: 7, Burst: 8}, wantQPS: 14, wantBurst: 8, wantOurs: true},
+		{name: "no burst: client-go's", cfg: rest.Config{QPS: 7}, wantQPS: 14, wantBurst: rest.DefaultBurst, wantOurs: true},
+		{name: "negative QPS: no limit", qps: -1, burst: 30},
+		{name: "the config's RateLimiter is shared", cfg: rest.Config{RateLimiter: custom}, wantLimiter: custom},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.cfg
+			cfg, err := withBudget(&in, tc.qps, tc.burst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := *cfg
+			work, ours := workerConfig(cfg)
+			if cfg.QPS != before.QPS || cfg.Burst != before.Burst || cfg.RateLimiter != before.RateLimiter {
+				t.Error("workerConfig changed the other clients' config")
+			}
+			l := limiterOf(t, work)
+			switch {
+			case tc.wantOurs:
+				bl, ok := l.(*budget.Limiter)
+				if !ok || bl != ours {
+					t.Fatalf("workers' rate limiter = %T, want the returned *budget.Limiter", l)
+				}
+				if bl.QPS() != tc.wantQPS {
+					t.Errorf("workers' QPS = %v, want %v", bl.QPS(), tc.wantQPS)
+				}
+				for i := range tc.wantBurst {
+					if !bl.TryAccept() {
+						t.Fatalf("workers' burst = %d, want %d", i, tc.wantBurst)
+					}
+				}
+				if bl.TryAccept() {
+					t.Errorf("workers' burst above %d", tc.wantBurst)
+				}
+				if other := limiterOf(t, cfg); other == l || other.QPS() != tc.wantQPS/2 {
+					t.Errorf("the other clients' limiter = %v at %v QPS, want their own at %v", other, other.QPS(), tc.wantQPS/2)
+				}
+			case tc.wantLimiter != nil:
+				if l != tc.wantLimiter || ours != nil {
+					t.Errorf("workers' rate limiter = %v, want the config's", l)
+				}
+			default:
+				if l != nil || ours != nil || work.QPS >= 0 {
+					t.Errorf("workers' rate limiter = %v (QPS %v), want none", l, work.QPS)
+				}
+			}
+		})
 	}
 }

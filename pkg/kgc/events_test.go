@@ -21,8 +21,9 @@ import (
 // HTTP request that creates the Event, and checks who it says reported it.
 func TestEventsReportAsTheConfiguredComponent(t *testing.T) {
 	for _, tc := range []struct{ name, option, want string }{
-		{name: "default", option: "", want: DefaultEventComponent},
+		{name: "default is kube-controller-manager's collector's", option: "", want: "garbage-collector-controller"},
 		{name: "upstream", option: UpstreamEventComponent, want: UpstreamEventComponent},
+		{name: "kgc's own", option: OwnEventComponent, want: "kgc-garbage-collector"},
 		{name: "prefixed", option: "example.com/gc", want: "example.com/gc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -107,7 +108,7 @@ func runAndRecordOneWarning(t *testing.T, opts Options) corev1.Event {
 
 func TestEventComponentValidation(t *testing.T) {
 	cfg := &rest.Config{Host: "https://127.0.0.1:1"}
-	for _, ok := range []string{"", DefaultEventComponent, UpstreamEventComponent, "example.com/my-gc", "gc_1.a"} {
+	for _, ok := range []string{"", DefaultEventComponent, UpstreamEventComponent, OwnEventComponent, "example.com/my-gc", "gc_1.a"} {
 		if _, err := New(cfg, Options{EventComponent: ok}); err != nil {
 			t.Errorf("EventComponent %q refused: %v", ok, err)
 		}

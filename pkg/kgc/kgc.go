@@ -21,7 +21,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -48,10 +47,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/internal/apiops"
 	"github.com/kgc-dev/kgc/internal/breaker"
+	"github.com/kgc-dev/kgc/internal/budget"
 	"github.com/kgc-dev/kgc/internal/collector"
 	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/graph"
@@ -80,14 +81,19 @@ const RecommendedGCPercent = 50
 
 // Reporting components for the events kgc records (Options.EventComponent).
 const (
-	// DefaultEventComponent is kgc's own name, the default: events say
-	// which program acted, also while kgc and kube-controller-manager's
-	// collector both run (as during a migration).
-	DefaultEventComponent = "kgc-garbage-collector"
-	// UpstreamEventComponent is kube-controller-manager's collector's, for
-	// alerts, dashboards and field selectors (source=,
-	// reportingComponent=) written for it.
+	// UpstreamEventComponent is kube-controller-manager's garbage
+	// collector's reporting component.
 	UpstreamEventComponent = "garbage-collector-controller"
+	// DefaultEventComponent is kube-controller-manager's collector's, so
+	// that event filters, alerts and field selectors (source=,
+	// reportingComponent=) written for that collector keep working: kgc
+	// does its job, records the events it records for the same facts, and
+	// only one collector acts on a cluster at a time (docs/semantics.md,
+	// Events).
+	DefaultEventComponent = UpstreamEventComponent
+	// OwnEventComponent is kgc's own name, for those who want kgc's events
+	// told apart from kube-controller-manager's collector's by component.
+	OwnEventComponent = "kgc-garbage-collector"
 )
 
 // ValidateEventComponent reports whether component can name the reporting
@@ -131,10 +137,19 @@ type Options struct {
 	// DiscoveryResyncPeriod is how often deletable resources are rediscovered. Default 30s.
 	DiscoveryResyncPeriod time.Duration
 	// QPS and Burst override the client budget of the rest.Config (and its
-	// RateLimiter, if it has one). A negative QPS means no client-side rate
-	// limit, as in rest.Config and kube-controller-manager's --kube-api-qps;
-	// Burst is then unused. When both are left zero, a config without a
-	// budget gets kube-controller-manager's defaults (20 QPS, burst 30).
+	// RateLimiter, if it has one), and are read as kube-controller-manager
+	// reads --kube-api-qps and --kube-api-burst for its garbage collector
+	// (docs/kcm-flags.md, "The request budget"): the collector's own
+	// requests — owner lookups, deletions and patches — get twice QPS with
+	// the same burst, awaited work first (work an owner's finalizer waits
+	// for: an orphaning owner's patches, a Foreground owner's blocking
+	// dependents); every other client — the monitors' lists and watches,
+	// discovery, events, Leases — gets QPS and Burst, each its own bucket.
+	// A negative QPS means no client-side rate limit, as in rest.Config
+	// and kube-controller-manager; Burst is then unused. When both are left
+	// zero, a config without a budget gets kube-controller-manager's
+	// defaults (20 QPS, burst 30); the config's own budget is read alike,
+	// and a RateLimiter it carries is shared by every client as it is.
 	QPS   float32
 	Burst int
 	// Logger defaults to klog's.
@@ -144,12 +159,24 @@ type Options struct {
 	// prometheus.Gatherer (a *prometheus.Registry is), Handler serves it at
 	// /metrics.
 	Registerer prometheus.Registerer
+	// QueueMetrics, when set, is told about each of the collector's work
+	// queues too, as client-go tells a workqueue.MetricsProvider, under
+	// kube-controller-manager's names for them:
+	// garbage_collector_attempt_to_delete,
+	// garbage_collector_attempt_to_orphan, garbage_collector_graph_changes
+	// (the queue between the monitors and the graph) and, with
+	// NamespaceLifecycle, namespace. `kgc run` passes one that exports
+	// kube-controller-manager's workqueue_* series (docs/metrics.md).
+	// client-go's process-wide provider (workqueue.SetProvider) is used
+	// only where client-go itself falls back to it: for the queues of a
+	// Collector with neither Registerer nor QueueMetrics.
+	QueueMetrics workqueue.MetricsProvider
 	// Profiling serves /debug/pprof/ from Handler.
 	Profiling bool
 	// EventComponent is the reporting component (source.component and
 	// reportingComponent) of the events kgc records. Default
-	// DefaultEventComponent; UpstreamEventComponent makes them look like
-	// kube-controller-manager's collector's. See ValidateEventComponent.
+	// DefaultEventComponent, kube-controller-manager's collector's;
+	// OwnEventComponent is kgc's own name. See ValidateEventComponent.
 	EventComponent string
 	// NamespaceLifecycle turns on kgc's namespace lifecycle: a deleted
 	// Namespace is emptied (Pods first, then every namespaced resource;
@@ -250,6 +277,7 @@ type Collector struct {
 	component  string // the events' reporting component
 	logger     logr.Logger
 	httpClient *http.Client
+	limiter    *budget.Limiter // the workers' client's; nil without one (budget.go)
 	handler    http.Handler
 	metrics    *metrics.Metrics
 
@@ -397,6 +425,11 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("kgc: metadata client: %w", err)
 	}
+	workCfg, limiter := workerConfig(cfg)
+	workMD, err := metadata.NewForConfigAndClient(workCfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("kgc: workers' metadata client: %w", err)
+	}
 	var pages kgcdiscovery.PageLister
 	pages, err = kgcdiscovery.NewRESTPageLister(cfg, httpClient)
 	if err != nil {
@@ -425,6 +458,7 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		component:    component,
 		logger:       opts.Logger,
 		httpClient:   httpClient,
+		limiter:      limiter,
 		done:         make(chan struct{}),
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
@@ -469,6 +503,7 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		History:           history.NewRing(historySize),
 		Namespaces:        nsAPI,
 		Metadata:          md,
+		WorkerMetadata:    workMD,
 		Pages:             pages,
 		Discovery:         dc,
 		Mapper:            mapper,
@@ -479,6 +514,7 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		Ignored:           ignored,
 		ResyncPeriod:      opts.DiscoveryResyncPeriod,
 		Metrics:           m,
+		QueueMetrics:      opts.QueueMetrics,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kgc: %w", err)
@@ -490,28 +526,6 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	}
 	out.handler = server.BuildMux(out.source(opts.HoldRestored), hopts)
 	return out, nil
-}
-
-// withBudget returns a copy of cfg with the client budget New documents
-// for Options.QPS and Options.Burst. Every client kgc builds from it takes
-// its rate limiter from QPS and Burst: client-go builds none for a
-// negative QPS.
-func withBudget(cfg *rest.Config, qps float32, burst int) (*rest.Config, error) {
-	if math.IsNaN(float64(qps)) {
-		return nil, errors.New("kgc: QPS must be a number, got NaN")
-	}
-	if qps >= 0 && burst < 0 {
-		return nil, fmt.Errorf("kgc: Burst must not be negative unless QPS is (got QPS %v, Burst %d)", qps, burst)
-	}
-	cfg = rest.CopyConfig(cfg)
-	switch {
-	case qps != 0 || burst != 0:
-		// A RateLimiter would win over QPS and Burst in client-go.
-		cfg.QPS, cfg.Burst, cfg.RateLimiter = qps, burst, nil
-	case cfg.QPS == 0 && cfg.Burst == 0 && cfg.RateLimiter == nil:
-		cfg.QPS, cfg.Burst = 20, 30
-	}
-	return cfg, nil
 }
 
 // Start builds a Collector, runs it in the background and returns once its
@@ -558,6 +572,9 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	defer close(c.done)
 	defer c.httpClient.CloseIdleConnections()
+	if c.limiter != nil {
+		defer c.limiter.Stop()
+	}
 	if c.logger.GetSink() != nil {
 		ctx = klog.NewContext(ctx, c.logger)
 	}

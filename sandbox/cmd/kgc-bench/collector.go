@@ -306,8 +306,8 @@ func parseStatusKB(status, field string) (int64, error) {
 // mapper over a memory-cached discovery client, reset every 30s; the default
 // ignored resources; Run(ctx, workers, 30s) and Sync(ctx, discovery, 30s)
 // with a discovery client of its own. Every client gets cfg's QPS and Burst
-// (kube-controller-manager doubles only the collector's metadata client's
-// QPS; the budget given here is that doubled one).
+// (--kube-api-qps, --kube-api-burst) but the collector's metadata client,
+// which gets twice the QPS, as newGarbageCollectorController gives it.
 func startUpstream(ctx context.Context, cfg *rest.Config, workers int) (synced func() bool, done <-chan struct{}, err error) {
 	trim := func(obj any) (any, error) {
 		if a, err := meta.Accessor(obj); err == nil && a.GetManagedFields() != nil {
@@ -319,7 +319,13 @@ func startUpstream(ctx context.Context, cfg *rest.Config, workers int) (synced f
 	if err != nil {
 		return nil, nil, err
 	}
-	md, err := metadata.NewForConfig(cfg)
+	md, err := metadata.NewForConfig(cfg) // the informers'
+	if err != nil {
+		return nil, nil, err
+	}
+	gcConfig := rest.CopyConfig(cfg)
+	gcConfig.QPS *= 2
+	gcMetadata, err := metadata.NewForConfig(gcConfig)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -340,7 +346,7 @@ func startUpstream(ctx context.Context, cfg *rest.Config, workers int) (synced f
 	factory := informerfactory.NewInformerFactory(typed, metaInformers)
 	started := make(chan struct{})
 	gb := garbagecollector.NewDependencyGraphBuilder(ctx, md, mapper, garbagecollector.DefaultIgnoredResources(), factory, started)
-	gc, err := garbagecollector.NewComposedGarbageCollector(ctx, kube, md, mapper, gb)
+	gc, err := garbagecollector.NewComposedGarbageCollector(ctx, kube, gcMetadata, mapper, gb)
 	if err != nil {
 		return nil, nil, err
 	}

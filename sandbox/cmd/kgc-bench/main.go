@@ -1,7 +1,10 @@
 // Command kgc-bench measures kgc side by side with kube-controller-manager's
 // own garbage collector (k8s.io/kubernetes/pkg/controller/garbagecollector
 // v1.36.3, wired as kube-controller-manager wires it) on the sandbox control
-// plane, with the same client budget for both.
+// plane, from the same flags: each collector gets --qps and --burst as its
+// --kube-api-qps and --kube-api-burst and derives its clients' budgets from
+// them as its binary does (twice the QPS for the collector's own requests,
+// in both).
 //
 // For every scenario and run it starts a fresh control plane (in this
 // process), puts a counting reverse proxy in front of the apiserver, and runs
@@ -22,6 +25,10 @@
 //	foreground  the same with blockOwnerDeletion, owners deleted Foreground; until the owners are gone (K·M + K)
 //	chain       a chain of D objects each blocking its owner; the root deleted Foreground; until it is gone (D)
 //	orphan      one owner × N dependents deleted Orphan; until the owner is gone and no dependent refers to it (N + 1)
+//	orphan-background
+//	            two owners sharing N dependents, one deleted Orphan and one Background at once; when the orphaning
+//	            owner is gone (what `kubectl delete --cascade=orphan` waits for) and until everything is settled:
+//	            both owners gone, no dependent refers to either (N orphaned, then deleted or kept, + 1)
 //	sweep       dependents of owners that never existed (unique and shared owner UIDs), created before the
 //	            collector starts; from its start until all are gone
 //	populated   N objects with live owners; time to sync, time until a probe cascade completes, GETs, and
@@ -94,6 +101,7 @@ type options struct {
 	unthrottledScale   int // the fan-outs' dependents are this many times more in the unthrottled budget
 	chain              int
 	orphan             int
+	orphanBackground   int
 	sweepUnique        int
 	sweepShared        int
 	sweepSharedOwners  int
@@ -114,7 +122,7 @@ type options struct {
 	memProfile string // directory for the collectors' allocation profiles
 }
 
-var allScenarios = []string{"background", "foreground", "chain", "orphan", "sweep", "populated", "limit"}
+var allScenarios = []string{"background", "foreground", "chain", "orphan", "orphan-background", "sweep", "populated", "limit"}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
@@ -132,9 +140,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		clus   = fs.Bool("cluster", false, "run the real-cluster scenarios (kube-controller-manager, kube-scheduler, simulated nodes): the same as --scenarios=cluster")
 		colls  = fs.String("collectors", "upstream,kgc", "comma-separated collectors: upstream, kgc")
 		buds   = fs.String("budgets", "kcm,unthrottled", "comma-separated budgets: kcm, unthrottled")
-		kcmQPS = fs.Float64("qps", 40, "QPS of the kcm budget (kube-controller-manager gives its collector's metadata client 2 × --kube-api-qps = 40)")
-		kcmB   = fs.Int("burst", 30, "burst of the kcm budget")
-		unQPS  = fs.Float64("unthrottled-qps", 5000, "QPS of the unthrottled budget")
+		kcmQPS = fs.Float64("qps", 20, "--kube-api-qps of the kcm budget (kube-controller-manager's default); each collector derives its clients' budgets from it as its binary does: kube-controller-manager's collector's metadata client, and kgc's workers, get twice it")
+		kcmB   = fs.Int("burst", 30, "--kube-api-burst of the kcm budget (kube-controller-manager's default)")
+		unQPS  = fs.Float64("unthrottled-qps", 5000, "--kube-api-qps of the unthrottled budget")
 		unB    = fs.Int("unthrottled-burst", 10000, "burst of the unthrottled budget")
 		scale  = fs.String("scale", "", "run the scale benchmark instead (scale.go): comma-separated cluster sizes in objects, growing (e.g. 100000,300000,1000000); every collector starts on one control plane populated to each size in turn")
 		scaleU = fs.Int("scale-upstream-max", 300000, "scale benchmark: the largest size upstream's collector is started on")
@@ -158,6 +166,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.unthrottledScale, "unthrottled-scale", 5, "the fan-out scenarios have this many times more dependents per owner in the unthrottled budget, so that their measured phase lasts seconds, not a fraction of one")
 	fs.IntVar(&o.chain, "chain", 200, "length of the foreground chain")
 	fs.IntVar(&o.orphan, "orphan", 2000, "dependents of the orphan scenario (the issue's memory figure is for 10000)")
+	fs.IntVar(&o.orphanBackground, "orphan-background", 300, "dependents the two owners of the orphan-background scenario share")
 	fs.IntVar(&o.sweepUnique, "sweep-unique", 500, "startup sweep: dependents each with its own never-existing owner")
 	fs.IntVar(&o.sweepShared, "sweep-shared", 500, "startup sweep: dependents sharing never-existing owners")
 	fs.IntVar(&o.sweepSharedOwners, "sweep-shared-owners", 10, "startup sweep: the shared never-existing owners")
@@ -202,6 +211,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		def("fan-dependents", &o.fanDeps, 40)
 		def("chain", &o.chain, 40)
 		def("orphan", &o.orphan, 300)
+		def("orphan-background", &o.orphanBackground, 100)
 		def("sweep-unique", &o.sweepUnique, 100)
 		def("sweep-shared", &o.sweepShared, 100)
 		def("sweep-shared-owners", &o.sweepSharedOwners, 5)

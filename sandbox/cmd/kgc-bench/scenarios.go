@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -287,7 +288,7 @@ func runCell(ctx context.Context, e *env, s cellSpec) (result, error) {
 	defer w.stop()
 	res := result{Scenario: s.scenario, Collector: s.collector, Budget: s.budget, Run: s.run}
 	switch s.scenario {
-	case "background", "foreground", "chain", "orphan":
+	case "background", "foreground", "chain", "orphan", "orphan-background":
 		err = runLive(ctx, e, s, ns, w, &res)
 	case "sweep":
 		err = runSweep(ctx, e, s, ns, w, &res)
@@ -324,6 +325,10 @@ func runLive(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, res
 		done     func(objs []*metav1.PartialObjectMetadata) bool
 		total    int
 		ownerUID types.UID
+		// background: owners deleted Background at the same time;
+		// awaited: the owner whose going is timed (res.OwnerGone).
+		background []string
+		awaited    types.UID
 	)
 	switch s.scenario {
 	case "background", "foreground":
@@ -417,6 +422,51 @@ func runLive(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, res
 			return true
 		}
 	}
+	if s.scenario == "orphan-background" {
+		// Each dependent refers to both owners: the Orphan one must not
+		// take it along, the Background one, gone, would.
+		uids, err := createAll(ctx, e.client, ns, []cmSpec{{name: "orphaned-owner"}, {name: "deleted-owner"}})
+		if err != nil {
+			return err
+		}
+		refs := []metav1.OwnerReference{ownerRef("orphaned-owner", uids["orphaned-owner"], false), ownerRef("deleted-owner", uids["deleted-owner"], false)}
+		var specs []cmSpec
+		for j := range o.orphanBackground {
+			specs = append(specs, cmSpec{name: fmt.Sprintf("dep-%05d", j), owners: refs})
+		}
+		if _, err := createAll(ctx, e.client, ns, specs); err != nil {
+			return err
+		}
+		owners, policy, background, awaited = []string{"orphaned-owner"}, metav1.DeletePropagationOrphan, []string{"deleted-owner"}, uids["orphaned-owner"]
+		total = 2 + o.orphanBackground
+		res.Objects = o.orphanBackground + 1 // dependents orphaned (some then deleted) + the finalizer removed
+		done = func(objs []*metav1.PartialObjectMetadata) bool {
+			for _, ob := range objs {
+				if ob.UID == uids["orphaned-owner"] || ob.UID == uids["deleted-owner"] {
+					return false
+				}
+				for _, r := range ob.OwnerReferences {
+					if r.UID == uids["orphaned-owner"] || r.UID == uids["deleted-owner"] {
+						return false
+					}
+				}
+			}
+			return true
+		}
+	}
+	if s.scenario == "orphan" {
+		awaited = ownerUID
+	}
+	var start time.Time // of the measured phase
+	if awaited != "" {
+		settled := done
+		done = func(objs []*metav1.PartialObjectMetadata) bool {
+			if res.OwnerGone == 0 && !slices.ContainsFunc(objs, func(ob *metav1.PartialObjectMetadata) bool { return ob.UID == awaited }) {
+				res.OwnerGone = time.Since(start)
+			}
+			return settled(objs)
+		}
+	}
 	if err := w.waitFor(ctx, o.timeout, "the watcher to see every object", func(objs []*metav1.PartialObjectMetadata) bool { return len(objs) >= total }); err != nil {
 		return err
 	}
@@ -425,8 +475,11 @@ func runLive(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, res
 
 	before := e.proxy.snapshot()
 	e.proxy.mark()
-	start := time.Now()
-	if err := deleteAll(ctx, e.client, ns, owners, &policy); err != nil {
+	start = time.Now()
+	bg := metav1.DeletePropagationBackground
+	deleted := make(chan error, 1)
+	go func() { deleted <- deleteAll(ctx, e.client, ns, background, &bg) }()
+	if err := errors.Join(deleteAll(ctx, e.client, ns, owners, &policy), <-deleted); err != nil {
 		return err
 	}
 	if err := w.waitFor(ctx, o.timeout, s.scenario+" cascade", done); err != nil {

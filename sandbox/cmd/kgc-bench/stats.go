@@ -182,6 +182,7 @@ var scenarioTitles = []struct{ name, title string }{
 	{"foreground", "Foreground fan-out"},
 	{"chain", "Foreground chain"},
 	{"orphan", "Orphan"},
+	{"orphan-background", "Orphan and Background sharing dependents"},
 	{"sweep", "Startup sweep"},
 	{"populated", "Start on a populated cluster"},
 	{"limit", "Physical limit (32-way client)"},
@@ -276,6 +277,30 @@ func writeTable(w io.Writer, results []result, budgets []string, machine string)
 				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", st.title, b, fnum(objs, 0),
 					f2(medOf(u, owner)), f2(medOf(k, owner)), f2(medOf(u, done)), f2(medOf(k, done)), fratio(ratio(medOf(k, done), medOf(u, done))),
 					fnum(medOf(u, calls), 0), fnum(medOf(k, calls), 0))
+			}
+		}
+	}
+
+	if hasScenario(g, "orphan") || hasScenario(g, "orphan-background") {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Orphan deletions, seconds from the deletion: until the orphaning owner is gone (what `kubectl delete --cascade=orphan` waits for) and until everything is settled (every owner gone, no dependent referring to one):")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| scenario | budget | objects | upstream owner gone s | kgc owner gone s | upstream settled s | kgc settled s |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+		for _, sc := range []string{"orphan", "orphan-background"} {
+			for _, b := range budgets {
+				u, k := g[cellKey{sc, collectorUpstream, b}], g[cellKey{sc, collectorKGC, b}]
+				if u == nil && k == nil {
+					continue
+				}
+				owner := func(r result) float64 { return r.OwnerGone.Seconds() }
+				done := func(r result) float64 { return r.Elapsed.Seconds() }
+				objs := medOf(u, func(r result) float64 { return float64(r.Objects) })
+				if math.IsNaN(objs) {
+					objs = medOf(k, func(r result) float64 { return float64(r.Objects) })
+				}
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", sc, b, fnum(objs, 0),
+					f2(medOf(u, owner)), f2(medOf(k, owner)), f2(medOf(u, done)), f2(medOf(k, done)))
 			}
 		}
 	}
