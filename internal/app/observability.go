@@ -51,7 +51,7 @@ func (o *ObservabilityOptions) AddFlags(fs *pflag.FlagSet) {
 	// kube-controller-manager's name for --log-format.
 	fs.StringVar(&o.LogFormat, "logging-format", o.LogFormat, "The same as --log-format.")
 	_ = fs.MarkHidden("logging-format")
-	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve /debug/pprof/ on --http-address.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve /debug/pprof/ (on --secure-port: to identities allowed to get /debug/pprof/*).")
 	fs.StringVar(&o.EventComponent, "event-component", o.EventComponent, `Reporting component (source.component, reportingComponent) of the events kgc records. "`+kgc.UpstreamEventComponent+`" is kube-controller-manager's garbage collector's, for tools that filter on it. A Kubernetes qualified name.`)
 	fs.BoolVar(&o.ContentionProfiling, "contention-profiling", o.ContentionProfiling, "With --profiling, record every blocking event for /debug/pprof/block.")
 	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent, "Go garbage collector target percentage (GOGC). kgc's heap is mostly its long-lived ownership graph; the default trades a few more GC cycles for a third less memory than Go's 100. Without this flag, a GOGC environment variable wins. Negative: no collection (GOGC=off).")
