@@ -364,7 +364,7 @@ func newBreakerResumeCommand(deps InspectDeps) *cobra.Command {
 			"Needs get and update on the Lease.",
 		Example: `  kgc breaker resume
   kgc breaker resume --lease-namespace kube-system --lease-name kgc`,
-		Args:    cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var when time.Time
 			if at != "" {

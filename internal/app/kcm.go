@@ -51,10 +51,10 @@ const (
 // Reasons shared by groups of flags.
 const (
 	reasonDelegated = "without it, kgc's --kubeconfig when given, else the in-cluster service account (kube-controller-manager: the in-cluster service account only)"
-	reasonMetrics = "kgc's metrics are its own (docs/metrics.md), not component-base's: none is hidden or deprecated, and every label has a small fixed set of values"
-	reasonCloud   = "configures the cloud provider and the node, route and IPAM controllers, not the garbage collector"
-	reasonVersion = "kgc implements the garbage collection of kube-controller-manager v1.36 (docs/semantics.md) and cannot emulate another version"
-	reasonLogs    = "kgc writes every log line to stderr as it is logged, in the format --log-format chooses"
+	reasonMetrics   = "kgc's metrics are its own (docs/metrics.md), not component-base's: none is hidden or deprecated, and every label has a small fixed set of values"
+	reasonCloud     = "configures the cloud provider and the node, route and IPAM controllers, not the garbage collector"
+	reasonVersion   = "kgc implements the garbage collection of kube-controller-manager v1.36 (docs/semantics.md) and cannot emulate another version"
+	reasonLogs      = "kgc writes every log line to stderr as it is logged, in the format --log-format chooses"
 )
 
 var kcmFlags = []KCMFlag{

@@ -43,11 +43,11 @@ type relinkResult struct {
 	APIVersion string         `json:"apiVersion"`
 	Kind       string         `json:"kind"`
 	Resource   string         `json:"resource"`
-	Namespace string         `json:"namespace,omitempty"`
-	Name      string         `json:"name"`
-	UID       types.UID      `json:"uid"`
-	Changes   []relinkChange `json:"changes"`
-	Written   bool           `json:"written"`
+	Namespace  string         `json:"namespace,omitempty"`
+	Name       string         `json:"name"`
+	UID        types.UID      `json:"uid"`
+	Changes    []relinkChange `json:"changes"`
+	Written    bool           `json:"written"`
 }
 
 // relinker rewrites the ownerReferences of dependents from gone UIDs to

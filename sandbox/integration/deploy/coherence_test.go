@@ -143,7 +143,7 @@ func decodeInstalled(t *testing.T, manifests []manifest) installed {
 		"ClusterRoleBinding kgc:system:auth-delegator": in.authDelegator, "RoleBinding kgc-auth-reader": in.authReader,
 		"ClusterRole kgc-metrics-reader": in.metricsReader, "ClusterRole kgc-debug-reader": in.debugReader,
 		"Role kgc-inspector": in.inspector,
-		"Deployment": in.deployment, "Service": in.service,
+		"Deployment":         in.deployment, "Service": in.service,
 	} {
 		if reflect.ValueOf(v).IsNil() {
 			t.Fatalf("deploy/ has no %s", name)
