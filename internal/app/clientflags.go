@@ -46,6 +46,11 @@ func (f *clientFlags) addFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	f.config.AddFlags(fs)
 	f.print.AddFlags(cmd)
+	// Nothing here prints Kubernetes objects' managed fields or uses
+	// kubectl's discovery cache.
+	for _, name := range []string{"show-managed-fields", "cache-dir"} {
+		_ = fs.MarkHidden(name)
+	}
 	fs.Lookup("output").Usage = "Output format: text (the default), json, yaml, name, jsonpath=…, jsonpath-as-json=…, jsonpath-file=…, go-template=…, go-template-file=…, template=…, templatefile=…. The documents have apiVersion " + outputAPIVersion + "."
 	f.kgc.addFlags(fs)
 }
