@@ -40,6 +40,6 @@ FROM gcr.io/distroless/static:nonroot
 COPY --from=build /out/kgc /usr/local/bin/kgc
 # distroless's nonroot user, numerically, so that runAsNonRoot can be checked.
 USER 65532:65532
-EXPOSE 10258
+EXPOSE 10355
 ENTRYPOINT ["/usr/local/bin/kgc"]
 CMD ["run"]

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kgc-dev/kgc/internal/breaker"
@@ -82,31 +82,44 @@ func (o *BreakerRunOptions) lib(le LeaderElectionOptions) *kgc.BreakerOptions {
 		LeaseNamespace: le.ResourceNamespace, LeaseName: le.ResourceName}
 }
 
-// leaseOptions are the flags of the commands that read or write the
-// breaker's Lease.
-type leaseOptions struct {
-	inspectOptions
-	leaseNamespace, leaseName string
-}
-
-func (o *leaseOptions) addFlags(cmd *cobra.Command) {
-	o.inspectOptions.addFlags(cmd)
-	fs := cmd.Flags()
-	fs.StringVar(&o.leaseNamespace, "lease-namespace", metav1.NamespaceSystem, "Namespace of kgc's Lease (kgc run's --leader-elect-resource-namespace; kgc-system with deploy/).")
-	fs.StringVar(&o.leaseName, "lease-name", defaultLeaseResourceName, "Name of kgc's Lease (kgc run's --leader-elect-resource-name).")
-}
-
-func (o *leaseOptions) store(deps InspectDeps) (*breaker.LeaseStore, error) {
-	cfg, err := clientConfig(o.kubeconfig, o.context).ClientConfig()
+// leaseStore is the breaker's state on kgc's Lease: --lease-name in
+// --lease-namespace, or in the first of leaseNamespaces that has it. found
+// is false when no namespace has it; ns is then where it was looked for.
+func (o *inspectOptions) leaseStore(ctx context.Context, deps InspectDeps) (st *breaker.LeaseStore, ns string, found bool, err error) {
+	cfg, err := o.restConfig(deps)
 	if err != nil {
-		return nil, fmt.Errorf("loading client config: %w", err)
+		return nil, "", false, err
 	}
-	o.wrap(cfg, deps)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, err
+		return nil, "", false, err
 	}
-	return &breaker.LeaseStore{Client: cs.CoordinationV1(), Namespace: o.leaseNamespace, Name: o.leaseName}, nil
+	ns, _, lerr := o.kgc.lease(ctx, cs)
+	switch {
+	case lerr == nil:
+		found = true
+	case o.kgc.leaseNamespace != "":
+		ns = o.kgc.leaseNamespace
+	default:
+		ns = strings.Join(leaseNamespaces, " or ")
+	}
+	if lerr != nil && !allNotFound(lerr) {
+		return nil, ns, false, lerr
+	}
+	return &breaker.LeaseStore{Client: cs.CoordinationV1(), Namespace: ns, Name: o.kgc.leaseName}, ns, found, nil
+}
+
+// allNotFound reports whether every error joined in err is a NotFound.
+func allNotFound(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !apierrors.IsNotFound(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return apierrors.IsNotFound(err)
 }
 
 // newBreakerCommand returns `kgc breaker status|resume`.
@@ -122,24 +135,23 @@ func newBreakerCommand(deps InspectDeps) *cobra.Command {
 }
 
 func newBreakerStatusCommand(deps InspectDeps) *cobra.Command {
-	var o leaseOptions
+	o := newInspectOptions()
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the breaker's trips (from kgc's Lease) and, with --server, what a running kgc holds",
-		Example: `  kgc breaker status --lease-namespace kgc-system
-  kgc breaker status --server http://127.0.0.1:10258 -o json`,
+		Short: "Show the breaker's trips (from kgc's Lease) and, with --ask-kgc, what the running kgc holds",
+		Example: `  kgc breaker status
+  kgc breaker status --ask-kgc -o json
+  kgc breaker status --kgc-url http://127.0.0.1:10258 --lease-namespace kube-system`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.validate(); err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+			ctx, cancel := contextWithTimeout(cmd.Context(), o.timeoutOrZero())
 			defer cancel()
-			out := breakerStatus{Lease: o.leaseNamespace + "/" + o.leaseName}
+			out := breakerStatus{Lease: o.kgc.leaseNamespace + "/" + o.kgc.leaseName}
 			var errs []error
-			if o.server == "" || o.kubeconfig != "" || o.context != "" {
-				st, err := o.store(deps)
-				if err == nil {
+			if !o.kgc.asking() || o.apiFlags || o.kgc.ask {
+				st, ns, found, err := o.leaseStore(ctx, deps)
+				out.Lease = ns + "/" + o.kgc.leaseName
+				if err == nil && found {
 					s, lease, lerr := st.Load(ctx)
 					if err = lerr; err == nil {
 						out.LeaseFound = lease != nil
@@ -150,8 +162,8 @@ func newBreakerStatusCommand(deps InspectDeps) *cobra.Command {
 					errs = append(errs, fmt.Errorf("reading the Lease %s: %w", out.Lease, err))
 				}
 			}
-			if o.server != "" {
-				r, err := fetchHolds(ctx, deps, o.server, o.timeout)
+			if o.kgc.asking() {
+				r, err := o.fetchHolds(ctx, deps)
 				if err != nil {
 					errs = append(errs, err)
 				} else {
@@ -164,14 +176,25 @@ func newBreakerStatusCommand(deps InspectDeps) *cobra.Command {
 			for _, err := range errs {
 				fmt.Fprintln(cmd.ErrOrStderr(), "Warning:", err)
 			}
-			if o.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), out)
+			var held []objectName
+			if out.Running != nil {
+				for _, h := range out.Running.Restored {
+					held = append(held, objectName{APIVersion: h.APIVersion, Kind: h.Kind, Namespace: h.Namespace, Name: h.Name})
+				}
 			}
-			return out.write(cmd.OutOrStdout())
+			return o.write(cmd.OutOrStdout(), answer{kind: "BreakerStatus", value: out, names: held, text: out.write})
 		},
 	}
 	o.addFlags(cmd)
 	return cmd
+}
+
+// contextWithTimeout bounds ctx by d, unless d is 0 (no timeout).
+func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // breakerStatus is `kgc breaker status`'s answer.
@@ -202,7 +225,8 @@ func (s breakerStatus) write(w io.Writer) error {
 				fmt.Fprintf(w, "  It tripped on %s.\n", t.Object)
 			}
 		}
-		fmt.Fprintf(w, "Resume with: kgc breaker resume --lease-namespace %s --lease-name %s\n", strings.Split(s.Lease, "/")[0], strings.Split(s.Lease, "/")[1])
+		ns, name, _ := strings.Cut(s.Lease, "/")
+		fmt.Fprintf(w, "Resume with: kgc breaker resume --lease-namespace %s --lease-name %s\n", ns, name)
 	}
 	if r := s.Running; r != nil {
 		if r.Breaker == nil {
@@ -299,38 +323,38 @@ func nsName(ns, name string) string {
 	return ns + "/" + name
 }
 
-// fetchHolds reads a running kgc's holds (breaker.Path).
-func fetchHolds(ctx context.Context, deps InspectDeps, server string, timeout time.Duration) (*breaker.Report, error) {
-	hc := deps.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: timeout}
-	}
-	u, err := url.JoinPath(strings.TrimSuffix(server, "/"), breaker.Path)
+// fetchHolds reads the running kgc's holds (breaker.Path).
+func (o *inspectOptions) fetchHolds(ctx context.Context, deps InspectDeps) (*breaker.Report, error) {
+	conn, err := o.kgcConn(ctx, deps)
 	if err != nil {
-		return nil, fmt.Errorf("--server %q: %w", server, err)
+		return nil, err
+	}
+	u, err := url.JoinPath(strings.TrimSuffix(conn.base, "/"), breaker.Path)
+	if err != nil {
+		return nil, fmt.Errorf("kgc URL %q: %w", conn.base, err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"?limit=100000", nil)
 	if err != nil {
 		return nil, err
 	}
-	res, err := hc.Do(req)
+	res, err := conn.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("asking kgc at %s: %w", server, err)
+		return nil, fmt.Errorf("asking kgc at %s: %w", conn.base, err)
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
-		return nil, fmt.Errorf("asking kgc at %s: %s: %s", server, res.Status, strings.TrimSpace(string(body)))
+		return nil, fmt.Errorf("asking kgc at %s: %s: %s", conn.base, res.Status, strings.TrimSpace(string(body)))
 	}
 	var r breaker.Report
 	if err := json.NewDecoder(res.Body).Decode(&r); err != nil {
-		return nil, fmt.Errorf("reading kgc's holds from %s: %w", server, err)
+		return nil, fmt.Errorf("reading kgc's holds from %s: %w", conn.base, err)
 	}
 	return &r, nil
 }
 
 func newBreakerResumeCommand(deps InspectDeps) *cobra.Command {
-	var o leaseOptions
+	o := newInspectOptions()
 	var at string
 	cmd := &cobra.Command{
 		Use:   "resume",
@@ -338,12 +362,10 @@ func newBreakerResumeCommand(deps InspectDeps) *cobra.Command {
 		Long: "Writes the annotation " + breaker.AnnotationResume + " on kgc's Lease: the time of the latest trip recorded there (kgc's own clock), or --at. " +
 			"Every trip at or before it is resumed; the running kgc applies it within seconds and decides the held objects again (they go without being counted again). " +
 			"Needs get and update on the Lease.",
-		Example: `  kgc breaker resume --lease-namespace kgc-system`,
-		Args:    cobra.NoArgs,
+		Example: `  kgc breaker resume
+  kgc breaker resume --lease-namespace kube-system --lease-name kgc`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.validate(); err != nil {
-				return err
-			}
 			var when time.Time
 			if at != "" {
 				t, err := time.Parse(time.RFC3339Nano, at)
@@ -352,19 +374,23 @@ func newBreakerResumeCommand(deps InspectDeps) *cobra.Command {
 				}
 				when = t
 			}
-			st, err := o.store(deps)
+			ctx, cancel := contextWithTimeout(cmd.Context(), o.timeoutOrZero())
+			defer cancel()
+			st, ns, found, err := o.leaseStore(ctx, deps)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
-			defer cancel()
+			w := cmd.OutOrStdout()
+			if !found {
+				fmt.Fprintf(w, "Lease %s/%s not found: no trip to resume.\n", ns, o.kgc.leaseName)
+				return nil
+			}
 			before, resumed, err := st.Resume(ctx, when)
 			if err != nil {
-				return fmt.Errorf("resuming on the Lease %s/%s: %w", o.leaseNamespace, o.leaseName, err)
+				return fmt.Errorf("resuming on the Lease %s/%s: %w", ns, o.kgc.leaseName, err)
 			}
-			w := cmd.OutOrStdout()
 			if resumed.IsZero() {
-				fmt.Fprintf(w, "Lease %s/%s: no trip to resume.\n", o.leaseNamespace, o.leaseName)
+				fmt.Fprintf(w, "Lease %s/%s: no trip to resume.\n", ns, o.kgc.leaseName)
 				return nil
 			}
 			for _, t := range before.Active() {
@@ -372,7 +398,7 @@ func newBreakerResumeCommand(deps InspectDeps) *cobra.Command {
 					fmt.Fprintf(w, "Resumed %s (tripped at %s).\n", t.Signal, t.At.UTC().Format(time.RFC3339))
 				}
 			}
-			fmt.Fprintf(w, "Wrote %s=%s on Lease %s/%s; kgc applies it within seconds.\n", breaker.AnnotationResume, resumed.UTC().Format(time.RFC3339Nano), o.leaseNamespace, o.leaseName)
+			fmt.Fprintf(w, "Wrote %s=%s on Lease %s/%s; kgc applies it within seconds.\n", breaker.AnnotationResume, resumed.UTC().Format(time.RFC3339Nano), ns, o.kgc.leaseName)
 			return nil
 		},
 	}

@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -197,31 +194,14 @@ func Run(ctx context.Context, o *RunOptions) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st := &standby{enabled: o.LeaderElection.LeaderElect}
-	errc := make(chan error, 2)
-	if o.HTTPAddress != "" {
-		ln, err := net.Listen("tcp", o.HTTPAddress)
-		if err != nil {
-			return fmt.Errorf("listening on --http-address: %w", err)
-		}
-		srv := &http.Server{
-			Handler:           st.readiness(c.Handler()),
-			ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout:       30 * time.Second,
-			WriteTimeout:      2 * time.Minute,
-			IdleTimeout:       2 * time.Minute,
-		}
-		logger.Info("Serving HTTP", "address", ln.Addr().String())
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("http server: %w", err)
-			}
-		}()
-		defer func() {
-			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer scancel()
-			_ = srv.Shutdown(sctx)
-		}()
+	errc := make(chan error, 3)
+	srv, err := o.Serving.start(ctx, st.readiness(c.Handler()), errc)
+	if err != nil {
+		return err
 	}
+	// The servers stop with ctx; Run returns once they have.
+	defer srv.wait()
+	defer cancel()
 	// The HTTP server runs on standbys too; the collector only while leading.
 	go func() { errc <- runWithLeaderElection(ctx, cfg, o.LeaderElection, st.collect(c.Run)) }()
 	select {

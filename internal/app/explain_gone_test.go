@@ -52,7 +52,7 @@ func goneRecords() *history.Ring {
 func TestExplainGoneFromHistory(t *testing.T) {
 	url := kgcWithHistory{goneRecords()}.serve(t)
 	var out, errOut bytes.Buffer
-	err := ExecuteInspect(context.Background(), InspectDeps{}, []string{"explain", "cm/web-cfg", "-n", "shop", "--server", url}, &out, &errOut)
+	err := ExecuteInspect(context.Background(), InspectDeps{}, []string{"explain", "cm/web-cfg", "-n", "shop", "--kgc-url", url}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("explain: %v (%s)", err, errOut.String())
 	}
@@ -63,7 +63,7 @@ func TestExplainGoneFromHistory(t *testing.T) {
 	}
 
 	out.Reset()
-	err = ExecuteInspect(context.Background(), InspectDeps{}, []string{"explain", "configmap/web-cfg", "-n", "shop", "--server", url, "-o", "json"}, &out, &errOut)
+	err = ExecuteInspect(context.Background(), InspectDeps{}, []string{"explain", "configmap/web-cfg", "-n", "shop", "--kgc-url", url, "-o", "json"}, &out, &errOut)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestExplainGoneWithoutRecord(t *testing.T) {
 	for name, ring := range map[string]*history.Ring{"no record": goneRecords(), "history off": nil} {
 		url := kgcWithHistory{ring}.serve(t)
 		var out, errOut bytes.Buffer
-		err := ExecuteInspect(context.Background(), InspectDeps{}, []string{"explain", "cm/never", "-n", "shop", "--server", url}, &out, &errOut)
+		err := ExecuteInspect(context.Background(), InspectDeps{}, []string{"explain", "cm/never", "-n", "shop", "--kgc-url", url}, &out, &errOut)
 		if err == nil || !strings.Contains(err.Error(), "not found") {
 			t.Errorf("%s: err %v, want not found", name, err)
 			continue

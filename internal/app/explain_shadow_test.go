@@ -48,7 +48,7 @@ func TestExplainGoneShowsShadowDisagreement(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	var out, errOut bytes.Buffer
-	if err := ExecuteInspect(context.Background(), InspectDeps{}, []string{"explain", "cm/web-cfg", "-n", "shop", "--server", srv.URL}, &out, &errOut); err != nil {
+	if err := ExecuteInspect(context.Background(), InspectDeps{}, []string{"explain", "cm/web-cfg", "-n", "shop", "--kgc-url", srv.URL}, &out, &errOut); err != nil {
 		t.Fatalf("explain: %v (%s)", err, errOut.String())
 	}
 	got := out.String()

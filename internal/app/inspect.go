@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 
 	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
 	"github.com/kgc-dev/kgc/internal/inspect"
@@ -32,8 +31,11 @@ type InspectDeps struct {
 	// WrapConfig, when set, is applied to the client config before use
 	// (tests wrap the transport to count requests).
 	WrapConfig func(*rest.Config)
-	// HTTPClient for --server; http.DefaultClient with a timeout if nil.
+	// HTTPClient, when set, is the client of --kgc-url.
 	HTTPClient *http.Client
+	// Forward, when set, replaces the port-forward --ask-kgc opens to the
+	// leader's Pod (tests: a control plane without kubelets).
+	Forward ForwardFunc
 }
 
 // AddInspectCommands registers `kgc explain`, `kgc preview delete`,
@@ -42,77 +44,98 @@ func AddInspectCommands(root *cobra.Command, deps InspectDeps) {
 	root.AddCommand(newExplainCommand(deps), newPreviewCommand(deps), newTreeCommand(deps), newStuckCommand(deps))
 }
 
-// inspectOptions are the flags every inspection command shares.
+// inspectOptions are the flags every inspection command shares
+// (clientflags.go), and what they lead to.
 type inspectOptions struct {
-	kubeconfig string
-	context    string
-	namespace  string
-	server     string
-	output     string
-	timeout    time.Duration
+	*clientFlags
+	// apiFlags: a kubeconfig flag was given, so the API server is asked
+	// also when kgc is (kinds resolve like kubectl's).
+	apiFlags bool
+	// conn is the way to the running kgc, once dialled.
+	conn *kgcConn
 }
+
+func newInspectOptions() *inspectOptions { return &inspectOptions{clientFlags: newClientFlags()} }
+
+// kubeconfigFlags are ConfigFlags' flags that choose an API server or
+// identity.
+var kubeconfigFlags = []string{"kubeconfig", "context", "cluster", "user", "server", "token", "as", "as-group", "as-uid", "certificate-authority", "client-certificate", "client-key"}
 
 func (o *inspectOptions) addFlags(cmd *cobra.Command) {
-	fs := cmd.Flags()
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Defaults to $KUBECONFIG, then ~/.kube/config, then the in-cluster service account.")
-	fs.StringVar(&o.context, "context", "", "The kubeconfig context to use (as kubectl's --context). Defaults to the current context.")
-	fs.StringVarP(&o.namespace, "namespace", "n", "", "Namespace of the object. Defaults to the kubeconfig context's namespace, else \"default\".")
-	fs.StringVar(&o.server, "server", "", "Ask a running kgc (its --http-address URL, e.g. http://127.0.0.1:10258) instead of reading the API server.")
-	fs.StringVarP(&o.output, "output", "o", "text", "Output format: text or json.")
-	fs.DurationVar(&o.timeout, "request-timeout", 30*time.Second, "Timeout of each request to the API server or kgc.")
-}
-
-// clientConfig loads the client config like `kgc run`: --kubeconfig, then
-// $KUBECONFIG and ~/.kube/config, then the in-cluster service account;
-// context, when set, picks the kubeconfig's context (kubectl's --context).
-func clientConfig(kubeconfig, context string) clientcmd.ClientConfig {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context})
-}
-
-func (o *inspectOptions) validate() error {
-	switch o.output {
-	case "text", "json":
+	o.clientFlags.addFlags(cmd)
+	prev := cmd.PreRunE
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		for _, name := range kubeconfigFlags {
+			if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+				o.apiFlags = true
+			}
+		}
+		if err := o.validate(); err != nil {
+			return err
+		}
+		if prev != nil {
+			return prev(cmd, args)
+		}
 		return nil
 	}
-	return fmt.Errorf("--output %q: want text or json", o.output)
+	run := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		defer o.close()
+		return run(cmd, args)
+	}
 }
 
-// targetNamespace is -n, else the kubeconfig context's namespace, else
-// "default".
-func (o *inspectOptions) targetNamespace(cc clientcmd.ClientConfig) string {
-	if o.namespace != "" {
-		return o.namespace
+// close ends the way to kgc, if one was opened.
+func (o *inspectOptions) close() {
+	if o.conn != nil {
+		o.conn.close()
+		o.conn = nil
 	}
-	if n, _, err := cc.Namespace(); err == nil && n != "" {
-		return n
+}
+
+// timeoutOrZero is --request-timeout, validated before the command runs.
+func (o *inspectOptions) timeoutOrZero() time.Duration {
+	d, _ := o.timeout()
+	return d
+}
+
+// kgcConn reaches the running kgc (once per command).
+func (o *inspectOptions) kgcConn(ctx context.Context, deps InspectDeps) (*kgcConn, error) {
+	if o.conn != nil {
+		return o.conn, nil
 	}
-	return metav1.NamespaceDefault
+	var cfg *rest.Config
+	if o.kgc.ask || (o.kgc.url != "" && strings.HasPrefix(o.kgc.url, "https:")) {
+		var err error
+		if cfg, err = o.restConfig(deps); err != nil {
+			return nil, err
+		}
+	}
+	c, err := o.kgc.dial(ctx, cfg, deps, o.timeoutOrZero())
+	if err != nil {
+		return nil, err
+	}
+	o.conn = c
+	return c, nil
 }
 
 // view builds the View the command reads from, and the namespace to use.
-func (o *inspectOptions) view(deps InspectDeps) (inspect.View, string, error) {
-	if err := o.validate(); err != nil {
-		return nil, "", err
-	}
-	cc := clientConfig(o.kubeconfig, o.context)
-	ns := o.targetNamespace(cc)
-	if o.server != "" {
-		hc := deps.HTTPClient
-		if hc == nil {
-			hc = &http.Client{Timeout: o.timeout}
-		}
-		sv, err := inspect.NewServerView(o.server, hc)
+func (o *inspectOptions) view(ctx context.Context, deps InspectDeps) (inspect.View, string, error) {
+	ns, _ := o.namespace()
+	if o.kgc.asking() {
+		conn, err := o.kgcConn(ctx, deps)
 		if err != nil {
 			return nil, "", err
 		}
-		if o.kubeconfig != "" || o.context != "" {
-			// With an explicit kubeconfig or context, short names and
-			// resource names resolve like kubectl's (and kinds no API
-			// serves are recognized as such).
-			if cfg, err := cc.ClientConfig(); err == nil {
-				o.wrap(cfg, deps)
+		sv, err := inspect.NewServerView(conn.base, conn.client)
+		if err != nil {
+			return nil, "", err
+		}
+		if o.apiFlags || o.kgc.ask {
+			// With the API server at hand, short names and resource names
+			// resolve like kubectl's (and kinds no API serves are
+			// recognized as such).
+			if cfg, err := o.restConfig(deps); err == nil {
 				if dc, err := discovery.NewDiscoveryClientForConfig(cfg); err == nil {
 					sv.Mapper = mapperFor(dc)
 				}
@@ -120,11 +143,10 @@ func (o *inspectOptions) view(deps InspectDeps) (inspect.View, string, error) {
 		}
 		return sv, ns, nil
 	}
-	cfg, err := cc.ClientConfig()
+	cfg, err := o.restConfig(deps)
 	if err != nil {
-		return nil, "", fmt.Errorf("loading client config: %w", err)
+		return nil, "", err
 	}
-	o.wrap(cfg, deps)
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, "", err
@@ -150,19 +172,6 @@ func (o *inspectOptions) view(deps InspectDeps) (inspect.View, string, error) {
 	return inspect.NewLiveView(mapperFor(dc), mc, rs), ns, nil
 }
 
-func (o *inspectOptions) wrap(cfg *rest.Config, deps InspectDeps) {
-	cfg.Timeout = o.timeout
-	// Listing every resource to find dependents would print the apiserver's
-	// deprecation warnings (v1 Endpoints, …) over the answer.
-	cfg.WarningHandler = rest.NoWarnings{}
-	if cfg.QPS == 0 {
-		cfg.QPS, cfg.Burst = 50, 100
-	}
-	if deps.WrapConfig != nil {
-		deps.WrapConfig(cfg)
-	}
-}
-
 func mapperFor(dc discovery.DiscoveryInterface) meta.RESTMapper {
 	cached := memory.NewMemCacheClient(dc)
 	return restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(cached), cached, nil)
@@ -175,7 +184,7 @@ func (o *inspectOptions) lookup(ctx context.Context, deps InspectDeps, args []st
 	if err != nil {
 		return nil, nil, err
 	}
-	v, ns, err := o.view(deps)
+	v, ns, err := o.view(ctx, deps)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -184,12 +193,6 @@ func (o *inspectOptions) lookup(ctx context.Context, deps InspectDeps, args []st
 		return v, nil, err // the view, for explainGone
 	}
 	return v, obj, nil
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func notSyncedWarning(cmd *cobra.Command, v inspect.View) {
@@ -204,21 +207,21 @@ func notSyncedWarning(cmd *cobra.Command, v inspect.View) {
 }
 
 func newExplainCommand(deps InspectDeps) *cobra.Command {
-	o := &inspectOptions{}
+	o := newInspectOptions()
 	cmd := &cobra.Command{
 		Use:   "explain KIND/NAME",
 		Short: "Why is this object not deleted (or why will it be)?",
 		Long: "Explain classifies each ownerReference of an object (solid, waiting for a foreground deletion, dangling, unresolvable, invalid) " +
 			"and says whether kgc will delete it, remove references, orphan its dependents or leave it, and why. For an object in " +
 			"Foreground deletion it lists the blocking dependents it waits for, recursively, with their finalizers. " +
-			"It reads object metadata from the API server, or asks a running kgc with --server. It never writes. " +
-			"With --server, for an object that no longer exists it answers from kgc's record of its writes: when kgc deleted it, " +
+			"It reads object metadata from the API server, or asks the running kgc with --ask-kgc (or --kgc-url). It never writes. " +
+			"Asking kgc, for an object that no longer exists it answers from kgc's record of its writes: when kgc deleted it, " +
 			"and why (which owner was gone and how kgc knew, the policy, the preconditions).",
-		Example: "  kgc explain deployment/web -n shop\n  kgc explain rs web-5d4f -n shop --server http://127.0.0.1:10258\n  kgc explain pod/web-5d4f-x2x9z -n shop --server http://127.0.0.1:10258   # deleted: when and why",
+		Example: "  kgc explain deployment/web -n shop\n  kgc explain rs web-5d4f -n shop --ask-kgc\n  kgc explain pod/web-5d4f-x2x9z -n shop --ask-kgc   # deleted: when and why\n  kgc explain cm/web-cfg -n shop --kgc-url http://127.0.0.1:10258 -o jsonpath='{.decision.verdict}'",
 		Args:    cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, obj, err := o.lookup(cmd.Context(), deps, args)
-			if errors.Is(err, inspect.ErrNotFound) && o.server != "" {
+			if errors.Is(err, inspect.ErrNotFound) && o.kgc.asking() {
 				// Gone: what did kgc write to it, and why?
 				return o.explainGone(cmd, v, args, err)
 			}
@@ -229,9 +232,9 @@ func newExplainCommand(deps InspectDeps) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if o.server != "" && e.Decision.Verdict == inspect.VerdictDelete {
+			if o.kgc.asking() && e.Decision.Verdict == inspect.VerdictDelete {
 				// Decided for deletion: does the running kgc hold it?
-				if r, err := fetchHolds(cmd.Context(), deps, o.server, o.timeout); err == nil {
+				if r, err := o.fetchHolds(cmd.Context(), deps); err == nil {
 					e.Hold = inspect.HoldOf(r, obj.UID)
 				}
 			}
@@ -242,10 +245,8 @@ func newExplainCommand(deps InspectDeps) *cobra.Command {
 				}
 			}
 			notSyncedWarning(cmd, v)
-			if o.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), e)
-			}
-			return inspect.WriteExplanation(cmd.OutOrStdout(), e)
+			return o.write(cmd.OutOrStdout(), answer{kind: "Explanation", value: e, names: names(e.Object),
+				text: func(w io.Writer) error { return inspect.WriteExplanation(w, e) }})
 		},
 	}
 	o.addFlags(cmd)
@@ -264,7 +265,8 @@ func (o *inspectOptions) explainGone(cmd *cobra.Command, v inspect.View, args []
 	if err != nil {
 		return err
 	}
-	g, err := inspect.ExplainGone(cmd.Context(), sv, kind, o.targetNamespace(clientConfig(o.kubeconfig, o.context)), name)
+	ns, _ := o.namespace()
+	g, err := inspect.ExplainGone(cmd.Context(), sv, kind, ns, name)
 	switch {
 	case errors.Is(err, inspect.ErrNoHistory):
 		return fmt.Errorf("%w; and %w", notFound, err)
@@ -273,10 +275,9 @@ func (o *inspectOptions) explainGone(cmd *cobra.Command, v inspect.View, args []
 	case g.Object == nil:
 		return fmt.Errorf("%w; %s", notFound, g.Summary)
 	}
-	if o.output == "json" {
-		return writeJSON(cmd.OutOrStdout(), g)
-	}
-	return inspect.WriteGone(cmd.OutOrStdout(), g)
+	gone := objectName{APIVersion: g.Object.APIVersion, Kind: g.Object.Kind, Namespace: g.Object.Namespace, Name: g.Object.Name}
+	return o.write(cmd.OutOrStdout(), answer{kind: "GoneExplanation", value: g, names: []objectName{gone},
+		text: func(w io.Writer) error { return inspect.WriteGone(w, g) }})
 }
 
 func parseCascade(s string) (metav1.DeletionPropagation, error) {
@@ -300,7 +301,7 @@ func newPreviewCommand(deps InspectDeps) *cobra.Command {
 			return errors.New("preview what? try: kgc preview delete KIND/NAME")
 		},
 	}
-	o := &inspectOptions{}
+	o := newInspectOptions()
 	var cascade string
 	cmd := &cobra.Command{
 		Use:   "delete KIND/NAME",
@@ -310,7 +311,7 @@ func newPreviewCommand(deps InspectDeps) *cobra.Command {
 			"collector handles, objects kept by another live owner, blockOwnerDeletion waits). It only reads. Without --cascade it " +
 			"assumes background, like kubectl (note that the apiserver defaults some kinds, e.g. a v1 Job or ReplicationController " +
 			"deleted without options, to orphan).",
-		Example: "  kgc preview delete deployment/web -n shop --cascade=foreground",
+		Example: "  kgc preview delete deployment/web -n shop --cascade=foreground\n  kgc preview delete namespace/shop -o name",
 		Args:    cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			policy, err := parseCascade(cascade)
@@ -326,10 +327,10 @@ func newPreviewCommand(deps InspectDeps) *cobra.Command {
 				return err
 			}
 			notSyncedWarning(cmd, v)
-			if o.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), p)
-			}
-			return inspect.WritePreview(cmd.OutOrStdout(), p)
+			// -o name: what the deletion would remove, as kubectl delete
+			// --dry-run -o name names it.
+			return o.write(cmd.OutOrStdout(), answer{kind: "DeletionPreview", value: p, names: names(p.Deleted...),
+				text: func(w io.Writer) error { return inspect.WritePreview(w, p) }})
 		},
 	}
 	o.addFlags(cmd)
@@ -339,12 +340,12 @@ func newPreviewCommand(deps InspectDeps) *cobra.Command {
 }
 
 func newTreeCommand(deps InspectDeps) *cobra.Command {
-	o := &inspectOptions{}
+	o := newInspectOptions()
 	cmd := &cobra.Command{
 		Use:     "tree KIND/NAME",
 		Short:   "What owns what? The object's owners above, its dependents below",
 		Long:    "Tree prints the ownership tree around an object: its owners (recursively) above, the object, and its dependents (recursively) below, with state markers (DELETING, WAITING(foreground), ORPHANING, PLACEHOLDER, DANGLING, FINALIZERS=...). It never writes.",
-		Example: "  kgc tree deployment/web -n shop\n  kgc tree namespace/shop -o json",
+		Example: "  kgc tree deployment/web -n shop\n  kgc tree namespace/shop -o json\n  kgc tree deployment/web -n shop -o name --ask-kgc",
 		Args:    cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, obj, err := o.lookup(cmd.Context(), deps, args)
@@ -356,14 +357,49 @@ func newTreeCommand(deps InspectDeps) *cobra.Command {
 				return err
 			}
 			notSyncedWarning(cmd, v)
-			if o.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), t)
-			}
-			return inspect.WriteTree(cmd.OutOrStdout(), t)
+			return o.write(cmd.OutOrStdout(), answer{kind: "OwnershipTree", value: t, names: treeNames(t),
+				text: func(w io.Writer) error { return inspect.WriteTree(w, t) }})
 		},
 	}
 	o.addFlags(cmd)
 	return cmd
+}
+
+// names are objects' names for -o name.
+func names(objs ...*inspect.Object) []objectName {
+	out := make([]objectName, 0, len(objs))
+	for _, o := range objs {
+		if o != nil {
+			out = append(out, objectName{APIVersion: o.APIVersion, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name})
+		}
+	}
+	return out
+}
+
+// treeNames names a tree's objects: its owners, itself, its dependents.
+func treeNames(t *inspect.TreeNode) []objectName {
+	var out []objectName
+	var walk func(n *inspect.TreeNode)
+	walk = func(n *inspect.TreeNode) {
+		if n == nil {
+			return
+		}
+		for _, o := range n.Owners {
+			walk(o)
+		}
+		out = append(out, names(n.Object)...)
+		for _, d := range n.Dependents {
+			walk(d)
+		}
+	}
+	walk(t)
+	return out
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // ExecuteInspect runs one inspection command (args as on the command line,

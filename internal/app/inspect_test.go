@@ -51,7 +51,7 @@ func TestInspectCommandsAgainstServer(t *testing.T) {
 	g.Nodes[0].Dependents = append(g.Nodes[0].Dependents, "u-p")
 	srv := graphServer(t, g)
 
-	out, errs, code := runKGC(t, "explain", "deployment/web", "-n", "shop", "--server", srv.URL)
+	out, errs, code := runKGC(t, "explain", "deployment/web", "-n", "shop", "--kgc-url", srv.URL)
 	if code != 0 {
 		t.Fatalf("explain: exit %d: %s", code, errs)
 	}
@@ -61,7 +61,7 @@ func TestInspectCommandsAgainstServer(t *testing.T) {
 		}
 	}
 
-	out, errs, code = runKGC(t, "tree", "deployments.apps", "web", "-n", "shop", "--server", srv.URL, "-o", "json")
+	out, errs, code = runKGC(t, "tree", "deployments.apps", "web", "-n", "shop", "--kgc-url", srv.URL, "-o", "json")
 	if code != 0 {
 		t.Fatalf("tree: exit %d: %s", code, errs)
 	}
@@ -73,7 +73,7 @@ func TestInspectCommandsAgainstServer(t *testing.T) {
 		t.Errorf("tree: %s", out)
 	}
 
-	out, errs, code = runKGC(t, "preview", "delete", "pod/web-x", "-n", "shop", "--server", srv.URL, "--cascade=foreground", "-o", "json")
+	out, errs, code = runKGC(t, "preview", "delete", "pod/web-x", "-n", "shop", "--kgc-url", srv.URL, "--cascade=foreground", "-o", "json")
 	if code != 0 {
 		t.Fatalf("preview: exit %d: %s", code, errs)
 	}
@@ -97,13 +97,13 @@ func TestInspectCommandErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"explain", "web", "--server", srv.URL}, "want KIND/NAME"},
-		{[]string{"explain", "deployment/nope", "-n", "shop", "--server", srv.URL}, `"nope"`},
-		{[]string{"tree", "deployment/web", "-o", "yaml", "--server", srv.URL}, "--output"},
-		{[]string{"preview", "delete", "deployment/web", "--cascade=sideways", "--server", srv.URL}, "--cascade"},
+		{[]string{"explain", "web", "--kgc-url", srv.URL}, "want KIND/NAME"},
+		{[]string{"explain", "deployment/nope", "-n", "shop", "--kgc-url", srv.URL}, `"nope"`},
+		{[]string{"tree", "deployment/web", "-o", "xml", "--kgc-url", srv.URL}, "--output"},
+		{[]string{"preview", "delete", "deployment/web", "--cascade=sideways", "--kgc-url", srv.URL}, "--cascade"},
 		{[]string{"preview"}, "kgc preview delete"},
-		{[]string{"explain", "pod/x", "--server", dot.URL}, "does not serve the ownership graph as JSON"},
-		{[]string{"explain", "pod/x", "--server", "nohost"}, "want a URL"},
+		{[]string{"explain", "pod/x", "--kgc-url", dot.URL}, "does not serve the ownership graph as JSON"},
+		{[]string{"explain", "pod/x", "--kgc-url", "nohost"}, "want a URL"},
 		{[]string{"explain", "pod/x", "--kubeconfig", "/nonexistent/kubeconfig"}, "kubeconfig"},
 	} {
 		out, errs, code := runKGC(t, tc.args...)
@@ -124,7 +124,7 @@ func TestParseCascade(t *testing.T) {
 // The inspection commands give a config without a budget their own, and
 // leave a negative QPS (no rate limit) as it is.
 func TestInspectWrapBudget(t *testing.T) {
-	o := &inspectOptions{}
+	o := newInspectOptions()
 	for _, tc := range []struct {
 		qps, wantQPS     float32
 		burst, wantBurst int

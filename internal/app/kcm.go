@@ -50,11 +50,10 @@ const (
 
 // Reasons shared by groups of flags.
 const (
-	reasonServing = "kgc serves /healthz, /livez, /readyz, /metrics, the debug graph and pprof over plain HTTP on --http-address (default :10258), " +
-		"without TLS, authentication or authorization: keep that port inside the cluster network (a NetworkPolicy) or bind it to localhost"
-	reasonMetrics = "kgc exports its own metrics and kube-controller-manager's collector's series (docs/metrics.md) unfiltered: none is hidden or deprecated, and every label has a small fixed set of values"
-	reasonCloud   = "configures the cloud provider and the node, route and IPAM controllers, not the garbage collector"
-	reasonVersion = "kgc implements the garbage collection of kube-controller-manager v1.36 (docs/semantics.md) and cannot emulate another version"
+	reasonDelegated = "without it, kgc's --kubeconfig when given, else the in-cluster service account (kube-controller-manager: the in-cluster service account only)"
+	reasonMetrics   = "kgc exports its own metrics and kube-controller-manager's collector's series (docs/metrics.md) unfiltered: none is hidden or deprecated, and every label has a small fixed set of values"
+	reasonCloud     = "configures the cloud provider and the node, route and IPAM controllers, not the garbage collector"
+	reasonVersion   = "kgc implements the garbage collection of kube-controller-manager v1.36 (docs/semantics.md) and cannot emulate another version"
 	// The alpha logging options need the LoggingAlphaOptions feature
 	// gate, in kube-controller-manager as in component-base.
 	reasonLogsAlpha = "parsed and validated as kube-controller-manager parses them: a value other than the default needs the LoggingAlphaOptions feature gate, which kgc, having no --feature-gates, never has, so it is refused as kube-controller-manager refuses it without the gate"
@@ -106,38 +105,38 @@ var kcmFlags = []KCMFlag{
 	{Name: "leader-migration-config", Handling: Refused, Reason: "leader migration hands controllers between kube-controller-manager and cloud-controller-manager, and kgc is neither; it holds its own Lease (--leader-elect-resource-name)"},
 
 	// Profiling.
-	{Name: "profiling", Handling: Honoured, Reason: "serves /debug/pprof/ on --http-address; kgc's default is false, kube-controller-manager's true"},
+	{Name: "profiling", Handling: Honoured, Reason: "serves /debug/pprof/ (on --secure-port, to identities allowed to get it); kgc's default is false, kube-controller-manager's true"},
 	{Name: "contention-profiling", Handling: Honoured, Reason: "with --profiling, records every blocking event for /debug/pprof/block"},
 
-	// Serving.
-	{Name: "bind-address", Handling: Refused, Reason: reasonServing},
-	{Name: "secure-port", Handling: Refused, Reason: reasonServing},
-	{Name: "cert-dir", Handling: Refused, Reason: reasonServing},
-	{Name: "tls-cert-file", Handling: Refused, Reason: reasonServing},
-	{Name: "tls-private-key-file", Handling: Refused, Reason: reasonServing},
-	{Name: "tls-cipher-suites", Handling: Refused, Reason: reasonServing},
-	{Name: "tls-curve-preferences", Handling: Refused, Reason: reasonServing},
-	{Name: "tls-min-version", Handling: Refused, Reason: reasonServing},
-	{Name: "tls-sni-cert-key", Handling: Refused, Reason: reasonServing},
-	{Name: "disable-http2-serving", Handling: Refused, Reason: reasonServing, kind: kindBool},
-	{Name: "http2-max-streams-per-connection", Handling: Refused, Reason: reasonServing},
-	{Name: "permit-address-sharing", Handling: Refused, Reason: reasonServing, kind: kindBool},
-	{Name: "permit-port-sharing", Handling: Refused, Reason: reasonServing, kind: kindBool},
-	{Name: "authentication-kubeconfig", Handling: Refused, Reason: reasonServing},
-	{Name: "authentication-skip-lookup", Handling: Refused, Reason: reasonServing, kind: kindBool},
-	{Name: "authentication-token-webhook-cache-ttl", Handling: Refused, Reason: reasonServing, kind: kindDuration},
-	{Name: "authentication-tolerate-lookup-failure", Handling: Refused, Reason: reasonServing, kind: kindBool},
-	{Name: "client-ca-file", Handling: Refused, Reason: reasonServing},
-	{Name: "requestheader-allowed-names", Handling: Refused, Reason: reasonServing},
-	{Name: "requestheader-client-ca-file", Handling: Refused, Reason: reasonServing},
-	{Name: "requestheader-extra-headers-prefix", Handling: Refused, Reason: reasonServing},
-	{Name: "requestheader-group-headers", Handling: Refused, Reason: reasonServing},
-	{Name: "requestheader-uid-headers", Handling: Refused, Reason: reasonServing},
-	{Name: "requestheader-username-headers", Handling: Refused, Reason: reasonServing},
-	{Name: "authorization-always-allow-paths", Handling: Refused, Reason: reasonServing},
-	{Name: "authorization-kubeconfig", Handling: Refused, Reason: reasonServing},
-	{Name: "authorization-webhook-cache-authorized-ttl", Handling: Refused, Reason: reasonServing, kind: kindDuration},
-	{Name: "authorization-webhook-cache-unauthorized-ttl", Handling: Refused, Reason: reasonServing, kind: kindDuration},
+	// Serving: kube-controller-manager's own options (k8s.io/apiserver), registered by ServingOptions.
+	{Name: "bind-address", Handling: Honoured},
+	{Name: "secure-port", Handling: Honoured, Reason: "kgc's default is 10355, clear of every Kubernetes component's port (kube-controller-manager's is 10257; docs/operator/security.md says why)"},
+	{Name: "cert-dir", Handling: Honoured},
+	{Name: "tls-cert-file", Handling: Honoured},
+	{Name: "tls-private-key-file", Handling: Honoured},
+	{Name: "tls-cipher-suites", Handling: Honoured},
+	{Name: "tls-curve-preferences", Handling: Honoured},
+	{Name: "tls-min-version", Handling: Honoured},
+	{Name: "tls-sni-cert-key", Handling: Honoured},
+	{Name: "disable-http2-serving", Handling: Honoured},
+	{Name: "http2-max-streams-per-connection", Handling: Honoured},
+	{Name: "permit-address-sharing", Handling: Honoured},
+	{Name: "permit-port-sharing", Handling: Honoured},
+	{Name: "authentication-kubeconfig", Handling: Honoured, Reason: reasonDelegated},
+	{Name: "authentication-skip-lookup", Handling: Honoured},
+	{Name: "authentication-token-webhook-cache-ttl", Handling: Honoured},
+	{Name: "authentication-tolerate-lookup-failure", Handling: Honoured},
+	{Name: "client-ca-file", Handling: Honoured},
+	{Name: "requestheader-allowed-names", Handling: Honoured},
+	{Name: "requestheader-client-ca-file", Handling: Honoured},
+	{Name: "requestheader-extra-headers-prefix", Handling: Honoured},
+	{Name: "requestheader-group-headers", Handling: Honoured},
+	{Name: "requestheader-uid-headers", Handling: Honoured},
+	{Name: "requestheader-username-headers", Handling: Honoured},
+	{Name: "authorization-always-allow-paths", Handling: Honoured, Reason: "a request without credentials is authenticated as system:anonymous only on these paths and answered 401 on every other (kube-controller-manager: 403 for system:anonymous)"},
+	{Name: "authorization-kubeconfig", Handling: Honoured, Reason: reasonDelegated},
+	{Name: "authorization-webhook-cache-authorized-ttl", Handling: Honoured},
+	{Name: "authorization-webhook-cache-unauthorized-ttl", Handling: Honoured},
 
 	// Metrics.
 	{Name: "allow-metric-labels", Handling: Refused, Reason: reasonMetrics},

@@ -69,7 +69,7 @@ func TestKCMFlagErrors(t *testing.T) {
 		{[]string{"--controllers="}, "disables the garbage collector"},
 		{[]string{"--leader-elect-resource-lock=endpointsleases"}, `--leader-elect-resource-lock must be "leases"`},
 		{[]string{"--enable-leader-migration"}, "--enable-leader-migration: leader migration"},
-		{[]string{"--secure-port", "10257"}, "--secure-port is a kube-controller-manager flag kgc does not accept: kgc serves"},
+		{[]string{"--cloud-provider", "aws"}, "--cloud-provider is a kube-controller-manager flag kgc does not accept: configures the cloud provider"},
 		{[]string{"--logging-format=xml"}, "Unsupported log format"},
 		{[]string{"--log-text-split-stream"}, "LoggingAlphaOptions is disabled"},
 	} {

@@ -54,7 +54,7 @@ func TestLeaderElectionFlags(t *testing.T) {
 			name: "short timings",
 			args: []string{
 				"--leader-elect", "--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=2s",
-				"--leader-elect-retry-period=500ms", "--leader-elect-resource-namespace=kgc-le-1", "--http-address=127.0.0.1:0",
+				"--leader-elect-retry-period=500ms", "--leader-elect-resource-namespace=kgc-le-1", "--http-address=127.0.0.1:0", "--secure-port=0",
 			},
 			modify: func(o *LeaderElectionOptions) {
 				o.LeaderElect = true

@@ -18,6 +18,12 @@ import (
 	// state; the binary does.
 	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection"
 	_ "k8s.io/component-base/metrics/prometheus/restclient"
+	// component-base's workqueue adapter, which kube-controller-manager
+	// loads (and k8s.io/apiserver too): it registers the workqueue_*
+	// families on component-base's registry and sets client-go's
+	// process-wide queue provider, for every queue of the process that
+	// names none (the secure port's certificate controllers).
+	_ "k8s.io/component-base/metrics/prometheus/workqueue"
 )
 
 // registry is `kgc run`'s metrics registry: kgc's own metrics (the library
@@ -31,9 +37,11 @@ type registry struct {
 	*prometheus.Registry
 }
 
-// Gather gathers both registries (the library serves /metrics from it).
+// Gather gathers the registries (the library serves /metrics from it):
+// kgc's own, component-base's, and that of kgc's queues' workqueue_*
+// series, whose families merge with component-base's of the same names.
 func (r registry) Gather() ([]*dto.MetricFamily, error) {
-	return prometheus.Gatherers{r.Registry, legacyregistry.DefaultGatherer}.Gather()
+	return prometheus.Gatherers{r.Registry, legacyregistry.DefaultGatherer, kcmQueueRegistry}.Gather()
 }
 
 // newRegistry returns kgc run's metrics registry.
@@ -47,19 +55,22 @@ func newRegistry() registry {
 // (kgc.Options.QueueMetrics) besides its own kgc_workqueue_*: client-go
 // offers no way to read the process-wide provider back, and the library
 // must not set it. So the binary defines the same families, with
-// component-base's metric types, names, help, stability and buckets, on
-// component-base's registry, gives them to the library and sets them as
-// client-go's provider for any other queue of the process. The contract
+// component-base's metric types, names, help, stability and buckets, on a
+// registry of its own gathered with component-base's (the families merge),
+// and gives them to the library. The contract
 // test (sandbox/integration/signals) compares them with a real
 // kube-controller-manager's.
 var (
 	kcmQueueMetricsOnce sync.Once
 	kcmQueues           kcmQueueProvider
+	// kcmQueueRegistry holds them: component-base's registry already
+	// holds families of the same names (its own adapter's), which a second
+	// registration there would collide with.
+	kcmQueueRegistry = k8smetrics.NewKubeRegistry()
 )
 
 // kcmQueueMetrics returns the provider of kube-controller-manager's
-// workqueue_* series, registering them (and installing the provider as
-// client-go's process-wide one) on first use.
+// workqueue_* series for kgc's queues, registering them on first use.
 func kcmQueueMetrics() workqueue.MetricsProvider {
 	kcmQueueMetricsOnce.Do(func() {
 		const subsystem = "workqueue"
@@ -81,8 +92,7 @@ func kcmQueueMetrics() workqueue.MetricsProvider {
 			retries: k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{Subsystem: subsystem, Name: "retries_total", StabilityLevel: k8smetrics.BETA,
 				Help: "Total number of retries handled by workqueue"}, []string{"name"}),
 		}
-		legacyregistry.MustRegister(kcmQueues.depth, kcmQueues.adds, kcmQueues.latency, kcmQueues.work, kcmQueues.unfinished, kcmQueues.longest, kcmQueues.retries)
-		workqueue.SetProvider(kcmQueues)
+		kcmQueueRegistry.MustRegister(kcmQueues.depth, kcmQueues.adds, kcmQueues.latency, kcmQueues.work, kcmQueues.unfinished, kcmQueues.longest, kcmQueues.retries)
 	})
 	return kcmQueues
 }

@@ -41,7 +41,7 @@ func NewObservabilityOptions() ObservabilityOptions {
 // AddFlags registers the options on fs.
 func (o *ObservabilityOptions) AddFlags(fs *pflag.FlagSet) {
 	addLoggingFlags(o.Logs, fs)
-	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve /debug/pprof/ on --http-address.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve /debug/pprof/ (on --secure-port: to identities allowed to get /debug/pprof/*).")
 	fs.StringVar(&o.EventComponent, "event-component", o.EventComponent, `Reporting component (source.component, reportingComponent) of the events kgc records. The default is kube-controller-manager's garbage collector's, so that event filters and alerts written for it keep working; "`+kgc.OwnEventComponent+`" is kgc's own name. A Kubernetes qualified name.`)
 	fs.BoolVar(&o.ContentionProfiling, "contention-profiling", o.ContentionProfiling, "With --profiling, record every blocking event for /debug/pprof/block.")
 	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent, "Go garbage collector target percentage (GOGC). kgc's heap is mostly its long-lived ownership graph; the default trades a few more GC cycles for a third less memory than Go's 100. Without this flag, a GOGC environment variable wins. Negative: no collection (GOGC=off).")

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
-	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -30,7 +28,7 @@ type RunOptions struct {
 	UnlistedHold          time.Duration
 	StuckThreshold        time.Duration
 	IgnoredResources      []string
-	HTTPAddress           string
+	Serving               ServingOptions // serving.go
 	NamespaceLifecycle    bool
 	WriteHistorySize      int
 	OrphanJournal         bool
@@ -57,7 +55,7 @@ func NewRunOptions() *RunOptions {
 		DiscoveryResyncPeriod: 30 * time.Second,
 		UnlistedHold:          time.Minute,
 		StuckThreshold:        5 * time.Minute,
-		HTTPAddress:           ":10258",
+		Serving:               NewServingOptions(),
 		WriteHistorySize:      kgc.DefaultWriteHistorySize,
 		OrphanJournal:         true,
 		OrphanJournalTTL:      10 * time.Minute,
@@ -87,12 +85,12 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.UnlistedHold, "unlisted-hold", o.UnlistedHold, "How long an owner's orphan or foregroundDeletion finalizer waits for resources that could hold its dependents and have never been listed (a failing list); past it the finalizer is removed, and dependents found later are still orphaned, not deleted, for Orphan. Also how long a resource's first list may deliver no page before the owners its dependents wait for are read with GETs instead.")
 	fs.DurationVar(&o.StuckThreshold, "stuck-threshold", o.StuckThreshold, "How long a deletion may take before kgc_stuck_objects and kgc_oldest_stuck_deletion_seconds count it (what `kgc stuck --older-than` selects).")
 	fs.StringSliceVar(&o.IgnoredResources, "ignored-resources", o.IgnoredResources, "Resources never monitored, as resource.group (core: resource). Pass an empty value to monitor everything.")
-	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address for /healthz, /readyz and the debug graph. Empty disables the server.")
 	fs.BoolVar(&o.NamespaceLifecycle, "namespace-lifecycle", o.NamespaceLifecycle, "Also do the namespace controller's job: empty deleted namespaces (Pods first), set their status conditions, and remove their kubernetes finalizer once nothing is left. For API servers without kube-controller-manager; leave it off where kube-controller-manager runs its namespace controller.")
-	fs.IntVar(&o.WriteHistorySize, "write-history-size", o.WriteHistorySize, "How many of its last writes (DELETEs and patches) kgc keeps in memory with why it made them (which owner was gone and how kgc knew, the policy, the preconditions, the outcome), served at /debug/controllers/garbage-collector-controller/history and read by kgc explain --server. 0 keeps none; every write is logged either way.")
+	fs.IntVar(&o.WriteHistorySize, "write-history-size", o.WriteHistorySize, "How many of its last writes (DELETEs and patches) kgc keeps in memory with why it made them (which owner was gone and how kgc knew, the policy, the preconditions, the outcome), served at /debug/controllers/garbage-collector-controller/history and read by kgc explain --ask-kgc. 0 keeps none; every write is logged either way.")
 	fs.BoolVar(&o.OrphanJournal, "orphan-journal", o.OrphanJournal, "Remember the owners kgc orphaned (deleted with the Orphan policy) on the Lease <--leader-elect-resource-name>"+orphanJournalSuffix+" in --leader-elect-resource-namespace, so that a dependent seen only after its owner went (its resource unlisted past --unlisted-hold, or its watch lagging) is orphaned, not deleted, also by a restarted kgc or a new leader. kgc starts no worker until it has read that Lease (get), and each orphan finalizer removal waits until its owner is written there (create, update). Off: the memory lives in the process only.")
 	fs.BoolVar(&o.StreamingLists, "streaming-lists", o.StreamingLists, "List each resource as one streaming list (a watch with sendInitialEvents: kube-apiserver's WatchList, on by default since 1.34; several times faster than pages at a million objects), falling back to pages where the server refuses or ignores it. Off: every list is paged.")
 	fs.DurationVar(&o.OrphanJournalTTL, "orphan-journal-ttl", o.OrphanJournalTTL, "How long the orphan journal remembers an owner once every resource is listed and healthy and every API group discoverable (while one is not, it forgets none).")
+	o.Serving.AddFlags(fs)
 	o.Shadow.AddFlags(fs)
 	o.LeaderElection.AddFlags(fs)
 	o.Breaker.AddFlags(fs)
@@ -110,6 +108,7 @@ func (o *RunOptions) Complete() error {
 	if o.Ignored == nil {
 		o.Ignored = []schema.GroupResource{}
 	}
+	o.Serving.complete(o.Kubeconfig)
 	return nil
 }
 
@@ -143,13 +142,7 @@ func (o *RunOptions) Validate() []error {
 	if o.DiscoveryResyncPeriod < time.Second {
 		errs = append(errs, fmt.Errorf("--discovery-resync-period must be at least 1s, got %s", o.DiscoveryResyncPeriod))
 	}
-	if o.HTTPAddress != "" {
-		if _, port, err := net.SplitHostPort(o.HTTPAddress); err != nil {
-			errs = append(errs, fmt.Errorf("--http-address %q: %w", o.HTTPAddress, err))
-		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			errs = append(errs, fmt.Errorf("--http-address %q: port must be a number from 0 to 65535", o.HTTPAddress))
-		}
-	}
+	errs = append(errs, o.Serving.Validate()...)
 	errs = append(errs, o.Shadow.Validate(o.NamespaceLifecycle, o.Breaker)...)
 	errs = append(errs, o.LeaderElection.Validate()...)
 	errs = append(errs, o.Breaker.Validate()...)

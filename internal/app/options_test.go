@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -50,7 +51,7 @@ func defaults() RunOptions {
 		DiscoveryResyncPeriod: 30 * time.Second,
 		UnlistedHold:          time.Minute,
 		StuckThreshold:        5 * time.Minute,
-		HTTPAddress:           ":10258",
+		Serving:               NewServingOptions(),
 		WriteHistorySize:      10000,
 		OrphanJournal:         true,
 		OrphanJournalTTL:      10 * time.Minute,
@@ -72,7 +73,22 @@ func TestRunFlags(t *testing.T) {
 		modify func(o *RunOptions)
 	}{
 		{name: "defaults", modify: func(*RunOptions) {}},
-		{name: "kubeconfig", args: []string{"--kubeconfig=/tmp/kc"}, modify: func(o *RunOptions) { o.Kubeconfig = "/tmp/kc" }},
+		{name: "kubeconfig", args: []string{"--kubeconfig=/tmp/kc"}, modify: func(o *RunOptions) {
+			o.Kubeconfig = "/tmp/kc"
+			// The delegated authentication and authorization ask the same API server.
+			o.Serving.Authentication.RemoteKubeConfigFile, o.Serving.Authorization.RemoteKubeConfigFile = "/tmp/kc", "/tmp/kc"
+		}},
+		{name: "delegated kubeconfigs of their own", args: []string{"--kubeconfig=/tmp/kc", "--authentication-kubeconfig=/tmp/authn", "--authorization-kubeconfig=/tmp/authz"}, modify: func(o *RunOptions) {
+			o.Kubeconfig = "/tmp/kc"
+			o.Serving.Authentication.RemoteKubeConfigFile, o.Serving.Authorization.RemoteKubeConfigFile = "/tmp/authn", "/tmp/authz"
+		}},
+		{name: "secure serving", args: []string{"--secure-port=8443", "--bind-address=127.0.0.1", "--tls-cert-file=/c.crt", "--tls-private-key-file=/c.key", "--authorization-always-allow-paths=/healthz,/metrics"}, modify: func(o *RunOptions) {
+			o.Serving.SecureServing.BindPort = 8443
+			o.Serving.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
+			o.Serving.SecureServing.ServerCert.CertKey.CertFile, o.Serving.SecureServing.ServerCert.CertKey.KeyFile = "/c.crt", "/c.key"
+			o.Serving.Authorization.AlwaysAllowPaths = []string{"/healthz", "/metrics"}
+		}},
+		{name: "no secure port", args: []string{"--secure-port=0"}, modify: func(o *RunOptions) { o.Serving.SecureServing.BindPort = 0 }},
 		{name: "write history off", args: []string{"--write-history-size=0"}, modify: func(o *RunOptions) { o.WriteHistorySize = 0 }},
 		{name: "master", args: []string{"--master", "https://10.0.0.1:6443"}, modify: func(o *RunOptions) { o.Master = "https://10.0.0.1:6443" }},
 		{name: "qps", args: []string{"--kube-api-qps=55.5"}, modify: func(o *RunOptions) { o.KubeAPIQPS = 55.5 }},
@@ -85,9 +101,10 @@ func TestRunFlags(t *testing.T) {
 		{name: "unlisted hold", args: []string{"--unlisted-hold=30s"}, modify: func(o *RunOptions) { o.UnlistedHold = 30 * time.Second }},
 		{name: "stuck threshold", args: []string{"--stuck-threshold=1h"}, modify: func(o *RunOptions) { o.StuckThreshold = time.Hour }},
 		{name: "resync", args: []string{"--discovery-resync-period=2m30s"}, modify: func(o *RunOptions) { o.DiscoveryResyncPeriod = 150 * time.Second }},
-		{name: "http address", args: []string{"--http-address=127.0.0.1:9000"}, modify: func(o *RunOptions) { o.HTTPAddress = "127.0.0.1:9000" }},
-		{name: "http disabled", args: []string{"--http-address="}, modify: func(o *RunOptions) { o.HTTPAddress = "" }},
-		{name: "ipv6 http address", args: []string{"--http-address=[::1]:10258"}, modify: func(o *RunOptions) { o.HTTPAddress = "[::1]:10258" }},
+		{name: "http address", args: []string{"--http-address=127.0.0.1:9000"}, modify: func(o *RunOptions) { o.Serving.HTTPAddress = "127.0.0.1:9000" }},
+		{name: "http disabled", args: []string{"--http-address="}, modify: func(o *RunOptions) { o.Serving.HTTPAddress = "" }},
+		{name: "http on localhost", args: []string{"--http-address=localhost:10258"}, modify: func(o *RunOptions) { o.Serving.HTTPAddress = "localhost:10258" }},
+		{name: "ipv6 http address", args: []string{"--http-address=[::1]:10258"}, modify: func(o *RunOptions) { o.Serving.HTTPAddress = "[::1]:10258" }},
 		{name: "namespace lifecycle", args: []string{"--namespace-lifecycle"}, modify: func(o *RunOptions) { o.NamespaceLifecycle = true }},
 		{name: "paged lists", args: []string{"--streaming-lists=false"}, modify: func(o *RunOptions) { o.StreamingLists = false }},
 		{name: "breaker off", args: []string{"--deletion-breaker=false", "--hold-restored-references=false"}, modify: func(o *RunOptions) { o.Breaker.Enabled, o.Breaker.HoldRestored = false, false }},
@@ -146,11 +163,12 @@ func TestRunFlags(t *testing.T) {
 			name: "everything",
 			args: []string{
 				"--kubeconfig", "kc", "--master", "m", "--kube-api-qps", "1", "--kube-api-burst", "1",
-				"--concurrent-gc-syncs", "1", "--discovery-resync-period", "1s", "--http-address", ":0", "--ignored-resources", "widgets.example.com",
+				"--concurrent-gc-syncs", "1", "--discovery-resync-period", "1s", "--http-address", "127.0.0.1:0", "--ignored-resources", "widgets.example.com",
 			},
 			modify: func(o *RunOptions) {
 				o.Kubeconfig, o.Master, o.KubeAPIQPS, o.KubeAPIBurst = "kc", "m", 1, 1
-				o.ConcurrentGCSyncs, o.DiscoveryResyncPeriod, o.HTTPAddress = 1, time.Second, ":0"
+				o.ConcurrentGCSyncs, o.DiscoveryResyncPeriod, o.Serving.HTTPAddress = 1, time.Second, "127.0.0.1:0"
+				o.Serving.Authentication.RemoteKubeConfigFile, o.Serving.Authorization.RemoteKubeConfigFile = "kc", "kc"
 				o.IgnoredResources = []string{"widgets.example.com"}
 				o.Ignored = []schema.GroupResource{{Group: "example.com", Resource: "widgets"}}
 			},
@@ -206,11 +224,15 @@ func TestRunFlagErrors(t *testing.T) {
 		{name: "resync too short", args: []string{"--discovery-resync-period=500ms"}, want: []string{"--discovery-resync-period must be at least 1s"}, validation: true},
 		{name: "http address without port", args: []string{"--http-address=localhost"}, want: []string{`--http-address "localhost"`}, validation: true},
 		{name: "http address with too many colons", args: []string{"--http-address=::1:80"}, want: []string{"--http-address"}, validation: true},
+		{name: "plain http on every interface", args: []string{"--http-address=:10258"}, want: []string{`--http-address ":10258"`, "loopback"}, validation: true},
+		{name: "plain http on a pod address", args: []string{"--http-address=10.0.0.5:10258"}, want: []string{"loopback"}, validation: true},
+		{name: "secure port out of range", args: []string{"--secure-port=70000"}, want: []string{"--secure-port 70000"}, validation: true},
+		{name: "always-allow path with an inner star", args: []string{"--authorization-always-allow-paths=/a*b"}, want: []string{"--authorization-always-allow-paths"}, validation: true},
 		{
 			name: "all validation errors at once",
 			args: []string{
 				"--kube-api-qps=1", "--kube-api-burst=-1", "--kube-api-content-type=text/plain", "--concurrent-gc-syncs=0",
-				"--discovery-resync-period=0s", "--http-address=nope", "--controllers=-garbagecollector", "--secure-port=10257",
+				"--discovery-resync-period=0s", "--http-address=nope", "--controllers=-garbagecollector", "--secure-port=-1",
 			},
 			want: []string{
 				"--kube-api-burst", "--kube-api-content-type", "--concurrent-gc-syncs",
@@ -244,7 +266,8 @@ func TestValidate(t *testing.T) {
 		errs   int
 	}{
 		{"defaults", func(*RunOptions) {}, 0},
-		{"no http server", func(o *RunOptions) { o.HTTPAddress = "" }, 0},
+		{"no http server", func(o *RunOptions) { o.Serving.HTTPAddress = "" }, 0},
+		{"no server at all", func(o *RunOptions) { o.Serving.HTTPAddress, o.Serving.SecureServing.BindPort = "", 0 }, 0},
 		{"resync exactly 1s", func(o *RunOptions) { o.DiscoveryResyncPeriod = time.Second }, 0},
 		{"qps zero", func(o *RunOptions) { o.KubeAPIQPS = 0 }, 1},
 		{"qps negative", func(o *RunOptions) { o.KubeAPIQPS = -1 }, 0},
@@ -254,7 +277,7 @@ func TestValidate(t *testing.T) {
 		{"breaker fraction above 1", func(o *RunOptions) { o.Breaker.DanglingFraction = 1.5 }, 1},
 		{"breaker off: its thresholds unchecked", func(o *RunOptions) { o.Breaker.Enabled, o.Breaker.DanglingFraction = false, 1.5 }, 0},
 		{"five problems", func(o *RunOptions) {
-			o.KubeAPIBurst, o.KubeAPIContentType, o.ConcurrentGCSyncs, o.DiscoveryResyncPeriod, o.HTTPAddress = 0, "x", 0, 0, "x"
+			o.KubeAPIBurst, o.KubeAPIContentType, o.ConcurrentGCSyncs, o.DiscoveryResyncPeriod, o.Serving.HTTPAddress = 0, "x", 0, 0, "x"
 		}, 5},
 	}
 	for _, tc := range tests {
@@ -341,7 +364,7 @@ func TestExecuteExitCode(t *testing.T) {
 func TestValidateRejectsNonNumericPort(t *testing.T) {
 	for _, addr := range []string{":abc", "127.0.0.1:", ":70000"} {
 		o := NewRunOptions()
-		o.HTTPAddress = addr
+		o.Serving.HTTPAddress = addr
 		if errs := o.Validate(); len(errs) != 1 {
 			t.Errorf("Validate(--http-address=%q) = %v, want one error", addr, errs)
 		}

@@ -123,12 +123,14 @@ contexts:
 		}
 	}
 	// The namespace: the context's by default, -n's when given.
-	o := &inspectOptions{kubeconfig: kubeconfig, context: "b", output: "text", server: "http://127.0.0.1:1"}
-	if _, ns, err := o.view(InspectDeps{}); err != nil || ns != "from-b" {
+	o := newInspectOptions()
+	*o.config.KubeConfig, *o.config.Context, o.kgc.url = kubeconfig, "b", "http://127.0.0.1:1"
+	if _, ns, err := o.view(t.Context(), InspectDeps{}); err != nil || ns != "from-b" {
 		t.Errorf("namespace of context b = %q, %v; want from-b", ns, err)
 	}
-	o.namespace = "shop"
-	if _, ns, err := o.view(InspectDeps{}); err != nil || ns != "shop" {
+	o = newInspectOptions()
+	*o.config.KubeConfig, *o.config.Context, *o.config.Namespace, o.kgc.url = kubeconfig, "b", "shop", "http://127.0.0.1:1"
+	if _, ns, err := o.view(t.Context(), InspectDeps{}); err != nil || ns != "shop" {
 		t.Errorf("namespace with -n shop = %q, %v", ns, err)
 	}
 }

@@ -40,12 +40,14 @@ type relinkChange struct {
 
 // relinkResult is what relink did to one dependent.
 type relinkResult struct {
-	Resource  string         `json:"resource"`
-	Namespace string         `json:"namespace,omitempty"`
-	Name      string         `json:"name"`
-	UID       types.UID      `json:"uid"`
-	Changes   []relinkChange `json:"changes"`
-	Written   bool           `json:"written"`
+	APIVersion string         `json:"apiVersion"`
+	Kind       string         `json:"kind"`
+	Resource   string         `json:"resource"`
+	Namespace  string         `json:"namespace,omitempty"`
+	Name       string         `json:"name"`
+	UID        types.UID      `json:"uid"`
+	Changes    []relinkChange `json:"changes"`
+	Written    bool           `json:"written"`
 }
 
 // relinker rewrites the ownerReferences of dependents from gone UIDs to
@@ -71,7 +73,8 @@ var errNothingToRelink = errors.New("nothing to relink")
 // another UID, not being deleted. The operator asked for the rewrite; kgc
 // never makes it on its own.
 func (r *relinker) relink(ctx context.Context, t relinkTarget, dryRun bool) (relinkResult, error) {
-	res := relinkResult{Resource: t.mapping.Resource.GroupResource().String(), Namespace: t.namespace, Name: t.name}
+	res := relinkResult{APIVersion: t.mapping.GroupVersionKind.GroupVersion().String(), Kind: t.mapping.GroupVersionKind.Kind,
+		Resource: t.mapping.Resource.GroupResource().String(), Namespace: t.namespace, Name: t.name}
 	dep, err := r.get(ctx, t.mapping.Resource, t.namespace, t.name)
 	if err != nil {
 		return res, err
@@ -159,34 +162,29 @@ func (res relinkResult) write(w io.Writer) {
 }
 
 func newRelinkCommand(deps InspectDeps) *cobra.Command {
-	var o inspectOptions
+	o := newInspectOptions()
 	var ownerUID string
 	var dryRun, allHeld bool
 	cmd := &cobra.Command{
-		Use:   "relink [-n NAMESPACE] (KIND/NAME [--owner-uid UID] | --all-held --server URL)",
+		Use:   "relink [-n NAMESPACE] (KIND/NAME [--owner-uid UID] | --all-held --ask-kgc)",
 		Short: "Rewrite owner references from gone UIDs to the objects now at the same kind and name (after a restore)",
 		Long: "A restore recreates owners with new UIDs while their dependents still name the old ones; kgc holds such dependents instead of deleting them (kgc run --hold-restored-references). " +
 			"kgc relink rewrites such a reference, on your request only, to the UID of the object now at the reference's kind, namespace and name, with a JSON patch that tests the dependent's UID and ownerReferences as read. " +
 			"It refuses when the kind and name do not resolve to exactly one object, or to one being deleted. --all-held relinks every object a running kgc holds for the restore signature.",
 		Example: `  kgc relink -n shop replicaset/web-7d9c --dry-run
   kgc relink -n shop replicaset/web-7d9c --owner-uid 2f1e…
-  kgc relink --all-held --server http://127.0.0.1:10258`,
+  kgc relink --all-held --ask-kgc`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.validate(); err != nil {
-				return err
-			}
 			if allHeld == (len(args) > 0) {
 				return errors.New("give either KIND/NAME or --all-held")
 			}
-			if allHeld && o.server == "" {
-				return errors.New("--all-held reads the held objects from a running kgc: give --server")
+			if allHeld && !o.kgc.asking() {
+				return errors.New("--all-held reads the held objects from the running kgc: give --ask-kgc (or --kgc-url)")
 			}
-			cc := clientConfig(o.kubeconfig, o.context)
-			cfg, err := cc.ClientConfig()
+			cfg, err := o.restConfig(deps)
 			if err != nil {
-				return fmt.Errorf("loading client config: %w", err)
+				return err
 			}
-			o.wrap(cfg, deps)
 			dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 			if err != nil {
 				return err
@@ -199,7 +197,7 @@ func newRelinkCommand(deps InspectDeps) *cobra.Command {
 			ctx := cmd.Context()
 			var targets []relinkTarget
 			if allHeld {
-				rep, err := fetchHolds(ctx, deps, o.server, o.timeout)
+				rep, err := o.fetchHolds(ctx, deps)
 				if err != nil {
 					return err
 				}
@@ -227,7 +225,7 @@ func newRelinkCommand(deps InspectDeps) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				ns := o.targetNamespace(cc)
+				ns, _ := o.namespace()
 				if m.Scope.Name() != meta.RESTScopeNameNamespace {
 					ns = ""
 				}
@@ -247,12 +245,19 @@ func newRelinkCommand(deps InspectDeps) *cobra.Command {
 					continue
 				}
 				results = append(results, res)
-				if o.output == "text" {
+				if o.outputText() {
 					res.write(cmd.OutOrStdout())
 				}
 			}
-			if o.output == "json" {
-				if err := writeJSON(cmd.OutOrStdout(), results); err != nil {
+			if !o.outputText() {
+				relinked := make([]objectName, 0, len(results))
+				for _, r := range results {
+					relinked = append(relinked, objectName{APIVersion: r.APIVersion, Kind: r.Kind, Namespace: r.Namespace, Name: r.Name})
+				}
+				if results == nil {
+					results = []relinkResult{}
+				}
+				if err := o.write(cmd.OutOrStdout(), answer{kind: "RelinkResultList", value: results, names: relinked}); err != nil {
 					return err
 				}
 			}
@@ -262,6 +267,6 @@ func newRelinkCommand(deps InspectDeps) *cobra.Command {
 	o.addFlags(cmd)
 	cmd.Flags().StringVar(&ownerUID, "owner-uid", "", "Relink only the reference with this (gone) UID. Default: every reference whose UID is gone while its kind and name hold another object.")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "Print what would change; write nothing.")
-	cmd.Flags().BoolVar(&allHeld, "all-held", false, "Relink every object the running kgc at --server holds for the restore signature (each checked again before it is written).")
+	cmd.Flags().BoolVar(&allHeld, "all-held", false, "Relink every object the running kgc (--ask-kgc, --kgc-url) holds for the restore signature (each checked again before it is written).")
 	return cmd
 }

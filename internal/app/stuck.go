@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,8 +16,9 @@ import (
 const DefaultOlderThan = 5 * time.Minute
 
 func newStuckCommand(deps InspectDeps) *cobra.Command {
-	o := &inspectOptions{}
+	o := newInspectOptions()
 	var olderThan time.Duration
+	var allNamespaces bool
 	cmd := &cobra.Command{
 		Use:   "stuck",
 		Short: "Which deletions have not finished, and why? Cluster-wide, grouped by root cause",
@@ -25,15 +27,23 @@ func newStuckCommand(deps InspectDeps) *cobra.Command {
 			"dependents that ends in one (the chain shown), or in a dependent kgc keeps because an owner kind is not served, an " +
 			"owner reference is invalid, or a keep-rule; an orphan or foregroundDeletion finalizer kgc holds because a resource " +
 			"cannot be listed (a failing monitor); a graceful deletion the apiserver has not finished; or work kgc would do now. " +
-			"It lists every deletable resource from the API server (all namespaces unless -n is given), or asks a running kgc with " +
-			"--server (one request for the stuck objects' part of its graph). It never writes.",
-		Example: "  kgc stuck\n  kgc stuck --older-than=1h -o json\n  kgc stuck -n shop --server http://127.0.0.1:10258\n  kubectl kgc stuck --context prod",
+			"It lists every deletable resource from the API server (all namespaces, and cluster-scoped objects, unless -n is given), or asks the " +
+			"running kgc with --ask-kgc or --kgc-url (one request for the stuck objects' part of its graph). It never writes.",
+		Example: "  kgc stuck\n  kgc stuck --older-than=1h -o json\n  kgc stuck -n shop --ask-kgc\n  kubectl kgc stuck --context prod -o name",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if olderThan < 0 {
 				return fmt.Errorf("--older-than must not be negative, got %s", olderThan)
 			}
-			v, _, err := o.view(deps)
+			ns, explicit := o.namespace()
+			if allNamespaces && explicit {
+				return errors.New("-A/--all-namespaces and -n/--namespace exclude each other")
+			}
+			// Cluster-wide unless a namespace is asked for.
+			if !explicit {
+				ns = ""
+			}
+			v, _, err := o.view(cmd.Context(), deps)
 			if err != nil {
 				return err
 			}
@@ -41,24 +51,24 @@ func newStuckCommand(deps InspectDeps) *cobra.Command {
 			if !ok {
 				return errors.New("this view cannot list deleting objects")
 			}
-			// Cluster-wide unless a namespace is asked for.
-			ns := ""
-			if cmd.Flags().Changed("namespace") {
-				ns = o.namespace
-			}
 			r, err := inspect.Stuck(cmd.Context(), rules.Policy{}, src, inspect.StuckOptions{OlderThan: olderThan, Namespace: ns})
 			if err != nil {
 				return err
 			}
 			notSyncedWarning(cmd, v)
-			if o.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), r)
+			var stuck []objectName
+			for _, g := range r.Groups {
+				for _, so := range g.Objects {
+					stuck = append(stuck, names(so.Object)...)
+				}
 			}
-			return inspect.WriteStuck(cmd.OutOrStdout(), r)
+			return o.write(cmd.OutOrStdout(), answer{kind: "StuckReport", value: r, names: stuck,
+				text: func(w io.Writer) error { return inspect.WriteStuck(w, r) }})
 		},
 	}
 	o.addFlags(cmd)
 	cmd.Flags().Lookup("namespace").Usage = "Only objects in this namespace. Default: every namespace, and cluster-scoped objects."
 	cmd.Flags().DurationVar(&olderThan, "older-than", DefaultOlderThan, "Report deletions asked for at least this long ago.")
+	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "Every namespace and cluster-scoped objects (the default without -n).")
 	return cmd
 }

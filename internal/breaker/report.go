@@ -8,7 +8,7 @@ import (
 )
 
 // Path is where a running kgc serves its Report (JSON); `kgc breaker
-// status --server`, `kgc relink --all-held` and `kgc explain --server`
+// status --ask-kgc`, `kgc relink --all-held` and `kgc explain --ask-kgc`
 // read it.
 const Path = "/debug/controllers/garbage-collector-controller/holds"
 

@@ -5,7 +5,7 @@
 // owner), the policy, the preconditions sent and the outcome.
 //
 // Record is a wire format: the collector logs it, serves it as JSON at
-// Path (package server), and `kgc explain --server` reads it back for an
+// Path (package server), and `kgc explain --ask-kgc` reads it back for an
 // object that no longer exists. Add fields, never change or remove one.
 //
 // Ring keeps the last records in memory, bounded, for any number of

@@ -88,10 +88,10 @@ type Explanation struct {
 	// will move: held by finalizers no collector handles, or kept.
 	StuckOn []Held `json:"stuckOn,omitempty"`
 	// Hold: a running kgc decided to delete it and holds it instead
-	// (asked with --server; HoldOf).
+	// (asked with --ask-kgc or --kgc-url; HoldOf).
 	Hold *Hold `json:"hold,omitempty"`
 	// Shadow: a kgc in shadow mode's latest disagreements with the
-	// cluster's collector about the object (explain --server).
+	// cluster's collector about the object (explain --ask-kgc).
 	Shadow []shadow.Disagreement `json:"shadowDisagreements,omitempty"`
 }
 

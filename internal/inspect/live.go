@@ -247,7 +247,7 @@ func (v *LiveView) list(ctx context.Context, r discovery.Resource, ns string) ([
 		}
 		v.total += len(l.Items)
 		if v.MaxObjects > 0 && v.total > v.MaxObjects {
-			return nil, fmt.Errorf("%w: more than %d objects to list; ask a running kgc instead (--server)", errTooMany, v.MaxObjects)
+			return nil, fmt.Errorf("%w: more than %d objects to list; ask the running kgc instead (--ask-kgc)", errTooMany, v.MaxObjects)
 		}
 		if l.Continue == "" {
 			break

@@ -169,7 +169,7 @@ func TestLiveViewListBound(t *testing.T) {
 	}
 	v := c.view()
 	v.MaxObjects = 2
-	if _, err := v.Dependents(context.Background(), rs); err == nil || !strings.Contains(err.Error(), "--server") {
+	if _, err := v.Dependents(context.Background(), rs); err == nil || !strings.Contains(err.Error(), "--ask-kgc") {
 		t.Errorf("want an error past MaxObjects, got %v", err)
 	}
 }

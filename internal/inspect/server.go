@@ -64,7 +64,7 @@ func NewGraphView(fetch func(ctx context.Context, q url.Values) (*graphapi.Graph
 func NewServerView(base string, client *http.Client) (*ServerView, error) {
 	u, err := url.Parse(base)
 	if err != nil || u.Scheme == "" || u.Host == "" {
-		return nil, fmt.Errorf("--server %q: want a URL like http://host:port", base)
+		return nil, fmt.Errorf("kgc URL %q: want a URL like https://host:port or http://127.0.0.1:port", base)
 	}
 	if client == nil {
 		client = http.DefaultClient
@@ -192,7 +192,7 @@ func nodeObject(n *graphapi.Node) *Object {
 }
 
 // builtinShortNames are kubectl's short names of built-in resources, for
-// --server without a cluster to ask (with one, the RESTMapper knows them all,
+// --kgc-url without a cluster to ask (with one, the RESTMapper knows them all,
 // CRDs' included).
 var builtinShortNames = map[string]string{
 	"cm": "configmaps", "cs": "componentstatuses", "csr": "certificatesigningrequests",

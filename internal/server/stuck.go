@@ -10,7 +10,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/rules"
 )
 
-// StuckReport is `kgc stuck --server` computed in-process: the same View
+// StuckReport is `kgc stuck --ask-kgc` computed in-process: the same View
 // (inspect.ServerView over the graph endpoint's answers, here without
 // HTTP) and the same classification. It reads the deleting nodes from the
 // graph's index of them and the components of those deleting for longer

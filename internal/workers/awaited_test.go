@@ -110,7 +110,30 @@ func TestAwaitedWritesGoFirst(t *testing.T) {
 			if tc.finalizer == metav1.FinalizerOrphanDependents {
 				want++ // the finalizer removal
 			}
+			patches := func() int {
+				n := 0
+				for _, name := range order {
+					if strings.HasPrefix(name, "patch dep-") {
+						n++
+					}
+				}
+				return n
+			}
 			for len(order) < want {
+				if tc.finalizer == metav1.FinalizerOrphanDependents && patches() == awaited && !slices.Contains(order, "patch owner") &&
+					strings.HasPrefix(order[len(order)-1], "delete garbage-") {
+					// The owner is decided again after its patches, on a
+					// requeue timer: before the garbage deletion holding the
+					// slot lets it go, wait until the owner's finalizer
+					// removal waits for the slot too, so that what takes
+					// the slot next is the priority's choice, not the
+					// timer's.
+					if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+						return w.slots.Waiting() == tc.waiters, nil
+					}); err != nil {
+						t.Errorf("the owner's finalizer removal never waited for the slot: %d waiting", w.slots.Waiting())
+					}
+				}
 				release <- struct{}{}
 				select {
 				case name := <-arrived:

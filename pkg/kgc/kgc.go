@@ -623,6 +623,12 @@ func (c *Collector) WaitForSync(ctx context.Context) error {
 // (Options.DryRun) the comparison with the cluster's own collector
 // (/debug/controllers/garbage-collector-controller/shadow, JSON, the same
 // filters), the web view of the ownership graph (/ui), and, as Options ask, /metrics and /debug/pprof/.
+//
+// The handler authenticates no one, and its debug views name every object
+// in the cluster: serve it on loopback, or behind authentication and
+// authorization of your own (`kgc run` puts it behind k8s.io/apiserver's
+// delegated authentication and authorization, as kube-controller-manager
+// serves its endpoints).
 func (c *Collector) Handler() http.Handler { return c.handler }
 
 type source struct {

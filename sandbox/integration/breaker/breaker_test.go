@@ -84,12 +84,12 @@ func TestSimulatedRestoreTripsBreaker(t *testing.T) {
 	})
 	held := r.Breaker.Held[0]
 	_, name, _ := strings.Cut(strings.Fields(held.Object)[1], "/") // "ConfigMap.v1 ns/name (uid …)"
-	out := mustCLI(t, "explain", "configmap/"+name, "-n", ns, "--server", gc.url, "--kubeconfig", kubeconfigPath)
+	out := mustCLI(t, "explain", "configmap/"+name, "-n", ns, "--kgc-url", gc.url, "--kubeconfig", kubeconfigPath)
 	if !strings.Contains(out, "Held:    since") || !strings.Contains(out, "the deletion circuit breaker tripped at") ||
 		!strings.Contains(out, "kgc breaker resume --lease-namespace "+ns+" --lease-name kgc") {
 		t.Errorf("explain of a held object:\n%s", out)
 	}
-	out = mustCLI(t, "breaker", "status", "--lease-namespace", ns, "--lease-name", "kgc", "--kubeconfig", kubeconfigPath, "--server", gc.url)
+	out = mustCLI(t, "breaker", "status", "--lease-namespace", ns, "--lease-name", "kgc", "--kubeconfig", kubeconfigPath, "--kgc-url", gc.url)
 	if !strings.Contains(out, "TRIPPED unobserved-owners at") || !strings.Contains(out, fmt.Sprintf("held: %d", n-limit)) {
 		t.Errorf("kgc breaker status:\n%s", out)
 	}
@@ -265,11 +265,11 @@ func TestRestoreHoldAndRelink(t *testing.T) {
 	if c := gc.holds(t).Breaker.Counts[breaker.Unobserved]; c != 1 {
 		t.Errorf("the breaker counted %d unobserved deletions, want 1 (the orphan; held objects are not counted)", c)
 	}
-	out := mustCLI(t, "explain", "configmap/dep-0", "-n", ns, "--server", gc.url, "--kubeconfig", kubeconfigPath)
+	out := mustCLI(t, "explain", "configmap/dep-0", "-n", ns, "--kgc-url", gc.url, "--kubeconfig", kubeconfigPath)
 	if !strings.Contains(out, "which kgc never observed, while ConfigMap web exists with uid "+string(web.UID)) || !strings.Contains(out, "kgc relink -n "+ns+" configmap/dep-0") {
 		t.Errorf("explain of a restore-held object:\n%s", out)
 	}
-	mustCLI(t, "breaker", "status", "--lease-namespace", ns, "--lease-name", "kgc", "--kubeconfig", kubeconfigPath, "--server", gc.url)
+	mustCLI(t, "breaker", "status", "--lease-namespace", ns, "--lease-name", "kgc", "--kubeconfig", kubeconfigPath, "--kgc-url", gc.url)
 
 	out = mustCLI(t, "relink", "configmap/dep-0", "-n", ns, "--dry-run", "--kubeconfig", kubeconfigPath)
 	want := fmt.Sprintf("configmaps %s/dep-0 (uid ", ns)
@@ -288,7 +288,7 @@ func TestRestoreHoldAndRelink(t *testing.T) {
 	if _, err := cli(t, "relink", "configmap/dep-0", "-n", ns, "--kubeconfig", kubeconfigPath); err == nil || !strings.Contains(err.Error(), "nothing to relink") {
 		t.Errorf("a second relink: %v", err)
 	}
-	mustCLI(t, "relink", "--all-held", "--server", gc.url, "--kubeconfig", kubeconfigPath)
+	mustCLI(t, "relink", "--all-held", "--kgc-url", gc.url, "--kubeconfig", kubeconfigPath)
 	for i := range 5 {
 		if got := ownerUIDs(t, ns, fmt.Sprintf("dep-%d", i)); got != string(web.UID) {
 			t.Errorf("dep-%d names %s after relink --all-held, want %s", i, got, web.UID)

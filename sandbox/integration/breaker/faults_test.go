@@ -157,7 +157,7 @@ func vanish(t *testing.T, fault func(fp *faultproxy.Transport, match func(string
 	if readyz := gc.get(t, "/readyz?verbose"); !strings.Contains(readyz, "[-]deletion-breaker:vanished-resource") {
 		t.Errorf("/readyz?verbose:\n%s", readyz)
 	}
-	out := mustCLI(t, "breaker", "status", "--lease-namespace", ns, "--lease-name", "kgc", "--kubeconfig", kubeconfigPath, "--server", gc.url)
+	out := mustCLI(t, "breaker", "status", "--lease-namespace", ns, "--lease-name", "kgc", "--kubeconfig", kubeconfigPath, "--kgc-url", gc.url)
 	if !strings.Contains(out, "TRIPPED vanished-resource "+g.resource()) {
 		t.Errorf("kgc breaker status:\n%s", out)
 	}

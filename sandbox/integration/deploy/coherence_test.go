@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,8 +14,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/kgc-dev/kgc/internal/app"
 )
 
 // wantClusterRoleRules is kgc's least privilege, pinned: widening the
@@ -28,16 +32,37 @@ var wantLeaderElectionRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 }
 
-// installed is deploy/ decoded: exactly one object of each kind.
+var (
+	wantMetricsReaderRules = []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}
+	wantDebugReaderRules   = []rbacv1.PolicyRule{{NonResourceURLs: debugPaths, Verbs: []string{"get"}}}
+	wantInspectorRules     = []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"kgc"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/portforward"}, Verbs: []string{"create"}},
+	}
+	// debugPaths are the non-resource URLs of kgc's debug views.
+	debugPaths = []string{"/debug/controllers/garbage-collector-controller/*", "/ui", "/ui/*", "/debug/pprof", "/debug/pprof/*"}
+)
+
+// installed is deploy/ decoded: each object the tests know, by its role.
 type installed struct {
 	namespace          *corev1.Namespace
 	serviceAccount     *corev1.ServiceAccount
-	clusterRole        *rbacv1.ClusterRole
-	clusterRoleBinding *rbacv1.ClusterRoleBinding
-	role               *rbacv1.Role
+	clusterRole        *rbacv1.ClusterRole        // kgc's own permissions
+	clusterRoleBinding *rbacv1.ClusterRoleBinding // grants them
+	role               *rbacv1.Role               // leader election
 	roleBinding        *rbacv1.RoleBinding
-	deployment         *appsv1.Deployment
-	service            *corev1.Service
+	// authDelegator and authReader let kgc authenticate and authorize the
+	// requests to its HTTPS port (TokenReview, SubjectAccessReview, the
+	// client CAs).
+	authDelegator *rbacv1.ClusterRoleBinding
+	authReader    *rbacv1.RoleBinding
+	// The readers' roles, bound by operators.
+	metricsReader *rbacv1.ClusterRole
+	debugReader   *rbacv1.ClusterRole
+	inspector     *rbacv1.Role
+	deployment    *appsv1.Deployment
+	service       *corev1.Service
 }
 
 func decodeInstalled(t *testing.T, manifests []manifest) installed {
@@ -45,24 +70,61 @@ func decodeInstalled(t *testing.T, manifests []manifest) installed {
 	var in installed
 	set := func(dst any, m manifest, v any) {
 		if !reflect.ValueOf(dst).Elem().IsNil() {
-			t.Fatalf("%s: a second %s; the tests expect exactly one", m, m.obj.GetKind())
+			t.Fatalf("%s: a second %s named %q; the tests expect exactly one", m, m.obj.GetKind(), m.obj.GetName())
 		}
 		reflect.ValueOf(dst).Elem().Set(reflect.ValueOf(v))
 	}
+	unknown := func(m manifest) {
+		t.Fatalf("%s: a %s the tests do not know (%q); teach TestManifestsCoherent about it", m, m.obj.GetKind(), m.obj.GetName())
+	}
 	for _, m := range manifests {
+		name := m.obj.GetName()
+		wantNamespace := kgcNamespace
 		switch gvk := m.obj.GroupVersionKind(); gvk.GroupKind().String() {
 		case "Namespace":
 			set(&in.namespace, m, typed[corev1.Namespace](t, m))
 		case "ServiceAccount":
 			set(&in.serviceAccount, m, typed[corev1.ServiceAccount](t, m))
 		case "ClusterRole.rbac.authorization.k8s.io":
-			set(&in.clusterRole, m, typed[rbacv1.ClusterRole](t, m))
+			switch name {
+			case "kgc":
+				set(&in.clusterRole, m, typed[rbacv1.ClusterRole](t, m))
+			case "kgc-metrics-reader":
+				set(&in.metricsReader, m, typed[rbacv1.ClusterRole](t, m))
+			case "kgc-debug-reader":
+				set(&in.debugReader, m, typed[rbacv1.ClusterRole](t, m))
+			default:
+				unknown(m)
+			}
 		case "ClusterRoleBinding.rbac.authorization.k8s.io":
-			set(&in.clusterRoleBinding, m, typed[rbacv1.ClusterRoleBinding](t, m))
+			switch name {
+			case "kgc":
+				set(&in.clusterRoleBinding, m, typed[rbacv1.ClusterRoleBinding](t, m))
+			case "kgc:system:auth-delegator":
+				set(&in.authDelegator, m, typed[rbacv1.ClusterRoleBinding](t, m))
+			default:
+				unknown(m)
+			}
 		case "Role.rbac.authorization.k8s.io":
-			set(&in.role, m, typed[rbacv1.Role](t, m))
+			switch name {
+			case "kgc-leader-election":
+				set(&in.role, m, typed[rbacv1.Role](t, m))
+			case "kgc-inspector":
+				set(&in.inspector, m, typed[rbacv1.Role](t, m))
+			default:
+				unknown(m)
+			}
 		case "RoleBinding.rbac.authorization.k8s.io":
-			set(&in.roleBinding, m, typed[rbacv1.RoleBinding](t, m))
+			switch name {
+			case "kgc-leader-election":
+				set(&in.roleBinding, m, typed[rbacv1.RoleBinding](t, m))
+			case "kgc-auth-reader":
+				// The Role it binds lives in kube-system with the ConfigMap it reads.
+				wantNamespace = metav1.NamespaceSystem
+				set(&in.authReader, m, typed[rbacv1.RoleBinding](t, m))
+			default:
+				unknown(m)
+			}
 		case "Deployment.apps":
 			set(&in.deployment, m, typed[appsv1.Deployment](t, m))
 		case "Service":
@@ -70,15 +132,18 @@ func decodeInstalled(t *testing.T, manifests []manifest) installed {
 		default:
 			t.Fatalf("%s: a kind the tests do not know (%s); teach TestManifestsCoherent about it", m, gvk)
 		}
-		if ns := m.obj.GetNamespace(); ns != "" && ns != kgcNamespace {
-			t.Errorf("%s: in namespace %q, want %q", m, ns, kgcNamespace)
+		if ns := m.obj.GetNamespace(); ns != "" && ns != wantNamespace {
+			t.Errorf("%s: in namespace %q, want %q", m, ns, wantNamespace)
 		}
 	}
 	for name, v := range map[string]any{
 		"Namespace": in.namespace, "ServiceAccount": in.serviceAccount,
-		"ClusterRole": in.clusterRole, "ClusterRoleBinding": in.clusterRoleBinding,
-		"Role": in.role, "RoleBinding": in.roleBinding,
-		"Deployment": in.deployment, "Service": in.service,
+		"ClusterRole kgc": in.clusterRole, "ClusterRoleBinding kgc": in.clusterRoleBinding,
+		"Role kgc-leader-election": in.role, "RoleBinding kgc-leader-election": in.roleBinding,
+		"ClusterRoleBinding kgc:system:auth-delegator": in.authDelegator, "RoleBinding kgc-auth-reader": in.authReader,
+		"ClusterRole kgc-metrics-reader": in.metricsReader, "ClusterRole kgc-debug-reader": in.debugReader,
+		"Role kgc-inspector": in.inspector,
+		"Deployment":         in.deployment, "Service": in.service,
 	} {
 		if reflect.ValueOf(v).IsNil() {
 			t.Fatalf("deploy/ has no %s", name)
@@ -134,6 +199,30 @@ func TestManifestsCoherent(t *testing.T) {
 		t.Errorf("the leader-election Role and RoleBinding are in %q and %q, want %q", in.role.Namespace, in.roleBinding.Namespace, kgcNamespace)
 	}
 
+	// Delegated authentication and authorization of the HTTPS port, as
+	// metrics-server is granted them.
+	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"}); in.authDelegator.RoleRef != want {
+		t.Errorf("ClusterRoleBinding %s roleRef = %+v, want %+v", in.authDelegator.Name, in.authDelegator.RoleRef, want)
+	}
+	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"}); in.authReader.RoleRef != want {
+		t.Errorf("RoleBinding %s roleRef = %+v, want %+v", in.authReader.Name, in.authReader.RoleRef, want)
+	}
+	for name, subjects := range map[string][]rbacv1.Subject{in.authDelegator.Name: in.authDelegator.Subjects, in.authReader.Name: in.authReader.Subjects} {
+		if !reflect.DeepEqual(subjects, []rbacv1.Subject{sa}) {
+			t.Errorf("%s subjects = %+v, want only %+v", name, subjects, sa)
+		}
+	}
+	// The readers' roles are pinned too: each grants one class of paths.
+	if !reflect.DeepEqual(in.metricsReader.Rules, wantMetricsReaderRules) {
+		t.Errorf("ClusterRole kgc-metrics-reader rules =\n  %+v\nwant\n  %+v", in.metricsReader.Rules, wantMetricsReaderRules)
+	}
+	if !reflect.DeepEqual(in.debugReader.Rules, wantDebugReaderRules) {
+		t.Errorf("ClusterRole kgc-debug-reader rules =\n  %+v\nwant\n  %+v", in.debugReader.Rules, wantDebugReaderRules)
+	}
+	if !reflect.DeepEqual(in.inspector.Rules, wantInspectorRules) {
+		t.Errorf("Role kgc-inspector rules =\n  %+v\nwant\n  %+v", in.inspector.Rules, wantInspectorRules)
+	}
+
 	// The Deployment.
 	d := in.deployment
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
@@ -160,7 +249,7 @@ func TestManifestsCoherent(t *testing.T) {
 	if len(c.Command) > 0 {
 		t.Errorf("container command = %q: leave it to the image's ENTRYPOINT", c.Command)
 	}
-	for _, arg := range []string{"--leader-elect", "--leader-elect-resource-namespace=" + kgcNamespace, "--http-address=:10258"} {
+	for _, arg := range []string{"--leader-elect", "--leader-elect-resource-namespace=" + kgcNamespace, "--secure-port=" + securePort} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("container args %q lack %s", c.Args, arg)
 		}
@@ -168,14 +257,21 @@ func TestManifestsCoherent(t *testing.T) {
 	if len(c.Args) == 0 || c.Args[0] != "run" {
 		t.Errorf("container args %q: want `run` first", c.Args)
 	}
+	for _, a := range c.Args {
+		// Plain HTTP has no authentication, and a port-forward reaches a
+		// pod's loopback too.
+		if strings.HasPrefix(a, "--http-address") {
+			t.Errorf("container args %q: no plain HTTP in a pod", c.Args)
+		}
+	}
 	var httpPort *corev1.ContainerPort
 	for i := range c.Ports {
-		if c.Ports[i].ContainerPort == 10258 {
+		if c.Ports[i].ContainerPort == securePortNumber {
 			httpPort = &c.Ports[i]
 		}
 	}
 	if httpPort == nil || httpPort.Name == "" {
-		t.Fatalf("container ports %+v: want a named port 10258", c.Ports)
+		t.Fatalf("container ports %+v: want a named port %d", c.Ports, securePortNumber)
 	}
 	for name, probe := range map[string]struct {
 		p     *corev1.Probe
@@ -193,7 +289,10 @@ func TestManifestsCoherent(t *testing.T) {
 			t.Errorf("%s probe path %q, want one of %q", name, g.Path, probe.paths)
 		}
 		if !portIs(g.Port, httpPort) {
-			t.Errorf("%s probe port %s is not kgc's HTTP port %s/%d", name, g.Port.String(), httpPort.Name, httpPort.ContainerPort)
+			t.Errorf("%s probe port %s is not kgc's HTTPS port %s/%d", name, g.Port.String(), httpPort.Name, httpPort.ContainerPort)
+		}
+		if g.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("%s probe scheme %q, want HTTPS", name, g.Scheme)
 		}
 	}
 
@@ -249,17 +348,24 @@ func TestManifestsCoherent(t *testing.T) {
 	}
 	var found bool
 	for _, p := range s.Spec.Ports {
-		if p.Port == 10258 {
+		if p.Port == securePortNumber {
 			found = true
 			if !portIs(p.TargetPort, httpPort) {
-				t.Errorf("Service port 10258 targets %s, not kgc's HTTP port", p.TargetPort.String())
+				t.Errorf("Service port %d targets %s, not kgc's HTTPS port", securePortNumber, p.TargetPort.String())
 			}
 		}
 	}
 	if !found {
-		t.Errorf("Service ports %+v: want port 10258", s.Spec.Ports)
+		t.Errorf("Service ports %+v: want port %d", s.Spec.Ports, securePortNumber)
 	}
 }
+
+// securePort is kgc run's default --secure-port, which deploy/ serves on.
+const (
+	securePortNumber = app.DefaultSecurePort
+)
+
+var securePort = strconv.Itoa(securePortNumber)
 
 // portIs reports whether a probe or Service port designates p.
 func portIs(port intstr.IntOrString, p *corev1.ContainerPort) bool {

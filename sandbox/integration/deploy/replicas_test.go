@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -25,7 +26,8 @@ import (
 // arguments, authenticated as kgc's service account (an impersonating
 // kubeconfig stands in for the in-cluster token). One leads — holding the
 // Lease the Role grants — and collects a cascade; both serve the probes'
-// endpoints and /metrics.
+// endpoints to anyone and /metrics to a service account bound to
+// kgc-metrics-reader, over HTTPS.
 func TestDeploymentReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the kgc binary")
@@ -39,16 +41,11 @@ func TestDeploymentReplicas(t *testing.T) {
 	var replicas []*process
 	for i := range 2 {
 		addr := freeAddress(t)
-		var args []string
-		for _, a := range c.Args {
-			if strings.HasPrefix(a, "--http-address=") {
-				a = "--http-address=" + addr // each replica has its own pod IP
-			}
-			args = append(args, a)
-		}
+		args := withSecurePort(c.Args, addr) // each replica has its own pod IP
 		args = append(args, "--kubeconfig="+kubeconfig)
 		replicas = append(replicas, startProcess(t, fmt.Sprintf("replica-%d", i), bin, addr, args))
 	}
+	prometheus := serviceAccountToken(t, "prometheus", "kgc-metrics-reader")
 
 	// Both live.
 	for _, r := range replicas {
@@ -95,7 +92,7 @@ func TestDeploymentReplicas(t *testing.T) {
 	})
 
 	t.Run("metrics", func(t *testing.T) {
-		body := leader.get(t, "/metrics")
+		body := leader.getAs(t, "/metrics", prometheus.token)
 		if !strings.Contains(body, "kgc_graph_nodes") {
 			t.Errorf("%s /metrics has no kgc_graph_nodes:\n%.2000s", leader.name, body)
 		}
@@ -147,7 +144,20 @@ func freeAddress(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// process is a running kgc binary.
+// withSecurePort returns the Deployment's kgc arguments serving HTTPS on
+// addr (a loopback host:port) instead of the pod's port.
+func withSecurePort(args []string, addr string) []string {
+	host, port, _ := net.SplitHostPort(addr)
+	var out []string
+	for _, a := range args {
+		if !strings.HasPrefix(a, "--secure-port=") && !strings.HasPrefix(a, "--bind-address=") {
+			out = append(out, a)
+		}
+	}
+	return append(out, "--secure-port="+port, "--bind-address="+host)
+}
+
+// process is a running kgc binary serving HTTPS on addr.
 type process struct {
 	name string
 	addr string
@@ -179,7 +189,9 @@ func startProcess(t *testing.T, name, bin, addr string, args []string) *process 
 	t.Helper()
 	p := &process{
 		name: name, addr: addr, out: &syncBuffer{},
-		http: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{}},
+		// kgc's certificate is self-signed, as the kubelet's probes and
+		// Prometheus (insecure_skip_verify) meet it.
+		http: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}},
 	}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -206,8 +218,19 @@ func startProcess(t *testing.T, name, bin, addr string, args []string) *process 
 	return p
 }
 
-func (p *process) request(path string) (int, string) {
-	resp, err := p.http.Get("http://" + p.addr + path)
+// request GETs path anonymously.
+func (p *process) request(path string) (int, string) { return p.requestWith(path, nil) }
+
+// requestWith GETs path with header (credentials, impersonation).
+func (p *process) requestWith(path string, header http.Header) (int, string) {
+	req, err := http.NewRequest(http.MethodGet, "https://"+p.addr+path, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := p.http.Do(req)
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -216,18 +239,23 @@ func (p *process) request(path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func (p *process) status(path string) int { code, _ := p.request(path); return code }
-
-func (p *process) body(path string) string { _, b := p.request(path); return b }
-
-func (p *process) get(t *testing.T, path string) string {
+// getAs GETs path with a bearer token and requires 200.
+func (p *process) getAs(t *testing.T, path, token string) string {
 	t.Helper()
-	code, body := p.request(path)
+	code, body := p.requestWith(path, bearer(token))
 	if code != http.StatusOK {
 		t.Fatalf("%s GET %s: %d %s", p.name, path, code, body)
 	}
 	return body
 }
+
+func bearer(token string) http.Header {
+	return http.Header{"Authorization": {"Bearer " + token}}
+}
+
+func (p *process) status(path string) int { code, _ := p.request(path); return code }
+
+func (p *process) body(path string) string { _, b := p.request(path); return b }
 
 func (p *process) waitStatus(t *testing.T, path string, want int) {
 	t.Helper()

@@ -168,7 +168,7 @@ func startKGC(t *testing.T, name string) *testenv.Proc {
 	return testenv.StartProc(t, name, waitTimeout, kgcBinary, "run",
 		"--kubeconfig", cp.KubeconfigPath,
 		"--leader-elect=false",
-		"--http-address=127.0.0.1:0",
+		"--http-address=127.0.0.1:0", "--secure-port=0",
 		"--kube-api-qps=20", "--kube-api-burst=30",
 		"-v=2",
 	)

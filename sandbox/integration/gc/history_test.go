@@ -95,7 +95,7 @@ func TestHistoryOfACollectedDependent(t *testing.T) {
 	srv := httptest.NewServer(collector.Handler())
 	t.Cleanup(srv.Close)
 	var out, errOut bytes.Buffer
-	err = app.ExecuteInspect(tc.ctx, app.InspectDeps{}, []string{"explain", "configmap/" + cm.name, "-n", cm.namespace, "--server", srv.URL}, &out, &errOut)
+	err = app.ExecuteInspect(tc.ctx, app.InspectDeps{}, []string{"explain", "configmap/" + cm.name, "-n", cm.namespace, "--kgc-url", srv.URL}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("kgc explain %s: %v (%s)", cm, err, errOut.String())
 	}

@@ -393,9 +393,9 @@ func TestServerMode(t *testing.T) {
 		return err == nil && m.DeletionTimestamp != nil, err
 	})
 
-	out, errOut, err := kgcCLI(t, app.InspectDeps{}, "explain", owner.arg(), "-n", tc.ns, "--server", srv.URL)
+	out, errOut, err := kgcCLI(t, app.InspectDeps{}, "explain", owner.arg(), "-n", tc.ns, "--kgc-url", srv.URL)
 	if errors.Is(err, inspect.ErrNoJSONGraph) {
-		t.Skipf("kgc's graph endpoint does not serve JSON in this build (%v); --server needs it", err)
+		t.Skipf("kgc's graph endpoint does not serve JSON in this build (%v); --kgc-url needs it", err)
 	}
 	if err != nil {
 		t.Fatalf("explain --server: %v\n%s", err, errOut)
@@ -403,15 +403,15 @@ func TestServerMode(t *testing.T) {
 	// kgc's graph lags the API server a little: poll until it shows the
 	// dependent being deleted.
 	tc.waitFor("kgc's graph to show the held dependent", func() (bool, error) {
-		out, _, err = kgcCLI(t, app.InspectDeps{}, "explain", owner.arg(), "-n", tc.ns, "--server", srv.URL)
+		out, _, err = kgcCLI(t, app.InspectDeps{}, "explain", owner.arg(), "-n", tc.ns, "--kgc-url", srv.URL)
 		return err == nil && strings.Contains(out, "held by finalizer(s) "+holdFinalizer), err
 	})
 	for _, want := range []string{"Verdict: wait-for-dependents", "Secret/dep -n " + tc.ns, "whoever owns it must"} {
 		if !strings.Contains(out, want) {
-			t.Errorf("explain --server lacks %q:\n%s", want, out)
+			t.Errorf("explain --kgc-url lacks %q:\n%s", want, out)
 		}
 	}
-	out, _, err = kgcCLI(t, app.InspectDeps{}, "tree", owner.arg(), "-n", tc.ns, "--server", srv.URL, "-o", "json")
+	out, _, err = kgcCLI(t, app.InspectDeps{}, "tree", owner.arg(), "-n", tc.ns, "--kgc-url", srv.URL, "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +420,7 @@ func TestServerMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	if tr.Object.UID != owner.uid || len(tr.Dependents) != 1 || tr.Dependents[0].Object.UID != dep.uid || !tr.Dependents[0].Blocking {
-		t.Errorf("tree --server -o json:\n%s", out)
+		t.Errorf("tree --kgc-url -o json:\n%s", out)
 	}
 }
 

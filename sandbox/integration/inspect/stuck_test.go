@@ -151,7 +151,7 @@ func TestStuckReportsEveryRootCause(t *testing.T) {
 		args []string
 	}{
 		{"from the API server", nil},
-		{"from the running kgc", []string{"--server", srv.URL}},
+		{"from the running kgc", []string{"--kgc-url", srv.URL}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			args := append([]string{"stuck", "-o", "json", "--older-than", "1s", "-n", tc.ns, "--kubeconfig", kubeconfigPath}, mode.args...)
@@ -291,8 +291,9 @@ func setCRDConversion(ctx context.Context, t *testing.T, dyn dynamic.Interface, 
 
 // TestKubectlPlugin builds kgc, installs it as kubectl-kgc on $PATH, and
 // runs it through kubectl itself: `kubectl kgc explain|tree|preview|stuck`
-// with kubectl's --kubeconfig, --context and -n. The kubeconfig's current
-// context points nowhere, so only --context reaches the cluster.
+// with kubectl's --kubeconfig, --context, -n, --as and -o. The
+// kubeconfig's current context points nowhere, so only --context reaches
+// the cluster.
 func TestKubectlPlugin(t *testing.T) {
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
@@ -353,6 +354,19 @@ func TestKubectlPlugin(t *testing.T) {
 	}
 	if out := run("stuck", "--older-than", "0s"); !regexp.MustCompile(`ConfigMap/stuck\s+\S+\s+finalizer ` + holdFinalizer).MatchString(out) {
 		t.Errorf("kubectl kgc stuck: %s", out)
+	}
+	// kubectl's printers and identity flags.
+	if out := run("tree", "configmap/web", "-o", "name"); out != "configmap/web\nconfigmap/web-part\n" {
+		t.Errorf("kubectl kgc tree -o name: %q", out)
+	}
+	if out := run("explain", "cm/web-part", "-o", "jsonpath={.decision.verdict}"); out != "keep" {
+		t.Errorf("kubectl kgc explain -o jsonpath: %q", out)
+	}
+	asNobody := exec.CommandContext(tc.ctx, kubectl, "kgc", "explain", "cm/web", "--kubeconfig", kubeconfig, "--context", good, "-n", tc.ns,
+		"--as", "system:serviceaccount:"+tc.ns+":nobody")
+	asNobody.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG=")
+	if out, err := asNobody.CombinedOutput(); err == nil || !strings.Contains(string(out), "forbidden") {
+		t.Errorf("kubectl kgc explain --as a user without rights: %v\n%s", err, out)
 	}
 	// Without --context, the dead current context is used: proof that
 	// --context chose the cluster.

@@ -154,7 +154,7 @@ func startKGC(t *testing.T, name, ns string) *proc {
 		"--leader-elect-renew-deadline="+renewDeadline.String(),
 		"--leader-elect-retry-period="+retryPeriod.String(),
 		"--leader-elect-resource-namespace="+ns,
-		"--http-address=127.0.0.1:0",
+		"--http-address=127.0.0.1:0", "--secure-port=0",
 		// The budget the big cascade's timing relies on, pinned.
 		"--kube-api-qps=20", "--kube-api-burst=30",
 		"-v=2",

@@ -91,7 +91,7 @@ func parseSandboxFlags(args []string, stderr io.Writer) (sandboxConfig, error) {
 	fs := flag.NewFlagSet("kgc-sandbox", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.dir, "dir", DefaultDir, `state directory (etcd data, certificates, kubeconfig), kept across runs; "" for a temporary directory removed on exit`)
-	fs.StringVar(&c.httpAddress, "http-address", DefaultHTTPAddress, "address for kgc's HTTP endpoints (/healthz, /readyz, /metrics, /debug/pprof, the graph); port 0 picks a free port")
+	fs.StringVar(&c.httpAddress, "http-address", DefaultHTTPAddress, "loopback address for kgc's endpoints (/healthz, /readyz, /metrics, /debug/pprof, the graph, /ui), served in plain HTTP without authentication as kgc run --http-address serves them; port 0 picks a free port")
 	fs.IntVar(&c.workers, "workers", 0, "kgc workers per queue (0: kgc's default)")
 	fs.StringVar(&c.controllers, "controllers", controlplane.DefaultControllers, `kube-controller-manager's --controllers (its garbage collector must stay off: kgc does that job); "none" runs no controller manager, scheduler or nodes: etcd + kube-apiserver alone`)
 	fs.IntVar(&c.nodes, "nodes", controlplane.DefaultNodes, "simulated nodes (kwok) on which Pods run; not with --controllers=none")
@@ -205,7 +205,12 @@ func sandboxCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 
 	// Bind kgc's address before the slow part, so that a busy port fails
-	// at once instead of after the control plane has started.
+	// at once instead of after the control plane has started. Plain HTTP
+	// without authentication serves the graph of every object: loopback
+	// only, as kgc run's --http-address.
+	if err := loopbackOnly(cfg.httpAddress); err != nil {
+		return err
+	}
 	listener, err := net.Listen("tcp", cfg.httpAddress)
 	if err != nil {
 		return fmt.Errorf("listening on --http-address %s: %w (pick another, or port 0)", cfg.httpAddress, err)
@@ -320,6 +325,18 @@ func waitForSync(ctx context.Context, c *kgc.Collector, kgcDone <-chan struct{},
 	}
 }
 
+// loopbackOnly refuses an --http-address other machines could reach.
+func loopbackOnly(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--http-address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("--http-address %q: kgc's plain HTTP endpoints have no authentication; give a loopback address (127.0.0.1, [::1], localhost)", addr)
+	}
+	return nil
+}
+
 func printEndpoints(w io.Writer, kubeconfig, httpURL string, cluster, shadow bool) {
 	what := "etcd + kube-apiserver in this process, kgc collecting garbage."
 	switch {
@@ -334,6 +351,8 @@ kgc-sandbox is ready: %[4]s
   kubeconfig   %[1]s
                export KUBECONFIG=%[1]s
   kgc HTTP     %[2]s/healthz  %[2]s/readyz?verbose  %[2]s/metrics
+               (plain HTTP on loopback, no authentication: for this machine only;
+               kgc run in a cluster serves HTTPS with Kubernetes authentication)
   graph (DOT)  %[2]s%[3]s
                (?uid=<uid> shows one object's connected component; ?format=json for JSON)
   web view     %[2]s/ui
