@@ -117,6 +117,9 @@ func clusterRun(ctx context.Context, o *options, scenarios []string, run int, lo
 				s := cellSpec{scenario: sc, collector: coll, budget: b, run: run}
 				cellStart := time.Now()
 				r, err := runClusterCell(ctx, e, s)
+				if err == nil {
+					err = tripError(r)
+				}
 				switch {
 				case err == nil:
 					results = append(results, r)
@@ -175,7 +178,7 @@ func runClusterCell(ctx context.Context, e *env, s cellSpec) (result, error) {
 	}
 	gvrs := clusterGVRs
 	if s.scenario == scNamespace {
-		gvrs = []schema.GroupVersionResource{configMapsGVR, secretsGVR}
+		gvrs = []schema.GroupVersionResource{configMapsGVR}
 	}
 	w, err := newWatcher(e.md, ns, gvrs...)
 	if err != nil {
@@ -281,9 +284,11 @@ func foreignRequests(c counts, ownLeases bool) []string {
 	for k, n := range c.ByResource {
 		verb, res, _ := strings.Cut(k, " ")
 		write := verb != verbGet && verb != verbList && verb != verbListNamespaced && verb != verbWatch && verb != verbDiscovery && verb != verbOther
+		lease := res == "coordination.k8s.io/leases"
 		switch {
+		case lease && ownLeases:
 		case verb == verbCreate && res != "events" && res != "events.k8s.io/events",
-			write && (strings.HasSuffix(res, "/status") || strings.HasSuffix(res, "/binding") || res == "coordination.k8s.io/leases" && !ownLeases):
+			write && (strings.HasSuffix(res, "/status") || strings.HasSuffix(res, "/binding") || lease):
 			out = append(out, fmt.Sprintf("%s=%d", k, n))
 		}
 	}

@@ -51,9 +51,9 @@
 //	            DeleteCollection (kubectl delete configmaps -l app=x); until every Secret is gone (N)
 //	backlog     --backlog owners, each with a dependent, deleted Background while no collector runs;
 //	            from the collector's start until every dependent is gone (N)
-//	namespace   on a real cluster (kube-controller-manager's namespace controller empties it): a
-//	            namespace with --namespace-owners ConfigMaps, each owning a Secret, deleted; until it
-//	            is gone (N)
+//	namespace   on a real cluster (kube-controller-manager's namespace controller empties it, owners
+//	            first): a namespace with --namespace-owners ConfigMaps, each owning a ConfigMap,
+//	            deleted; until it is gone (N)
 //
 // Real-cluster scenarios (--cluster, or --scenarios=cluster or some of them;
 // cluster.go): one sandbox per run with kube-controller-manager (every
@@ -209,7 +209,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.limit, "limit", 0, "objects deleted by the physical-limit client (default: as many as the unthrottled Background fan-out collects, fan-owners × fan-dependents × unthrottled-scale)")
 	fs.IntVar(&o.crdInstances, "crd-instances", 10000, "crd-delete: instances of the deleted CRD, each owning a ConfigMap")
 	fs.IntVar(&o.collectionOwners, "collection-owners", 5000, "collection: ConfigMap owners removed by one DeleteCollection, each owning a Secret")
-	fs.IntVar(&o.namespaceOwners, "namespace-owners", 5000, "namespace: ConfigMap owners in the deleted namespace, each owning a Secret")
+	fs.IntVar(&o.namespaceOwners, "namespace-owners", 5000, "namespace: ConfigMap owners in the deleted namespace, each owning a ConfigMap")
 	fs.IntVar(&o.backlog, "backlog", 5000, "backlog: owners deleted while no collector runs, each with a dependent ConfigMap")
 	fs.DurationVar(&o.stall, "stall", 30*time.Second, "bulk deletions: end a cell whose kgc logged a deletion breaker trip once it has collected nothing for this long, reporting what is left (0: wait for --timeout)")
 	fs.DurationVar(&o.idle, "idle", 3*time.Minute, "bulk deletions: end a cell in which nothing has been collected for this long, whatever the collector, reporting what is left (0: wait for the timeout: the larger of --timeout and 1 s per 5 objects)")
@@ -546,6 +546,9 @@ func scenarioRun(ctx context.Context, o *options, sc string, run int, logDir str
 		for _, coll := range colls {
 			s := cellSpec{scenario: sc, collector: coll, budget: b, run: run}
 			r, err := runCell(ctx, e, s)
+			if err == nil {
+				err = tripError(r)
+			}
 			switch {
 			case err == nil:
 				results = append(results, r)
@@ -629,6 +632,9 @@ func printCell(out io.Writer, r result) {
 	}
 	if len(r.Trips) > 0 {
 		fmt.Fprintf(out, ", deletion breaker tripped: %s", strings.Join(r.Trips, "; "))
+	}
+	if r.Usage.SlowStop {
+		fmt.Fprintf(out, ", did not stop within %s of being told to", childStopWait)
 	}
 	if r.Note != "" {
 		fmt.Fprintf(out, " (%s)", r.Note)

@@ -353,10 +353,10 @@ func TestForeignRequests(t *testing.T) {
 		t.Errorf("a collector's requests taken for others': %v", got)
 	}
 	theirs := counts{
-		ByResource: map[string]int64{"GET pods": 3, "CREATE pods": 1, "CREATE pods/binding": 1, "PATCH pods/status": 2, "UPDATE coordination.k8s.io/leases": 1},
+		ByResource: map[string]int64{"GET pods": 3, "CREATE pods": 1, "CREATE pods/binding": 1, "PATCH pods/status": 2, "UPDATE coordination.k8s.io/leases": 1, "CREATE coordination.k8s.io/leases": 1},
 		ByAgent:    map[string]int64{"kgc-bench": 5, "kube-scheduler": 2},
 	}
-	want := []string{"2 from kube-scheduler", "CREATE pods/binding=1", "CREATE pods=1", "PATCH pods/status=2", "UPDATE coordination.k8s.io/leases=1"}
+	want := []string{"2 from kube-scheduler", "CREATE coordination.k8s.io/leases=1", "CREATE pods/binding=1", "CREATE pods=1", "PATCH pods/status=2", "UPDATE coordination.k8s.io/leases=1"}
 	if got := foreignRequests(theirs, false); !slices.Equal(got, want) {
 		t.Errorf("foreignRequests = %v, want %v", got, want)
 	}
