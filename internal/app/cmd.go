@@ -150,6 +150,36 @@ func writeHistorySize(flag int) int {
 	return flag
 }
 
+// LibraryOptions returns the library options `kgc run` collects with, for
+// completed options: its collector, safety holds (the deletion breaker on
+// the leader-election Lease, the restore-signature hold, the orphan
+// journal) included. The metrics registry and the queues' provider of
+// kube-controller-manager's series are the process's and are left to the
+// caller. Run builds its collector from these, and so does the
+// side-by-side benchmark, so that what it measures is what `kgc run` runs.
+func (o *RunOptions) LibraryOptions() kgc.Options {
+	return kgc.Options{
+		Workers:               o.ConcurrentGCSyncs,
+		MaxWritesInFlight:     o.MaxWritesInFlight,
+		UnlistedHold:          o.UnlistedHold,
+		StuckThreshold:        o.StuckThreshold,
+		IgnoredResources:      o.Ignored,
+		DiscoveryResyncPeriod: o.DiscoveryResyncPeriod,
+		QPS:                   o.KubeAPIQPS,
+		Burst:                 o.KubeAPIBurst,
+		Profiling:             o.Observability.Profiling,
+		EventComponent:        o.Observability.EventComponent,
+		NamespaceLifecycle:    o.NamespaceLifecycle,
+		WriteHistorySize:      writeHistorySize(o.WriteHistorySize),
+		Breaker:               o.Breaker.lib(o.LeaderElection),
+		HoldRestored:          o.Breaker.HoldRestored,
+		OrphanJournal:         o.orphanJournal(),
+		PagedLists:            !o.StreamingLists,
+		DryRun:                o.Shadow.DryRun,
+		ShadowWindow:          o.Shadow.Window,
+	}
+}
+
 // Run is `kgc run`: the collector plus its HTTP server, until ctx is done.
 func Run(ctx context.Context, o *RunOptions) error {
 	// First: everything after logs in the configured format.
@@ -166,28 +196,9 @@ func Run(ctx context.Context, o *RunOptions) error {
 	if err != nil {
 		return err
 	}
-	c, err := kgc.New(cfg, kgc.Options{
-		Workers:               o.ConcurrentGCSyncs,
-		MaxWritesInFlight:     o.MaxWritesInFlight,
-		UnlistedHold:          o.UnlistedHold,
-		StuckThreshold:        o.StuckThreshold,
-		IgnoredResources:      o.Ignored,
-		DiscoveryResyncPeriod: o.DiscoveryResyncPeriod,
-		QPS:                   o.KubeAPIQPS,
-		Burst:                 o.KubeAPIBurst,
-		Registerer:            newRegistry(),
-		QueueMetrics:          kcmQueueMetrics(),
-		Profiling:             o.Observability.Profiling,
-		EventComponent:        o.Observability.EventComponent,
-		NamespaceLifecycle:    o.NamespaceLifecycle,
-		WriteHistorySize:      writeHistorySize(o.WriteHistorySize),
-		Breaker:               o.Breaker.lib(o.LeaderElection),
-		HoldRestored:          o.Breaker.HoldRestored,
-		OrphanJournal:         o.orphanJournal(),
-		PagedLists:            !o.StreamingLists,
-		DryRun:                o.Shadow.DryRun,
-		ShadowWindow:          o.Shadow.Window,
-	})
+	lib := o.LibraryOptions()
+	lib.Registerer, lib.QueueMetrics = newRegistry(), kcmQueueMetrics()
+	c, err := kgc.New(cfg, lib)
 	if err != nil {
 		return err
 	}

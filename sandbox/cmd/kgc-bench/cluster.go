@@ -49,9 +49,15 @@ var clusterScenarios = []string{scDeploymentBackground, scDeploymentForeground, 
 var scenarioAliases = map[string][]string{
 	"cluster":    clusterScenarios,
 	"deployment": {scDeploymentBackground, scDeploymentForeground},
+	"bulk":       bulkScenarios,
 }
 
-func isClusterScenario(sc string) bool { return slices.Contains(clusterScenarios, sc) }
+// isClusterScenario: sc runs on a real cluster (clusterRun): the
+// real-cluster scenarios, and the namespace deletion (bulk.go), which
+// needs kube-controller-manager's namespace controller.
+func isClusterScenario(sc string) bool {
+	return slices.Contains(clusterScenarios, sc) || sc == scNamespace
+}
 
 var (
 	podsGVR        = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -111,15 +117,26 @@ func clusterRun(ctx context.Context, o *options, scenarios []string, run int, lo
 				s := cellSpec{scenario: sc, collector: coll, budget: b, run: run}
 				cellStart := time.Now()
 				r, err := runClusterCell(ctx, e, s)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("%s/%s/%s: %w", sc, coll, b, err))
-					fmt.Fprintf(out, "# %-10s %-9s %-11s run %d: FAILED: %v\n", sc, coll, b, run, err)
-				} else {
+				if err == nil {
+					err = tripError(r)
+				}
+				switch {
+				case err == nil:
 					results = append(results, r)
 					printCell(out, r)
+				case errors.Is(err, errIncomplete):
+					results = append(results, r)
+					printCell(out, r)
+					errs = append(errs, fmt.Errorf("%s/%s/%s: %w", sc, coll, b, err))
+				default:
+					errs = append(errs, fmt.Errorf("%s/%s/%s: %w", sc, coll, b, err))
+					fmt.Fprintf(out, "# %-10s %-9s %-11s run %d: FAILED: %v\n", sc, coll, b, run, err)
 				}
 				cleaning := time.Now()
 				if err := emptyNamespace(ctx, e.md, s.namespace(), o.timeout); err != nil {
+					return results, errors.Join(append(errs, err)...)
+				}
+				if err := resetKGCLeases(ctx, e.client, o.kgcOptions); err != nil {
 					return results, errors.Join(append(errs, err)...)
 				}
 				if o.verbose {
@@ -138,6 +155,10 @@ type clusterPhase struct {
 	ownerGone func() bool                     // the owner (see the scenario) is gone
 	done      func() bool                     // the end of the phase (implies ownerGone)
 	objects   func() int                      // what the collector acted on, evaluated at the end
+	// left, when set, is what is left to collect: the phase may then end
+	// incomplete (waitCollected). stop, when set, is called after the cell.
+	left func() int
+	stop func()
 }
 
 // runClusterCell: the collector starts on an empty namespace and syncs;
@@ -155,7 +176,11 @@ func runClusterCell(ctx context.Context, e *env, s cellSpec) (result, error) {
 	if err := waitServiceAccount(ctx, e.client, ns, time.Minute); err != nil {
 		return res, err
 	}
-	w, err := newWatcher(e.md, ns, clusterGVRs...)
+	gvrs := clusterGVRs
+	if s.scenario == scNamespace {
+		gvrs = []schema.GroupVersionResource{configMapsGVR}
+	}
+	w, err := newWatcher(e.md, ns, gvrs...)
 	if err != nil {
 		return res, err
 	}
@@ -184,8 +209,13 @@ func runClusterCell(ctx context.Context, e *env, s cellSpec) (result, error) {
 		ph, err = setupCronJob(ctx, e, ns, w, s.scenario == scCronJobDelete)
 	case scRollout:
 		ph, err = setupRollout(ctx, e, ns, w)
+	case scNamespace:
+		ph, err = setupNamespaceDelete(ctx, e, ns, w)
 	default:
 		err = fmt.Errorf("unknown scenario %q", s.scenario)
+	}
+	if ph.stop != nil {
+		defer ph.stop()
 	}
 	if err != nil {
 		return res, err
@@ -204,26 +234,36 @@ func runClusterCell(ctx context.Context, e *env, s cellSpec) (result, error) {
 		return res, err
 	}
 	ownerGone := false
-	if err := w.waitUntil(ctx, o.timeout, s.scenario, func() bool {
+	done := func() bool {
 		if !ownerGone && ph.ownerGone() {
 			ownerGone = true
 			res.OwnerGone = time.Since(start)
 		}
 		return ownerGone && ph.done()
-	}); err != nil {
-		return res, err
 	}
-	res.Elapsed = time.Since(start)
+	var werr error
+	if ph.left != nil {
+		werr = waitCollected(ctx, e, w, c, start, s.scenario, &res, done, ph.left)
+		if werr != nil && !errors.Is(werr, errIncomplete) {
+			return res, werr
+		}
+	} else {
+		if err := w.waitUntil(ctx, o.timeout, s.scenario, done); err != nil {
+			return res, err
+		}
+		res.Elapsed = time.Since(start)
+	}
 	res.Objects = ph.objects()
 	res.FirstCall, res.LastCall = e.proxy.firstLast(start)
 	res.InFlight = e.proxy.meanInFlight(start, start.Add(res.Elapsed))
 	res.Calls = e.proxy.snapshot().sub(before)
+	res.Trips = c.breakerTrips()
 	stopped = true
 	res.Usage, err = c.stop()
-	if foreign := foreignRequests(e.proxy.snapshot().sub(atStart)); len(foreign) > 0 {
+	if foreign := foreignRequests(e.proxy.snapshot().sub(atStart), s.collector == collectorKGC); len(foreign) > 0 {
 		return res, fmt.Errorf("requests of other clients reached the collector's proxy: %s", strings.Join(foreign, ", "))
 	}
-	return res, err
+	return res, errors.Join(werr, err)
 }
 
 // foreignRequests returns what in c no garbage collector sends and the
@@ -231,8 +271,10 @@ func runClusterCell(ctx context.Context, e *env, s cellSpec) (result, error) {
 // or kwok's requests (by User-Agent, or by what they write: objects
 // created (other than Events), status and binding subresources, leases).
 // They use connections of their own, straight to the apiserver; a request
-// of theirs at the proxy would be counted as the collector's.
-func foreignRequests(c counts) []string {
+// of theirs at the proxy would be counted as the collector's. ownLeases:
+// the collector writes Leases of its own (kgc records its breaker's trips
+// and its orphan journal on Leases), so Lease writes are not foreign.
+func foreignRequests(c counts, ownLeases bool) []string {
 	var out []string
 	for agent, n := range c.ByAgent {
 		if slices.Contains([]string{"kube-controller-manager", "kube-scheduler", "kwok"}, agent) {
@@ -242,9 +284,11 @@ func foreignRequests(c counts) []string {
 	for k, n := range c.ByResource {
 		verb, res, _ := strings.Cut(k, " ")
 		write := verb != verbGet && verb != verbList && verb != verbListNamespaced && verb != verbWatch && verb != verbDiscovery && verb != verbOther
+		lease := res == "coordination.k8s.io/leases"
 		switch {
+		case lease && ownLeases:
 		case verb == verbCreate && res != "events" && res != "events.k8s.io/events",
-			write && (strings.HasSuffix(res, "/status") || strings.HasSuffix(res, "/binding") || res == "coordination.k8s.io/leases"):
+			write && (strings.HasSuffix(res, "/status") || strings.HasSuffix(res, "/binding") || lease):
 			out = append(out, fmt.Sprintf("%s=%d", k, n))
 		}
 	}

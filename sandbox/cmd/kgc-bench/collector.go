@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
@@ -21,6 +22,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -34,6 +36,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
 
+	"github.com/kgc-dev/kgc/internal/app"
 	"github.com/kgc-dev/kgc/pkg/kgc"
 )
 
@@ -69,6 +72,13 @@ type collectorFlags struct {
 	// of the namespaces (discovery.SetBenchmarkShard: a measurement of
 	// docs/scaling.md's sharded design, not a way to run kgc).
 	Shard string
+	// KGCOptions: the options the kgc child collects with: kgcOptionsRun
+	// (`kgc run`'s defaults) or kgcOptionsLibrary (the library's, with the
+	// orphan journal).
+	KGCOptions string
+	// KeepLog, when set, is where the parent copies the child's log when
+	// it stops (--child-logs); the child does not see it.
+	KeepLog string
 }
 
 func (f collectorFlags) args() []string {
@@ -83,6 +93,7 @@ func (f collectorFlags) args() []string {
 		"--child-cpuprofile=" + f.CPUProfile,
 		"--child-memprofile=" + f.MemProfile,
 		"--shard=" + f.Shard,
+		"--kgc-options=" + f.KGCOptions,
 	}
 }
 
@@ -125,6 +136,74 @@ func limitNames(n int) []string {
 		names[i] = fmt.Sprintf("obj-%05d", i)
 	}
 	return names
+}
+
+// The options the kgc child can collect with (--kgc-options).
+const (
+	// kgcOptionsRun: what `kgc run` collects with at its default flags,
+	// taken from internal/app as `kgc run` builds them: the deletion
+	// breaker on its Lease, the restore-signature hold, the orphan
+	// journal, and the rest of its defaults.
+	kgcOptionsRun = "run"
+	// kgcOptionsLibrary: the library's defaults (no breaker, no hold),
+	// with the orphan journal: what the benchmark ran before it ran
+	// `kgc run`'s, for comparison.
+	kgcOptionsLibrary = "library"
+)
+
+// kgcOptions returns the library options of a kgc child with f's budget,
+// workers and write slots, and the Go GC target percentage it runs with
+// (`kgc run`'s --gc-percent default).
+func kgcOptions(f collectorFlags) (kgc.Options, int, error) {
+	switch f.KGCOptions {
+	case kgcOptionsRun, "":
+		ro, err := runOptions(f)
+		if err != nil {
+			return kgc.Options{}, 0, err
+		}
+		return ro.LibraryOptions(), ro.Observability.GCPercent, nil
+	case kgcOptionsLibrary:
+		return kgc.Options{QPS: float32(f.QPS), Burst: f.Burst, Workers: f.Workers, MaxWritesInFlight: f.MaxWrites,
+			OrphanJournal: &kgc.OrphanJournalOptions{LeaseNamespace: metav1.NamespaceSystem, LeaseName: "kgc-bench-orphans"}}, kgc.RecommendedGCPercent, nil
+	default:
+		return kgc.Options{}, 0, fmt.Errorf("--kgc-options %q: want %s or %s", f.KGCOptions, kgcOptionsRun, kgcOptionsLibrary)
+	}
+}
+
+// runOptions are `kgc run`'s options at its default flags but for the
+// budget (--kube-api-qps, --kube-api-burst), the workers
+// (--concurrent-gc-syncs) and the write slots (--max-writes-inflight),
+// which are the cell's, completed and validated as `kgc run` does.
+func runOptions(f collectorFlags) (*app.RunOptions, error) {
+	ro := app.NewRunOptions()
+	ro.KubeAPIQPS, ro.KubeAPIBurst = float32(f.QPS), f.Burst
+	ro.ConcurrentGCSyncs, ro.MaxWritesInFlight = f.Workers, f.MaxWrites
+	if err := ro.Complete(); err != nil {
+		return nil, err
+	}
+	if errs := ro.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("kgc run options: %w", errors.Join(errs...))
+	}
+	return ro, nil
+}
+
+// kgcLeases are the Leases a kgc child with these options may write (the
+// breaker's trips, the orphan journal): the benchmark deletes them after
+// every cell, so that a trip or a journal entry of one cell does not carry
+// over into the next, which runs on the same control plane.
+func kgcLeases(mode string) []types.NamespacedName {
+	opts, _, err := kgcOptions(collectorFlags{KGCOptions: mode, QPS: 1, Burst: 1, Workers: 1})
+	if err != nil {
+		return nil
+	}
+	var out []types.NamespacedName
+	if b := opts.Breaker; b != nil && b.LeaseName != "" {
+		out = append(out, types.NamespacedName{Namespace: b.LeaseNamespace, Name: b.LeaseName})
+	}
+	if j := opts.OrphanJournal; j != nil {
+		out = append(out, types.NamespacedName{Namespace: j.LeaseNamespace, Name: j.LeaseName})
+	}
+	return out
 }
 
 // runCollectorRole is the child's main.
@@ -176,16 +255,17 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 			}
 			kgcdiscovery.SetBenchmarkShard(i, n)
 		}
-		// As `kgc run` does (its --gc-percent default); upstream runs with
-		// Go's default, as kube-controller-manager does. GOGC in the
+		opts, gcPercent, err := kgcOptions(f)
+		if err != nil {
+			return err
+		}
+		// As `kgc run` does without --gc-percent; upstream runs with Go's
+		// default, as kube-controller-manager does. GOGC in the
 		// environment wins for both.
 		if os.Getenv("GOGC") == "" {
-			debug.SetGCPercent(kgc.RecommendedGCPercent)
+			debug.SetGCPercent(gcPercent)
 		}
-		// With the orphan journal, as `kgc run` runs (its writes are
-		// counted with the rest).
-		c, err := kgc.New(cfg, kgc.Options{QPS: float32(f.QPS), Burst: f.Burst, Workers: f.Workers, MaxWritesInFlight: f.MaxWrites,
-			OrphanJournal: &kgc.OrphanJournalOptions{LeaseNamespace: metav1.NamespaceSystem, LeaseName: "kgc-bench-orphans"}})
+		c, err := kgc.New(cfg, opts)
 		if err != nil {
 			return err
 		}
@@ -220,8 +300,9 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 	<-ctx.Done()
 	select {
 	case <-done:
-	case <-time.After(20 * time.Second):
-		return errors.New("collector did not stop within 20s")
+	case <-time.After(childStopWait):
+		// Said, not failed: what was measured was measured before.
+		fmt.Fprintln(stdout, "slowstop")
 	}
 	// The peak RSS of this process image. getrusage's ru_maxrss is no good
 	// for a child: Linux carries the parent's high-water mark across the
@@ -370,9 +451,13 @@ type child struct {
 	synced chan struct{}
 	exited chan struct{}
 	logf   *os.File
-	syncAt time.Time
-	vmhwm  int64 // kB, reported by the child as it exits
-	vmrss  int64 // kB, reported by the child when asked to stop
+	// keepLog: where stop copies the log (collectorFlags.KeepLog).
+	keepLog string
+	syncAt  time.Time
+	vmhwm   int64 // kB, reported by the child as it exits
+	// slowStop: the child said its collector did not stop in time.
+	slowStop bool
+	vmrss    int64 // kB, reported by the child when asked to stop
 	// heapPeak and heapLive (bytes): the child's peak heap in use, and its
 	// heap after a GC when asked to stop.
 	heapPeak, heapLive int64
@@ -387,6 +472,9 @@ type usage struct {
 	// HeapPeak: the peak heap in use (sampled every 10 ms); HeapLive: the
 	// heap after a GC, when asked to stop. Bytes.
 	HeapPeak, HeapLive int64
+	// SlowStop: the collector did not stop within childStopWait of being
+	// told to (its child exited regardless).
+	SlowStop bool
 }
 
 func startChild(f collectorFlags, logDir string) (*child, error) {
@@ -410,7 +498,7 @@ func startChild(f collectorFlags, logDir string) (*child, error) {
 		logf.Close()
 		return nil, err
 	}
-	c := &child{cmd: cmd, stdin: stdin, synced: make(chan struct{}), exited: make(chan struct{}), logf: logf}
+	c := &child{cmd: cmd, stdin: stdin, synced: make(chan struct{}), exited: make(chan struct{}), logf: logf, keepLog: f.KeepLog}
 	c.start = time.Now()
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -423,6 +511,9 @@ func startChild(f collectorFlags, logDir string) (*child, error) {
 			if line == "synced" {
 				c.syncAt = time.Now()
 				close(c.synced)
+			}
+			if line == "slowstop" {
+				c.slowStop = true
 			}
 			if v, ok := strings.CutPrefix(line, "vmhwm "); ok {
 				c.vmhwm, _ = strconv.ParseInt(v, 10, 64)
@@ -457,20 +548,32 @@ func (c *child) waitSynced(ctx context.Context, timeout time.Duration) (time.Dur
 	}
 }
 
-// stop closes the child's stdin, waits (killing it after 30s) and returns
+// childStopWait is how long a collector child waits for its collector to
+// stop before it exits all the same, saying so (usage.SlowStop).
+// Upstream's can take minutes: its event broadcaster's Shutdown waits
+// for events still being retried, such as those of a deleted namespace.
+const childStopWait = 45 * time.Second
+
+// stop closes the child's stdin, waits (killing it after childStopWait
+// and 15 s more) and returns
 // its resource usage.
 func (c *child) stop() (usage, error) {
 	_ = c.stdin.Close()
 	var err error
 	select {
 	case <-c.exited:
-	case <-time.After(30 * time.Second):
+	case <-time.After(childStopWait + 15*time.Second):
 		_ = c.cmd.Process.Kill()
 		<-c.exited
-		err = errors.New("collector did not exit within 30s; killed")
+		err = fmt.Errorf("collector did not exit within %s; killed", childStopWait+15*time.Second)
 	}
 	defer os.Remove(c.logf.Name())
 	defer c.logf.Close()
+	if c.keepLog != "" {
+		if b, rerr := os.ReadFile(c.logf.Name()); rerr == nil {
+			_ = os.WriteFile(c.keepLog, b, 0o644)
+		}
+	}
 	st := c.cmd.ProcessState
 	if st == nil {
 		return usage{}, errors.Join(err, errors.New("no process state"))
@@ -490,8 +593,54 @@ func (c *child) stop() (usage, error) {
 		LiveRSSKB: c.vmrss,
 		HeapPeak:  c.heapPeak,
 		HeapLive:  c.heapLive,
+		SlowStop:  c.slowStop,
 		CPU:       time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime)),
 	}, err
+}
+
+// tripMarker is what kgc logs when its deletion breaker trips, or finds at
+// start that it tripped before and was not resumed.
+const tripMarker = "circuit breaker tripped"
+
+var (
+	tripSignal = regexp.MustCompile(`\bsignal="?([A-Za-z0-9-]+)"?`)
+	tripCount  = regexp.MustCompile(`\bcount=(\d+)`)
+	tripLimit  = regexp.MustCompile(`\blimit=(\d+)`)
+)
+
+// breakerTrips returns the deletion breaker trips the child has logged so
+// far, one per line that says so: the signal, and the count over the
+// limit when the line has them ("dangling-fraction 1001/1000").
+func (c *child) breakerTrips() []string {
+	b, err := os.ReadFile(c.logf.Name())
+	if err != nil {
+		return nil
+	}
+	return parseTrips(string(b))
+}
+
+func parseTrips(log string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(log, "\n") {
+		// The child's klog writes an error once per severity at or below
+		// it, all to the same log: the copies are one trip.
+		if !strings.Contains(strings.ToLower(line), tripMarker) || seen[line] {
+			continue
+		}
+		seen[line] = true
+		t := "unknown signal"
+		if m := tripSignal.FindStringSubmatch(line); m != nil {
+			t = m[1]
+		}
+		if n, l := tripCount.FindStringSubmatch(line), tripLimit.FindStringSubmatch(line); n != nil && l != nil {
+			t += " " + n[1] + "/" + l[1]
+		} else if strings.Contains(line, "before this kgc started") {
+			t += " (on the Lease at start)"
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 func (c *child) logTail() string {

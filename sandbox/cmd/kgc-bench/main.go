@@ -15,6 +15,13 @@
 // then Go benchmark lines (for benchstat) and Markdown tables of the
 // medians.
 //
+// kgc runs with the options `kgc run` collects with at its default flags
+// (internal/app's, as `kgc run` builds them: the deletion breaker on its
+// Lease, the restore-signature hold, the orphan journal), with the cell's
+// budget and workers; --kgc-options=library runs the library's defaults
+// instead (no breaker, no hold). The Leases kgc writes are deleted after
+// every cell, so that no trip carries over to the next.
+//
 //	go run ./sandbox/cmd/kgc-bench --quick
 //	go run ./sandbox/cmd/kgc-bench --runs 3 --markdown bench.md
 //
@@ -38,6 +45,22 @@
 //	            objects as the Background fan-out, timed like a cell (until the watcher sees them gone);
 //	            measured on each background run's control plane right after its cells when both are
 //	            selected, and compared with the fan-out run by run
+//
+// Bulk deletions (bulk.go; the group bulk): legitimate deletions of many
+// owners at once, each to be collected in full. A kgc cell whose
+// deletion breaker tripped and which then collects nothing for --stall,
+// or any cell that collects nothing for --idle, ends there, reported with
+// what it left (and the run exits non-zero):
+//
+//	crd-delete  a CRD with --crd-instances instances, each owning a ConfigMap (controller,
+//	            blockOwnerDeletion), deleted; until the CRD and every ConfigMap are gone (N)
+//	collection  --collection-owners ConfigMaps labelled app=x, each owning a Secret, removed by one
+//	            DeleteCollection (kubectl delete configmaps -l app=x); until every Secret is gone (N)
+//	backlog     --backlog owners, each with a dependent, deleted Background while no collector runs;
+//	            from the collector's start until every dependent is gone (N)
+//	namespace   on a real cluster (kube-controller-manager's namespace controller empties it, owners
+//	            first): a namespace with --namespace-owners ConfigMaps, each owning a ConfigMap,
+//	            deleted; until it is gone (N)
 //
 // Real-cluster scenarios (--cluster, or --scenarios=cluster or some of them;
 // cluster.go): one sandbox per run with kube-controller-manager (every
@@ -108,6 +131,21 @@ type options struct {
 	populated          int
 	limit              int
 
+	// The bulk deletions (bulk.go).
+	crdInstances     int
+	collectionOwners int
+	namespaceOwners  int
+	backlog          int
+	// stall: a bulk deletion whose kgc logged a breaker trip and has
+	// collected nothing for this long ends, with what is left reported.
+	stall time.Duration
+	// idle: a bulk deletion where nothing has been collected for this
+	// long ends, whatever the collector, with what is left reported.
+	idle time.Duration
+	// kgcOptions: kgcOptionsRun or kgcOptionsLibrary (collector.go).
+	kgcOptions string
+	childLogs  string // directory the collectors' logs are kept in
+
 	// The real-cluster scenarios (cluster.go).
 	nodes           int
 	deploymentPods  int
@@ -122,7 +160,13 @@ type options struct {
 	memProfile string // directory for the collectors' allocation profiles
 }
 
-var allScenarios = []string{"background", "foreground", "chain", "orphan", "orphan-background", "sweep", "populated", "limit"}
+var allScenarios = []string{"background", "foreground", "chain", "orphan", "orphan-background", "sweep", "populated", "limit", scCRDDelete, scCollection, scBacklog}
+
+// defaultScenarios are what runs without --scenarios: every scenario but
+// the real-cluster ones, and the namespace deletion, which runs on a real
+// cluster (kube-controller-manager's namespace controller empties the
+// namespace).
+var defaultScenarios = append(slices.Clone(allScenarios), scNamespace)
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
@@ -136,7 +180,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		cf     collectorFlags
 		o      options
 		quick  = fs.Bool("quick", false, "small sizes and 1 run: finishes in a few minutes")
-		scen   = fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ",")+"; on a real cluster: "+strings.Join(clusterScenarios, ",")+" (groups: cluster = all of these, deployment = both deployment-*)")
+		scen   = fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ",")+"; on a real cluster: "+scNamespace+","+strings.Join(clusterScenarios, ",")+" (groups: cluster = all of these but namespace, deployment = both deployment-*, bulk = "+strings.Join(bulkScenarios, ",")+")")
 		clus   = fs.Bool("cluster", false, "run the real-cluster scenarios (kube-controller-manager, kube-scheduler, simulated nodes): the same as --scenarios=cluster")
 		colls  = fs.String("collectors", "upstream,kgc", "comma-separated collectors: upstream, kgc")
 		buds   = fs.String("budgets", "kcm,unthrottled", "comma-separated budgets: kcm, unthrottled")
@@ -172,6 +216,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.sweepSharedOwners, "sweep-shared-owners", 10, "startup sweep: the shared never-existing owners")
 	fs.IntVar(&o.populated, "populated", 4000, "objects of the populated-cluster scenario (one owner per three dependents)")
 	fs.IntVar(&o.limit, "limit", 0, "objects deleted by the physical-limit client (default: as many as the unthrottled Background fan-out collects, fan-owners × fan-dependents × unthrottled-scale)")
+	fs.IntVar(&o.crdInstances, "crd-instances", 10000, "crd-delete: instances of the deleted CRD, each owning a ConfigMap")
+	fs.IntVar(&o.collectionOwners, "collection-owners", 5000, "collection: ConfigMap owners removed by one DeleteCollection, each owning a Secret")
+	fs.IntVar(&o.namespaceOwners, "namespace-owners", 5000, "namespace: ConfigMap owners in the deleted namespace, each owning a ConfigMap")
+	fs.IntVar(&o.backlog, "backlog", 5000, "backlog: owners deleted while no collector runs, each with a dependent ConfigMap")
+	fs.DurationVar(&o.stall, "stall", 30*time.Second, "bulk deletions: end a cell whose kgc logged a deletion breaker trip once it has collected nothing for this long, reporting what is left (0: wait for --timeout)")
+	fs.DurationVar(&o.idle, "idle", 3*time.Minute, "bulk deletions: end a cell in which nothing has been collected for this long, whatever the collector, reporting what is left (0: wait for the timeout: the larger of --timeout and 1 s per 5 objects)")
+	fs.StringVar(&o.kgcOptions, "kgc-options", kgcOptionsRun, "options of the kgc collector: "+kgcOptionsRun+" (what `kgc run` collects with at its default flags: the deletion breaker, the restore-signature hold, the orphan journal) or "+kgcOptionsLibrary+" (the library's defaults: no breaker, no hold; with the orphan journal)")
+	fs.StringVar(&o.childLogs, "child-logs", "", "keep each collector's log in this directory as <scenario>-<collector>-<budget>-<run>.log")
 	fs.IntVar(&o.nodes, "nodes", controlplane.DefaultNodes, "real-cluster scenarios: simulated nodes")
 	fs.IntVar(&o.deploymentPods, "deployment-pods", 1000, "deployment-*: Pods of the deleted Deployment")
 	fs.IntVar(&o.cronJobJobs, "cronjob-jobs", 500, "cronjob, cronjob-delete: completed Jobs (each with its Pod) in the CronJob's history")
@@ -185,7 +237,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *role == "collector" {
-		cf.QPS, cf.Burst, cf.Workers, cf.MaxWrites = *kcmQPS, *kcmB, o.workers, o.kgcMaxWrites
+		cf.QPS, cf.Burst, cf.Workers, cf.MaxWrites, cf.KGCOptions = *kcmQPS, *kcmB, o.workers, o.kgcMaxWrites, o.kgcOptions
 		klog.SetOutput(stderr)
 		klog.LogToStderr(false)
 		if err := runCollectorRole(cf, stdin, stdout); err != nil {
@@ -216,6 +268,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		def("sweep-shared", &o.sweepShared, 100)
 		def("sweep-shared-owners", &o.sweepSharedOwners, 5)
 		def("populated", &o.populated, 1000)
+		def("crd-instances", &o.crdInstances, 2000)
+		def("collection-owners", &o.collectionOwners, 1500)
+		def("namespace-owners", &o.namespaceOwners, 1500)
+		def("backlog", &o.backlog, 1500)
 		def("deployment-pods", &o.deploymentPods, 200)
 		def("cronjob-jobs", &o.cronJobJobs, 100)
 		def("rollout-replicas", &o.rolloutReplicas, 100)
@@ -263,6 +319,20 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if o.cpuProfile != "" {
 		if err := os.MkdirAll(o.cpuProfile, 0o755); err != nil {
 			fmt.Fprintln(stderr, "--cpuprofile:", err)
+			return 2
+		}
+	}
+	if o.kgcOptions != kgcOptionsRun && o.kgcOptions != kgcOptionsLibrary {
+		fmt.Fprintf(stderr, "--kgc-options must be %s or %s\n", kgcOptionsRun, kgcOptionsLibrary)
+		return 2
+	}
+	if o.crdInstances < 1 || o.collectionOwners < 1 || o.namespaceOwners < 1 || o.backlog < 1 {
+		fmt.Fprintln(stderr, "--crd-instances, --collection-owners, --namespace-owners and --backlog must be at least 1")
+		return 2
+	}
+	if o.childLogs != "" {
+		if err := os.MkdirAll(o.childLogs, 0o755); err != nil {
+			fmt.Fprintln(stderr, "--child-logs:", err)
 			return 2
 		}
 	}
@@ -315,7 +385,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout)
 	fmt.Fprintf(stdout, "goos: %s\ngoarch: %s\npkg: github.com/kgc-dev/kgc/sandbox/cmd/kgc-bench\ncpu: %s\n", runtime.GOOS, runtime.GOARCH, cpuModel())
 	for _, r := range results {
-		fmt.Fprintln(stdout, benchLine(r))
+		if !r.Incomplete { // an unfinished phase has no time to compare
+			fmt.Fprintln(stdout, benchLine(r))
+		}
 	}
 	fmt.Fprintln(stdout)
 	return report(stdout, stderr, o.markdown, err, func(w io.Writer) { writeTable(w, results, o.budgetList, machine) })
@@ -484,16 +556,28 @@ func scenarioRun(ctx context.Context, o *options, sc string, run int, logDir str
 		for _, coll := range colls {
 			s := cellSpec{scenario: sc, collector: coll, budget: b, run: run}
 			r, err := runCell(ctx, e, s)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s/%s: %w", coll, b, err))
-				fmt.Fprintf(out, "# %-10s %-9s %-11s run %d: FAILED: %v\n", sc, coll, b, run, err)
-			} else {
+			if err == nil {
+				err = tripError(r)
+			}
+			switch {
+			case err == nil:
 				results = append(results, r)
 				printCell(out, r)
+			case errors.Is(err, errIncomplete):
+				// Measured, but unfinished: in the bulk deletions' table.
+				results = append(results, r)
+				printCell(out, r)
+				errs = append(errs, fmt.Errorf("%s/%s: %w", coll, b, err))
+			default:
+				errs = append(errs, fmt.Errorf("%s/%s: %w", coll, b, err))
+				fmt.Fprintf(out, "# %-10s %-9s %-11s run %d: FAILED: %v\n", sc, coll, b, run, err)
 			}
 			ns := sanitize(fmt.Sprintf("%s-%s-%s-%d", s.scenario, s.collector, s.budget, s.run))
 			if err := cleanNamespace(ctx, client, ns); err != nil {
 				return results, errors.Join(append(errs, fmt.Errorf("cleaning %s: %w", ns, err))...)
+			}
+			if err := resetKGCLeases(ctx, client, o.kgcOptions); err != nil {
+				return results, errors.Join(append(errs, err)...)
 			}
 		}
 	}
@@ -553,6 +637,15 @@ func printCell(out io.Writer, r result) {
 		fmt.Fprintf(out, ", synced %.2fs, useful %.2fs, %.2f KB/object peak, %.2f KB/object live", r.Ready.Seconds(), r.Useful.Seconds(), r.rssGrowthPerObject(), r.liveRSSGrowthPerObject())
 	}
 	fmt.Fprint(out, callWindow(r))
+	if r.Incomplete {
+		fmt.Fprintf(out, ", INCOMPLETE: %d of %d left when it gave up", r.Left, r.Objects)
+	}
+	if len(r.Trips) > 0 {
+		fmt.Fprintf(out, ", deletion breaker tripped: %s", strings.Join(r.Trips, "; "))
+	}
+	if r.Usage.SlowStop {
+		fmt.Fprintf(out, ", did not stop within %s of being told to", childStopWait)
+	}
 	if r.Note != "" {
 		fmt.Fprintf(out, " (%s)", r.Note)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // TestMain lets the test binary serve as the collector child of the smoke
@@ -221,6 +223,42 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
+// TestBulkSmoke runs the bulk deletions that need no real cluster with
+// tiny sizes (far below any breaker threshold) for both collectors, end
+// to end: the CRD, the DeleteCollection, the backlog.
+func TestBulkSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts control planes")
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"--scenarios", "crd-delete,collection,backlog", "--budgets", "unthrottled", "--runs", "1",
+		"--crd-instances", "20", "--collection-owners", "20", "--backlog", "20", "--timeout", "2m"}, nil, &out, &errb)
+	t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+	if code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	for _, row := range []string{
+		"| CRD deleted with its instances | unthrottled | upstream | 20 | 1/1 | – |",
+		"| CRD deleted with its instances | unthrottled | kgc | 20 | 1/1 | – |",
+		"| DeleteCollection of owners | unthrottled | upstream | 20 | 1/1 | – |",
+		"| DeleteCollection of owners | unthrottled | kgc | 20 | 1/1 | – |",
+		"| Backlog at start-up | unthrottled | upstream | 20 | 1/1 | – |",
+		"| Backlog at start-up | unthrottled | kgc | 20 | 1/1 | – |",
+	} {
+		if !strings.Contains(out.String(), row) {
+			t.Errorf("output lacks %q", row)
+		}
+	}
+	// Each collector deletes each dependent once.
+	for _, sc := range []string{"CRD deleted with its instances", "DeleteCollection of owners", "Backlog at start-up"} {
+		for _, coll := range []string{"upstream", "kgc"} {
+			if got := verbRow(out.String(), sc, "unthrottled", coll); len(got) < 3 || got[2] != "1.00" {
+				t.Errorf("%s, %s: GET, namespaced LIST, DELETE per object = %v, want DELETE 1.00", sc, coll, got)
+			}
+		}
+	}
+}
+
 // verbRow returns the cells after the collector column of a row of the
 // calls-by-verb table.
 func verbRow(out, scenario, budget, collector string) []string {
@@ -279,14 +317,14 @@ func TestClusterSmoke(t *testing.T) {
 		t.Skip("starts a cluster")
 	}
 	var out, errb bytes.Buffer
-	code := run([]string{"--scenarios", "deployment-foreground,cronjob,rollout", "--budgets", "unthrottled", "--runs", "1",
+	code := run([]string{"--scenarios", "deployment-foreground,cronjob,rollout,namespace", "--budgets", "unthrottled", "--runs", "1",
 		"--nodes", "1", "--deployment-pods", "4", "--cronjob-jobs", "3", "--rollout-replicas", "3", "--rollouts", "2", "--rollout-interval", "200ms",
-		"--timeout", "2m"}, nil, &out, &errb)
+		"--namespace-owners", "5", "--timeout", "2m"}, nil, &out, &errb)
 	t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
 	if code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
-	for _, sc := range []string{"deployment-foreground", "cronjob", "rollout"} {
+	for _, sc := range []string{"deployment-foreground", "cronjob", "rollout", "namespace"} {
 		for _, coll := range []string{"upstream", "kgc"} {
 			if want := "BenchmarkSideBySide/" + sc + "/" + coll + "/unthrottled \t1\t"; !strings.Contains(out.String(), want) {
 				t.Errorf("output lacks %q", want)
@@ -311,16 +349,119 @@ func TestForeignRequests(t *testing.T) {
 		ByResource: map[string]int64{"GET pods": 3, "DELETE pods": 3, "PATCH apps/replicasets": 1, "CREATE events": 2, "LIST pods": 1, "WATCH pods": 1},
 		ByAgent:    map[string]int64{"kgc-bench": 11},
 	}
-	if got := foreignRequests(mine); len(got) != 0 {
+	if got := foreignRequests(mine, false); len(got) != 0 {
 		t.Errorf("a collector's requests taken for others': %v", got)
 	}
 	theirs := counts{
-		ByResource: map[string]int64{"GET pods": 3, "CREATE pods": 1, "CREATE pods/binding": 1, "PATCH pods/status": 2, "UPDATE coordination.k8s.io/leases": 1},
+		ByResource: map[string]int64{"GET pods": 3, "CREATE pods": 1, "CREATE pods/binding": 1, "PATCH pods/status": 2, "UPDATE coordination.k8s.io/leases": 1, "CREATE coordination.k8s.io/leases": 1},
 		ByAgent:    map[string]int64{"kgc-bench": 5, "kube-scheduler": 2},
 	}
-	want := []string{"2 from kube-scheduler", "CREATE pods/binding=1", "CREATE pods=1", "PATCH pods/status=2", "UPDATE coordination.k8s.io/leases=1"}
-	if got := foreignRequests(theirs); !slices.Equal(got, want) {
+	want := []string{"2 from kube-scheduler", "CREATE coordination.k8s.io/leases=1", "CREATE pods/binding=1", "CREATE pods=1", "PATCH pods/status=2", "UPDATE coordination.k8s.io/leases=1"}
+	if got := foreignRequests(theirs, false); !slices.Equal(got, want) {
 		t.Errorf("foreignRequests = %v, want %v", got, want)
+	}
+	// kgc records its breaker's trips and its orphan journal on Leases
+	// of its own; a Lease write is then not foreign, the rest still is.
+	want = []string{"2 from kube-scheduler", "CREATE pods/binding=1", "CREATE pods=1", "PATCH pods/status=2"}
+	if got := foreignRequests(theirs, true); !slices.Equal(got, want) {
+		t.Errorf("foreignRequests with the collector's own Leases = %v, want %v", got, want)
+	}
+}
+
+// TestKGCOptions: the kgc child collects with what `kgc run` collects
+// with at its default flags (the deletion breaker on its Lease, the
+// restore-signature hold, the orphan journal), with the cell's budget,
+// workers and write slots; with --kgc-options=library, the library's
+// defaults with the orphan journal.
+func TestKGCOptions(t *testing.T) {
+	f := collectorFlags{QPS: 40, Burst: 30, Workers: 20, MaxWrites: 7}
+	opts, gcPercent, err := kgcOptions(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.QPS != 40 || opts.Burst != 30 || opts.Workers != 20 || opts.MaxWritesInFlight != 7 {
+		t.Errorf("budget %v/%d, workers %d, write slots %d; want 40/30, 20, 7", opts.QPS, opts.Burst, opts.Workers, opts.MaxWritesInFlight)
+	}
+	if opts.Breaker == nil || opts.Breaker.LeaseNamespace != "kube-system" || opts.Breaker.LeaseName != "kgc" {
+		t.Errorf("breaker %+v, want one on the Lease kube-system/kgc", opts.Breaker)
+	}
+	if !opts.HoldRestored {
+		t.Error("no restore-signature hold")
+	}
+	if j := opts.OrphanJournal; j == nil || j.LeaseNamespace != "kube-system" || j.LeaseName != "kgc-orphans" {
+		t.Errorf("orphan journal %+v, want one on the Lease kube-system/kgc-orphans", j)
+	}
+	if gcPercent <= 0 {
+		t.Errorf("GC percent %d", gcPercent)
+	}
+	want := []types.NamespacedName{{Namespace: "kube-system", Name: "kgc"}, {Namespace: "kube-system", Name: "kgc-orphans"}}
+	if got := kgcLeases(kgcOptionsRun); !slices.Equal(got, want) {
+		t.Errorf("kgcLeases(run) = %v, want %v", got, want)
+	}
+
+	f.KGCOptions = kgcOptionsLibrary
+	opts, _, err = kgcOptions(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Breaker != nil || opts.HoldRestored || opts.OrphanJournal == nil {
+		t.Errorf("library options: breaker %+v, hold %v, journal %+v; want none, false, one", opts.Breaker, opts.HoldRestored, opts.OrphanJournal)
+	}
+	f.KGCOptions = "nope"
+	if _, _, err := kgcOptions(f); err == nil {
+		t.Error("no error for --kgc-options=nope")
+	}
+}
+
+func TestParseTrips(t *testing.T) {
+	log := `I0101 00:00:00.000000       1 workers.go:10] "Deleting" object="v1/Secret ns/dep-00001"
+E0101 00:00:01.000000       1 hold.go:174] "Deletion circuit breaker tripped: holding deletions on this basis until an operator resumes" signal="dangling-fraction" count=1001 limit=1000 window="10m0s" object="v1/Secret ns/dep-01000" because="1001 owners that kgc did not delete itself were found gone within 10m0s, each with dependents to delete, more than 1000 (the larger of the dangling fraction of the graph's 4000 objects and the minimum)"
+E0101 00:00:01.000000       1 hold.go:174] "Deletion circuit breaker tripped: holding deletions on this basis until an operator resumes" signal="dangling-fraction" count=1001 limit=1000 window="10m0s" object="v1/Secret ns/dep-01000" because="1001 owners that kgc did not delete itself were found gone within 10m0s, each with dependents to delete, more than 1000 (the larger of the dangling fraction of the graph's 4000 objects and the minimum)"
+E0101 00:00:02.000000       1 breaker.go:140] "Deletion circuit breaker tripped before this kgc started and was not resumed: holding deletions on this basis until an operator resumes" signal="unobserved-owners" trippedAt="2026-01-01 00:00:00 +0000 UTC"
+`
+	want := []string{"dangling-fraction 1001/1000", "unobserved-owners (on the Lease at start)"}
+	if got := parseTrips(log); !slices.Equal(got, want) {
+		t.Errorf("parseTrips = %q, want %q", got, want)
+	}
+	if got := parseTrips("I0101 nothing tripped here\n"); len(got) != 0 {
+		t.Errorf("parseTrips of a log without trips = %q", got)
+	}
+}
+
+// TestBulkTable: an unfinished cell is in the bulk deletions' table with
+// what it left and its trips, and in no other table; the finished ones
+// are compared with upstream's.
+func TestBulkTable(t *testing.T) {
+	rs := []result{
+		{Scenario: scCollection, Collector: collectorUpstream, Budget: "kcm", Objects: 1500, Elapsed: 110 * time.Second, OwnerGone: 2 * time.Second,
+			Calls: counts{ByVerb: map[string]int64{verbGet: 1500, verbDelete: 1500}}},
+		{Scenario: scCollection, Collector: collectorKGC, Budget: "kcm", Objects: 1500, Elapsed: 90 * time.Second, OwnerGone: 2 * time.Second,
+			Incomplete: true, Left: 500, Trips: []string{"dangling-fraction 1001/1000"},
+			Calls: counts{ByVerb: map[string]int64{verbDelete: 1000}}},
+		{Scenario: scCRDDelete, Collector: collectorUpstream, Budget: "kcm", Objects: 2000, Elapsed: 100 * time.Second},
+		{Scenario: scCRDDelete, Collector: collectorKGC, Budget: "kcm", Objects: 2000, Elapsed: 50 * time.Second},
+	}
+	var b bytes.Buffer
+	writeTable(&b, rs, []string{"kcm"}, "test machine")
+	out := b.String()
+	for _, want := range []string{
+		"| DeleteCollection of owners | kcm | upstream | 1500 | 1/1 | – | 2.00 | 110.00 | – | 13.6 | 2.00 | none |",
+		"| DeleteCollection of owners | kcm | kgc | 1500 | 0/1 | 500 | 2.00 | – | – | – | 1.00 | dangling-fraction 1001/1000 |",
+		"| CRD deleted with its instances | kcm | kgc | 2000 | 1/1 | – | – | 50.00 | 0.50× | 40.0 | 0.00 | none |",
+		// The main table has the finished cells only.
+		"| DeleteCollection of owners | kcm | 1500 | 13.6 | – | – |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestExpandBulk(t *testing.T) {
+	got := expandScenarios([]string{"bulk"})
+	want := []string{scCRDDelete, scCollection, scNamespace, scBacklog}
+	if !slices.Equal(got, want) {
+		t.Errorf("expandScenarios(bulk) = %v, want %v", got, want)
 	}
 }
 

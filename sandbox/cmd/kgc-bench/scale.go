@@ -305,7 +305,7 @@ func mb(b int64) float64 { return float64(b) / (1 << 20) }
 
 func scaleFlags(e *env, coll, label string) collectorFlags {
 	b := e.opts.budgets["unthrottled"]
-	f := collectorFlags{Collector: coll, Server: e.proxy.URL, QPS: b.qps, Burst: b.burst, Workers: e.opts.workers, MaxWrites: e.opts.kgcMaxWrites}
+	f := collectorFlags{Collector: coll, Server: e.proxy.URL, QPS: b.qps, Burst: b.burst, Workers: e.opts.workers, MaxWrites: e.opts.kgcMaxWrites, KGCOptions: e.opts.kgcOptions}
 	name := sanitize(fmt.Sprintf("scale-%s-%s", label, coll))
 	if e.opts.cpuProfile != "" {
 		f.CPUProfile = filepath.Join(e.opts.cpuProfile, name+".pprof")

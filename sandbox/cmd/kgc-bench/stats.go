@@ -46,20 +46,41 @@ type result struct {
 
 	Usage usage
 	Note  string
+
+	// Incomplete: the collector did not finish the phase (a bulk
+	// deletion whose kgc tripped its deletion breaker and stopped, or
+	// --timeout); Left is what it left to collect then (dependents; for
+	// the namespace deletion, objects left in the namespace). Elapsed is
+	// then when the cell gave up. Incomplete cells are left out of every
+	// table but the bulk deletions'.
+	Incomplete bool
+	Left       int
+	// Trips are the deletion breaker trips the kgc collector logged in
+	// the cell (parseTrips).
+	Trips []string
+}
+
+// collected is how many of the objects the phase ended with gone: all of
+// them unless it is incomplete.
+func (r result) collected() int {
+	if r.Incomplete {
+		return max(r.Objects-r.Left, 0)
+	}
+	return r.Objects
 }
 
 func (r result) objectsPerSecond() float64 {
 	if r.Elapsed <= 0 {
 		return 0
 	}
-	return float64(r.Objects) / r.Elapsed.Seconds()
+	return float64(r.collected()) / r.Elapsed.Seconds()
 }
 
 func (r result) callsPerObject() float64 {
-	if r.Objects == 0 {
+	if r.collected() == 0 {
 		return 0
 	}
-	return float64(r.Calls.perObject()) / float64(r.Objects)
+	return float64(r.Calls.perObject()) / float64(r.collected())
 }
 
 func (r result) verbPerObject(verb string) float64 {
@@ -191,11 +212,17 @@ var scenarioTitles = []struct{ name, title string }{
 	{scCronJob, "CronJob history limit lowered (cluster)"},
 	{scCronJobDelete, "CronJob deleted (cluster)"},
 	{scRollout, "Rollout storm (cluster)"},
+	{scCRDDelete, "CRD deleted with its instances"},
+	{scCollection, "DeleteCollection of owners"},
+	{scNamespace, "Namespace deleted (cluster)"},
+	{scBacklog, "Backlog at start-up"},
 }
 
 // writeTable writes the Markdown tables of the medians.
 func writeTable(w io.Writer, results []result, budgets []string, machine string) {
-	g := group(results)
+	// Unfinished cells have no time or per-object cost to compare: they
+	// are in the bulk deletions' table alone.
+	g := group(slices.DeleteFunc(slices.Clone(results), func(r result) bool { return r.Incomplete }))
 	runs := 0
 	for _, c := range g {
 		runs = max(runs, len(c.runs))
@@ -259,7 +286,7 @@ func writeTable(w io.Writer, results []result, budgets []string, machine string)
 		fmt.Fprintln(w, "| scenario | budget | objects | upstream owner gone s | kgc owner gone s | upstream done s | kgc done s | kgc/upstream done | upstream calls | kgc calls |")
 		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 		for _, st := range scenarioTitles {
-			if !isClusterScenario(st.name) {
+			if !slices.Contains(clusterScenarios, st.name) {
 				continue
 			}
 			for _, b := range budgets {
@@ -304,6 +331,8 @@ func writeTable(w io.Writer, results []result, budgets []string, machine string)
 			}
 		}
 	}
+
+	writeBulkTable(w, group(results), budgets)
 
 	if hasScenario(g, "populated") {
 		fmt.Fprintln(w)
@@ -364,6 +393,75 @@ func writeTable(w io.Writer, results []result, budgets []string, machine string)
 			fmt.Fprint(w, ".")
 		}
 		fmt.Fprintln(w)
+	}
+}
+
+// writeBulkTable writes the bulk deletions' table: every cell, finished
+// or not, with what an unfinished one left and the breaker's trips.
+func writeBulkTable(w io.Writer, g map[cellKey]*cell, budgets []string) {
+	if !slices.ContainsFunc(bulkScenarios, func(sc string) bool { return hasScenario(g, sc) }) {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Bulk deletions: seconds from the deletion (for the backlog, from the collector's start) until the owner is gone (the CRD; the owners) and until every dependent is (for the namespace, the namespace) — medians of the finished runs — and, for runs that did not finish, what the collector left; calls per object collected; the deletion breaker's trips as kgc logged them (signal count/limit):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| scenario | budget | collector | objects | finished | left | owner gone s | done s | vs upstream done | objects/s | calls/object | breaker trips |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, st := range scenarioTitles {
+		if !isBulkScenario(st.name) {
+			continue
+		}
+		for _, b := range budgets {
+			for _, coll := range []string{collectorUpstream, collectorKGC} {
+				c := g[cellKey{st.name, coll, b}]
+				if c == nil {
+					continue
+				}
+				var fin cell
+				var left []string
+				var trips []string
+				for _, r := range c.runs {
+					if r.Incomplete {
+						left = append(left, fmt.Sprint(r.Left))
+					} else {
+						fin.runs = append(fin.runs, r)
+					}
+					for _, t := range r.Trips {
+						if !slices.Contains(trips, t) {
+							trips = append(trips, t)
+						}
+					}
+				}
+				done := func(r result) float64 { return r.Elapsed.Seconds() }
+				owner := func(r result) float64 {
+					if r.OwnerGone <= 0 {
+						return math.NaN()
+					}
+					return r.OwnerGone.Seconds()
+				}
+				vs := "–"
+				if coll == collectorKGC {
+					vs = fratio(ratio(fin.med(done), medOf(g[cellKey{st.name, collectorUpstream, b}], func(r result) float64 {
+						if r.Incomplete {
+							return math.NaN()
+						}
+						return done(r)
+					})))
+				}
+				leftCell, tripCell := "–", "none"
+				if len(left) > 0 {
+					leftCell = strings.Join(left, ", ")
+				}
+				if len(trips) > 0 {
+					tripCell = strings.Join(trips, "; ")
+				}
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %d/%d | %s | %s | %s | %s | %s | %s | %s |\n", st.title, b, coll,
+					fnum(c.med(func(r result) float64 { return float64(r.Objects) }), 0), len(fin.runs), len(c.runs), leftCell,
+					f2(c.med(owner)), f2(fin.med(done)), vs,
+					f1(fin.med(func(r result) float64 { return r.objectsPerSecond() })),
+					f2(c.med(func(r result) float64 { return r.callsPerObject() })), tripCell)
+			}
+		}
 	}
 }
 
