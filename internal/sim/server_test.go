@@ -276,8 +276,9 @@ func TestServerRelistSeenFromNextStep(t *testing.T) {
 // never sees it list again. Its LIST is served on its own goroutine,
 // which then arms the timer: a timer armed by another goroutine does not
 // count, nor one armed before the failure, nor one that fired (the
-// monitor lists again). A LIST answering 404, after which the monitor
-// backs off without failing, is no different.
+// monitor lists again), and a failed LIST of another goroutine (a
+// worker's) does not hide it. A LIST answering 404, after which the
+// monitor backs off without failing, is no different.
 func TestFailedListAtRestOnceBackoffArmed(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -298,7 +299,7 @@ func TestFailedListAtRestOnceBackoffArmed(t *testing.T) {
 			if s.Srv.settled(gvr) {
 				t.Fatal("at rest after a failed LIST, before the backoff timer was armed")
 			}
-			armed := make(chan struct{})
+			armed, listed := make(chan struct{}), make(chan struct{})
 			go func() {
 				s.Clock.NewTimer(time.Second)
 				close(armed)
@@ -310,6 +311,15 @@ func TestFailedListAtRestOnceBackoffArmed(t *testing.T) {
 			backoff := s.Clock.NewTimer(time.Second)
 			if !s.Srv.settled(gvr) {
 				t.Fatal("not at rest with the backoff timer armed")
+			}
+			tc.fail(s)
+			go func() {
+				_, _ = s.Srv.Client(ActorKGC).Resource(gvr).List(context.Background(), metav1.ListOptions{Limit: 500})
+				close(listed)
+			}()
+			<-listed
+			if !s.Srv.settled(gvr) {
+				t.Fatal("not at rest with the backoff timer armed, after another goroutine's LIST failed")
 			}
 			s.Clock.Step(time.Second)
 			<-backoff.C()
