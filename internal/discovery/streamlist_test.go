@@ -9,9 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -261,6 +259,8 @@ type streamMonitorOptions struct {
 	gate      func(context.Context)
 	clock     *clocktesting.FakeClock
 	pagesOnly bool
+	// reads, if set, is given the RESTPageLister and lists in its place.
+	reads *readTracker
 }
 
 // streamMonitor runs a monitor of configMaps for the rest of the test,
@@ -283,9 +283,13 @@ func streamMonitor(t *testing.T, s *streamServer, o streamMonitorOptions) (*Moni
 	rec := &seqRecorder{}
 	m := NewMonitors(client, rec.observe)
 	t.Cleanup(m.Stop)
-	if o.pagesOnly {
+	switch {
+	case o.pagesOnly:
 		m.SetPageLister(PagesOnly(pl))
-	} else {
+	case o.reads != nil:
+		o.reads.RESTPageLister = pl
+		m.SetPageLister(o.reads)
+	default:
 		m.SetPageLister(pl)
 	}
 	if o.gate != nil {
@@ -391,6 +395,66 @@ func TestStreamListRelist(t *testing.T) {
 	checkStreamRequest(t, s.requests(reqStream)[1])
 	if w := s.requests(reqWatch)[0].q; w.Get("resourceVersion") != "40" {
 		t.Errorf("watch %v, want from the bookmark's 40", w)
+	}
+}
+
+// Listing is about a resource's first list (the workers park dependents
+// whose owner's resource is listing, instead of reading the owner): a
+// resource whose first list the graph builder applied is not listing,
+// also while a later relist (after a 410) is handed on and its marker not
+// applied yet, and also when the graph builder applies the first list's
+// marker only after the relist completed. Before, Listing compared with
+// the last complete list only: it answered (true, 0) in that window (0:
+// never idle, so never given up on), and for good if the resource
+// relists faster than the graph builder applies its markers (each marker
+// applied after the next list completed matched nothing), parking the
+// dependents of every owner of the resource missing from the graph
+// instead of reading it. Unlisted keeps its stricter meaning (the last
+// complete list applied): it only holds negative facts back.
+func TestRelistIsNotAFirstList(t *testing.T) {
+	release := make(chan struct{})
+	s := &streamServer{
+		stream: func(w http.ResponseWriter, r *http.Request, n int) {
+			sw := startStream(w)
+			if n == 1 {
+				sw.event(watch.Added, cm("a", "30"))
+				sw.end("40")
+				return
+			}
+			sw.event(watch.Added, cm("a", "50"))
+			sw.end("60")
+			<-r.Context().Done()
+		},
+		watch: func(w http.ResponseWriter, r *http.Request, n int) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+			answerExpired(w)
+		},
+	}
+	m, rec := streamMonitor(t, s, streamMonitorOptions{})
+	waitTrace(t, rec, "Upsert a@30 g1", "Listed g1")
+	if l, idle := m.Listing(configMaps.GroupKind()); !l || idle != 0 {
+		t.Errorf("first list handed on, not applied: Listing = %v, %s; want true, 0", l, idle)
+	}
+	close(release)
+	waitTrace(t, rec, "Upsert a@30 g1", "Listed g1", "Upsert a@50 g2", "Relisted @60 g2", "Listed g2")
+	// The graph builder applies the first list's marker only now.
+	m.Applied(rec.get()[1].Gen)
+	if l, idle := m.Listing(configMaps.GroupKind()); l {
+		t.Errorf("first list applied, relist handed on: Listing = %v, %s; want false: this is no first list", l, idle)
+	}
+	if u := m.Unlisted(); len(u) != 1 {
+		t.Errorf("Unlisted() = %v with the relist handed on but not applied, want configmaps (unchanged: strict)", u)
+	}
+	m.Applied(rec.get()[4].Gen)
+	if u := m.Unlisted(); len(u) != 0 {
+		t.Errorf("Unlisted() = %v after the relist was applied, want none", u)
+	}
+	if l, _ := m.Listing(configMaps.GroupKind()); l {
+		t.Error("Listing after the relist was applied")
 	}
 }
 
@@ -558,103 +622,6 @@ func TestStreamListCutBeforeAnyEventDoesNotSweep(t *testing.T) {
 	_, rec := streamMonitor(t, s, streamMonitorOptions{})
 	waitRequests(t, s, reqWatch, 1)
 	waitTrace(t, rec, "Upsert a@30 g1", "Listed g1")
-}
-
-// A stream that sends nothing for streamStall before its end bookmark is
-// given up (its request cancelled) and the resource listed by pages, the
-// initial events it delivered swept by that list.
-func TestStreamListStallGivesUp(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Now())
-	var cancelled atomic.Bool
-	s := &streamServer{
-		stream: func(w http.ResponseWriter, r *http.Request, n int) {
-			sw := startStream(w)
-			sw.event(watch.Added, cm("a", "30"))
-			<-r.Context().Done()
-			cancelled.Store(true)
-		},
-		list: func(w http.ResponseWriter, r *http.Request, n int) {
-			answerPage(w, "42")
-		},
-	}
-	_, rec := streamMonitor(t, s, streamMonitorOptions{clock: clk})
-	waitUntil(t, "the initial event", func() bool { return rec.upserts() == 1 })
-	stepped := time.Duration(0)
-	waitUntil(t, "the stalled stream to be given up", func() bool {
-		if cancelled.Load() {
-			return true
-		}
-		if len(s.requests(reqList)) == 0 && clk.HasWaiters() {
-			// The watchdog's timer (nothing else of the monitor's waits
-			// on the clock while it streams).
-			clk.Step(streamStall)
-			stepped += streamStall
-		}
-		return false
-	})
-	if stepped < streamStall {
-		t.Errorf("given up after %s, before streamStall", stepped)
-	}
-	waitRequests(t, s, reqWatch, 1)
-	waitTrace(t, rec, "Upsert a@30 g1", "Relisted @42 g2", "Listed g2")
-	if k := s.kinds(); !slices.Equal(k, []string{reqStream, reqList, reqWatch}) {
-		t.Fatalf("requests %q, want a streaming list given up, a paged list, a watch", k)
-	}
-}
-
-// The time a streaming list spends at the list gate is not a stall: a
-// gate that holds it for longer than streamStall does not make it give
-// up.
-func TestStreamListGateTimeIsNoStall(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Now())
-	var cancelled atomic.Bool
-	const events = streamBatch + 1
-	s := &streamServer{
-		stream: func(w http.ResponseWriter, r *http.Request, n int) {
-			sw := startStream(w)
-			for i := range events {
-				sw.event(watch.Added, cm(fmt.Sprintf("o%d", i), strconv.Itoa(i+1)))
-			}
-			sw.end("9000")
-			<-r.Context().Done()
-			cancelled.Store(true)
-		},
-	}
-	entered, release := make(chan struct{}), make(chan struct{})
-	var calls atomic.Int32
-	gate := func(ctx context.Context) {
-		if calls.Add(1) != 2 { // the first between batches
-			return
-		}
-		close(entered)
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-	}
-	m, rec := streamMonitor(t, s, streamMonitorOptions{gate: gate, clock: clk})
-	select {
-	case <-entered:
-	case <-time.After(monitorTimeout):
-		t.Fatal("the gate was not called between batches")
-	}
-	waitUntil(t, "the watchdog's timer", clk.HasWaiters)
-	clk.Step(2 * streamStall)
-	// The watchdog read its timer: it either armed a new one (not
-	// stalled) or gave the stream up.
-	waitUntil(t, "the watchdog to look", func() bool { return clk.HasWaiters() || cancelled.Load() })
-	if cancelled.Load() {
-		t.Fatal("the stream was given up while it waited at the list gate")
-	}
-	close(release)
-	waitUntil(t, "sync", m.HasSynced)
-	evs := trace(rec.get())
-	if len(evs) != events+1 || evs[events] != "Listed g1" || evs[0] != "Upsert o0@1 g1" || evs[events-1] != fmt.Sprintf("Upsert o%d@%d g1", events-1, events) {
-		t.Errorf("%d events (last %q), want %d upserts then Listed", len(evs), evs[len(evs)-1], events)
-	}
-	if k := s.kinds(); !slices.Equal(k, []string{reqStream}) || cancelled.Load() {
-		t.Errorf("requests %q (stream cancelled: %v), want the one streaming list, going on as the watch", k, cancelled.Load())
-	}
 }
 
 // The list gate holds a streaming list every streamBatch initial events,

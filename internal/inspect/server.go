@@ -29,6 +29,12 @@ const GraphPath = "/debug/controllers/garbage-collector-controller/graph"
 // graph endpoint with JSON (a kgc without the JSON form, or not a kgc).
 var ErrNoJSONGraph = errors.New("the server does not serve the ownership graph as JSON")
 
+// ErrBadJSONGraph is returned (wrapped) when the graph endpoint answers
+// JSON that does not decode as a graph (broken, or cut at maxGraphBytes):
+// a fault of the server or of what stands between, where ErrNoJSONGraph
+// is an older kgc that cannot answer.
+var ErrBadJSONGraph = errors.New("the server's ownership graph JSON does not decode")
+
 // maxGraphBytes bounds one graph response.
 const maxGraphBytes = 512 << 20
 
@@ -88,7 +94,7 @@ func (s *ServerView) fetch(ctx context.Context, q url.Values) (*graphapi.Graph, 
 	}
 	var g graphapi.Graph
 	if err := json.Unmarshal(body, &g); err != nil {
-		return nil, fmt.Errorf("%w: decoding %s: %w", ErrNoJSONGraph, u, err)
+		return nil, fmt.Errorf("%w: decoding %s: %w", ErrBadJSONGraph, u, err)
 	}
 	s.record(&g)
 	return &g, nil
@@ -263,7 +269,7 @@ func (s *ServerView) Lookup(ctx context.Context, kind, namespace, name string) (
 	var found []*graphapi.Node
 	g, err := s.fetch(ctx, url.Values{"kind": {kind}, "name": {name}, "namespace": {namespace}})
 	switch {
-	case errors.Is(err, ErrNoJSONGraph):
+	case errors.Is(err, ErrNoJSONGraph), errors.Is(err, ErrBadJSONGraph):
 		return nil, err
 	case err == nil:
 		found = find(g)

@@ -189,6 +189,23 @@ func TestServerViewNotJSON(t *testing.T) {
 	}
 }
 
+// A graph endpoint that answers JSON which does not decode (a truncated or
+// broken answer) is a fault, not an older kgc without the JSON form:
+// its error is ErrBadJSONGraph, not ErrNoJSONGraph, which callers take
+// as "this kgc cannot answer" and skip or fall back on.
+func TestServerViewBrokenJSON(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"synced":true,"nodes":[{"uid":`))
+	}))
+	defer srv.Close()
+	v, _ := NewServerView(srv.URL, srv.Client())
+	_, err := v.Lookup(context.Background(), "pod", "a", "x")
+	if !errors.Is(err, ErrBadJSONGraph) || errors.Is(err, ErrNoJSONGraph) {
+		t.Errorf("Lookup on a broken JSON graph: %v, want ErrBadJSONGraph and not ErrNoJSONGraph", err)
+	}
+}
+
 func TestTreeOwnersAboveAndJSON(t *testing.T) {
 	c := newCluster(t)
 	ns := c.add(nsR, "", "a")

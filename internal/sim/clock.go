@@ -1,6 +1,9 @@
 package sim
 
 import (
+	"bytes"
+	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -18,6 +21,8 @@ type Clock struct {
 	// time): until their readers took the tick, someone is about to wake.
 	fired   []chan time.Time
 	firedAt time.Time
+	// seq numbers the timers in the order they were armed.
+	seq uint64
 }
 
 type waiter struct {
@@ -26,6 +31,8 @@ type waiter struct {
 	period  time.Duration // tickers
 	ch      chan time.Time
 	stopped bool
+	// g armed the timer, seq-th (ArmedSince).
+	g, seq uint64
 }
 
 var _ clock.WithTicker = (*Clock)(nil)
@@ -46,9 +53,11 @@ func (c *Clock) Now() time.Time {
 func (c *Clock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
 func (c *Clock) add(d, period time.Duration) *waiter {
+	g := goroutineID()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w := &waiter{c: c, at: c.now.Add(d), period: period, ch: make(chan time.Time, 1)}
+	c.seq++
+	w := &waiter{c: c, at: c.now.Add(d), period: period, ch: make(chan time.Time, 1), g: g, seq: c.seq}
 	if d <= 0 && period == 0 {
 		w.ch <- c.now
 		w.stopped = true
@@ -132,6 +141,43 @@ func (c *Clock) Next() (at time.Time, ok bool) {
 		}
 	}
 	return at, ok
+}
+
+// Seq returns the number of timers armed so far.
+func (c *Clock) Seq() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq
+}
+
+// ArmedSince reports whether goroutine g has a one-shot timer pending that
+// it armed after the seq-th timer.
+func (c *Clock) ArmedSince(g, seq uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.waiters {
+		if !w.stopped && w.period == 0 && w.g == g && w.seq > seq {
+			return true
+		}
+	}
+	return false
+}
+
+// goroutineID returns the calling goroutine's ID, which Go exposes only in
+// stack traces ("goroutine 42 [running]:"). The scheduler needs it to
+// tell which goroutine armed a timer (ArmedSince): the one a failed LIST
+// was served on, which is the monitor's.
+func goroutineID() uint64 {
+	var buf [32]byte
+	b := bytes.TrimPrefix(buf[:runtime.Stack(buf[:], false)], []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); i > 0 {
+		b = b[:i]
+	}
+	id, err := strconv.ParseUint(string(b), 10, 64)
+	if err != nil {
+		panic("sim: no goroutine ID in " + strconv.Quote(string(buf[:])))
+	}
+	return id
 }
 
 // Timers returns the number of pending one-shot timers.

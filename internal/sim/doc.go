@@ -79,9 +79,9 @@
 // Collector.Idle (a test hook: workers started, event FIFO drained, no
 // queue item ready or being processed — which covers writes in flight —,
 // no rediscovery round running) and every monitor at rest (watching,
-// backing off after a failed LIST, or waiting in a held list or stream; a
-// streaming list is at rest only once its monitor watches, as a paged
-// list is). Time is fake (Clock, injected through
+// backing off after a failed LIST or WATCH once it armed its backoff
+// timer, or waiting in a held list or stream; a streaming list is at rest
+// only once its monitor watches, as a paged list is). Time is fake (Clock, injected through
 // collector.Config.Clock): the workqueues' backoff, the write log's TTLs,
 // foreground re-checks, periodic rediscovery, the monitors' backoff, the
 // unlisted hold (--unlisted-hold: a finalizer held for unlisted resources,

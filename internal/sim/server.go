@@ -54,8 +54,13 @@ type resource struct {
 	log                  []logEntry // events, for watches resuming from a version
 	compacted            int64      // a watch from below this answers 410
 	watchers             []*watcher
-	// listFailed and watching feed the scheduler's quiescence test.
+	// listFailed and watching feed the scheduler's quiescence test:
+	// listFailed, a LIST or WATCH of the collector's failed since its
+	// monitor last listed or watched; failedOn maps each goroutine such a
+	// call was served on (the monitor's, a worker's) to the number of
+	// timers the clock had armed by then (backsOff).
 	listFailed bool
+	failedOn   map[uint64]uint64
 	// holdList: the collector's LIST calls of this resource wait, before
 	// serving their page, until the scheduler releases them (HoldLists): a
 	// list that makes no progress. heldLists counts the calls waiting now;
@@ -688,21 +693,21 @@ func (s *Server) list(ctx context.Context, actor Actor, gvr schema.GroupVersionR
 	r, err := s.kind(gvr)
 	if err != nil {
 		if r := s.kinds[gvr.GroupResource()]; r != nil {
-			r.listFailed = true
+			s.backsOff(r)
 		}
 		return nil, err
 	}
 	switch {
 	case r.down:
-		r.listFailed = true
+		s.backsOff(r)
 		return nil, apierrors.NewServiceUnavailable("conversion webhook unavailable")
 	case r.failLists > 0 && actor == ActorKGC:
 		r.failLists--
-		r.listFailed = true
+		s.backsOff(r)
 		return nil, apierrors.NewTooManyRequests("injected", 1)
 	case r.failPages > 0 && actor == ActorKGC && opts.Continue != "":
 		r.failPages--
-		r.listFailed = true
+		s.backsOff(r)
 		return nil, apierrors.NewInternalError(fmt.Errorf("injected: page failed"))
 	}
 	var items []metav1.ObjectMeta
@@ -784,9 +789,35 @@ func cloneAnnotations(a map[string]string) map[string]string {
 func (s *Server) markListFailed(gvr schema.GroupVersionResource) {
 	s.mu.Lock()
 	if r := s.kinds[gvr.GroupResource()]; r != nil {
-		r.listFailed = true
+		s.backsOff(r)
 	}
 	s.mu.Unlock()
+}
+
+// backsOff records that the collector's LIST or WATCH of r failed (or
+// answered 404) on the calling goroutine: a monitor's calls are served on
+// its own goroutine, which then arms its backoff timer. Callers hold mu.
+func (s *Server) backsOff(r *resource) {
+	if !r.listFailed {
+		r.failedOn = map[uint64]uint64{}
+	}
+	r.listFailed = true
+	r.failedOn[goroutineID()] = s.clock.Seq()
+}
+
+// backingOff reports whether a goroutine that a failed call of r was
+// served on has armed a timer since that is still pending. Callers hold
+// mu.
+func (s *Server) backingOff(r *resource) bool {
+	if !r.listFailed {
+		return false
+	}
+	for g, seq := range r.failedOn {
+		if s.clock.ArmedSince(g, seq) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) watch(actor Actor, gvr schema.GroupVersionResource, ns string, opts metav1.ListOptions) (watch.Interface, error) {
@@ -799,12 +830,12 @@ func (s *Server) watch(actor Actor, gvr schema.GroupVersionResource, ns string, 
 	r, err := s.kind(gvr)
 	if err != nil {
 		if r := s.kinds[gvr.GroupResource()]; r != nil {
-			r.listFailed = true // the monitor backs off, then lists
+			s.backsOff(r) // the monitor backs off, then lists
 		}
 		return nil, err
 	}
 	if r.down {
-		r.listFailed = true
+		s.backsOff(r)
 		return nil, apierrors.NewServiceUnavailable("conversion webhook unavailable")
 	}
 	from, err := strconv.ParseInt(opts.ResourceVersion, 10, 64)
@@ -812,7 +843,7 @@ func (s *Server) watch(actor Actor, gvr schema.GroupVersionResource, ns string, 
 		return nil, apierrors.NewBadRequest("sim: watch needs a resourceVersion")
 	}
 	if from < r.compacted {
-		r.listFailed = true // the monitor relists at once
+		s.backsOff(r) // the monitor relists at once: not at rest until then
 		return nil, apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", from, r.compacted))
 	}
 	w := &watcher{gvr: gvr, res: r, ns: ns, ch: make(chan watch.Event), stop: make(chan struct{})}
@@ -1231,8 +1262,15 @@ func (s *Server) Pending() []schema.GroupResource {
 	return out
 }
 
-// settled reports whether gvr's reader is at rest: watching, or backing
-// off after a failed list or watch.
+// settled reports whether gvr's reader is at rest: watching, waiting in a
+// held list, or backing off after a failed list or watch. It backs off
+// once the goroutine its failed call was served on has armed a timer
+// since, until that timer fires (backingOff): before, the monitor is
+// still recording and logging the error, and a scheduler that took it for
+// at rest could end the schedule before it lists again (its timer is not
+// there yet). This holds as well for a LIST answering 404, after which
+// the monitor backs off without failing. A failed call of another
+// goroutine (a worker's LIST) does not hide the monitor's backoff.
 func (s *Server) settled(gvr schema.GroupVersionResource) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -1240,7 +1278,7 @@ func (s *Server) settled(gvr schema.GroupVersionResource) bool {
 	if r == nil {
 		return true
 	}
-	if r.listFailed || (r.holdList && r.heldLists > 0) {
+	if s.backingOff(r) || (r.holdList && r.heldLists > 0) {
 		return true
 	}
 	for _, w := range r.liveWatchers() {

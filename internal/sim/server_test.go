@@ -269,3 +269,63 @@ func TestServerRelistSeenFromNextStep(t *testing.T) {
 		})
 	}
 }
+
+// A monitor whose LIST failed is at rest (the scheduler may advance the
+// clock, or end the schedule) only once it armed its backoff timer: it
+// records and logs the error first, and a schedule that ends in between
+// never sees it list again. Its LIST is served on its own goroutine,
+// which then arms the timer: a timer armed by another goroutine does not
+// count, nor one armed before the failure, nor one that fired (the
+// monitor lists again), and a failed LIST of another goroutine (a
+// worker's) does not hide it. A LIST answering 404, after which the
+// monitor backs off without failing, is no different.
+func TestFailedListAtRestOnceBackoffArmed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail func(s *Sim)
+	}{
+		{"429", func(s *Sim) { s.FailLists(Widgets, 1) }},
+		{"404", func(s *Sim) { s.Unserve(Widgets, true) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(1)
+			gvr := Widgets.WithVersion("v1")
+			early := s.Clock.NewTimer(time.Second)
+			defer early.Stop()
+			tc.fail(s)
+			if _, err := s.Srv.Client(ActorKGC).Resource(gvr).List(context.Background(), metav1.ListOptions{Limit: 500}); err == nil {
+				t.Fatal("the LIST did not fail")
+			}
+			if s.Srv.settled(gvr) {
+				t.Fatal("at rest after a failed LIST, before the backoff timer was armed")
+			}
+			armed, listed := make(chan struct{}), make(chan struct{})
+			go func() {
+				s.Clock.NewTimer(time.Second)
+				close(armed)
+			}()
+			<-armed
+			if s.Srv.settled(gvr) {
+				t.Fatal("at rest on a timer another goroutine armed")
+			}
+			backoff := s.Clock.NewTimer(time.Second)
+			if !s.Srv.settled(gvr) {
+				t.Fatal("not at rest with the backoff timer armed")
+			}
+			tc.fail(s)
+			go func() {
+				_, _ = s.Srv.Client(ActorKGC).Resource(gvr).List(context.Background(), metav1.ListOptions{Limit: 500})
+				close(listed)
+			}()
+			<-listed
+			if !s.Srv.settled(gvr) {
+				t.Fatal("not at rest with the backoff timer armed, after another goroutine's LIST failed")
+			}
+			s.Clock.Step(time.Second)
+			<-backoff.C()
+			if s.Srv.settled(gvr) {
+				t.Fatal("at rest after the backoff timer fired")
+			}
+		})
+	}
+}

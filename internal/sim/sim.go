@@ -483,7 +483,14 @@ func (s *Sim) Jump(d time.Duration) error {
 // Quiesce heals nothing; it delivers every event and advances time until
 // the collector has had at least two resync periods with no write, no
 // pending event and no pending timer, or the fake-time budget runs out.
+// It settles first: what came before (Heal releasing held lists and
+// healing resources, which does not settle) is a step like any other,
+// and the checker counts an event as seen once delivered, which holds
+// only if no decision of the collector predates the delivery.
 func (s *Sim) Quiesce(budget time.Duration) error {
+	if err := s.Settle(); err != nil {
+		return err
+	}
 	start := s.Clock.Now()
 	quietSince := s.Clock.Now()
 	lastRV := s.Srv.RV()

@@ -293,14 +293,16 @@ func setCRDConversion(ctx context.Context, t *testing.T, dyn dynamic.Interface, 
 // runs it through kubectl itself: `kubectl kgc explain|tree|preview|stuck`
 // with kubectl's --kubeconfig, --context, -n, --as and -o. The
 // kubeconfig's current context points nowhere, so only --context reaches
-// the cluster.
+// the cluster. kubectl is built from the pinned Kubernetes version
+// (testenv.BuildKubectl), so the test runs everywhere Go does and never
+// skips.
 func TestKubectlPlugin(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("no kubectl on $PATH")
-	}
 	tc := newTestCase(t)
 	bin := t.TempDir()
+	kubectl, err := testenv.BuildKubectl(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	kgcBin, err := testenv.BuildKGC(bin)
 	if err != nil {
 		t.Fatal(err)

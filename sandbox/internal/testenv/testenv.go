@@ -295,3 +295,23 @@ func BuildKGC(dir string) (string, error) {
 	Logf("setup")("kgc built in %s", time.Since(began).Round(time.Millisecond))
 	return path, nil
 }
+
+// BuildKubectl builds kubectl into dir from k8s.io/kubernetes's
+// cmd/kubectl at the version this module pins (with the staging modules
+// its go.mod replaces; its tool directive keeps kubectl's requirements),
+// and returns its path: tests run the kubectl of the Kubernetes version
+// kgc is tested against, whether or not one is installed, and CI needs
+// nothing but Go for them. Most of its packages are client-go's and
+// apimachinery's, which the sandbox builds anyway. The go command's
+// output goes to stderr.
+func BuildKubectl(dir string) (string, error) {
+	began := time.Now()
+	path := filepath.Join(dir, "kubectl")
+	build := exec.Command("go", "build", "-o", path, "k8s.io/kubernetes/cmd/kubectl")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("building kubectl: %w", err)
+	}
+	Logf("setup")("kubectl built in %s", time.Since(began).Round(time.Millisecond))
+	return path, nil
+}
