@@ -140,8 +140,8 @@ func deletedNames(srv *fakeapi.Server) []string {
 // dependent D (not blocking) is decided for deletion while O waits. kgc
 // then removes O's foregroundDeletion finalizer; the patch lands but its
 // answer is lost. O, kept by its other finalizer, is solid again: D's
-// DELETE decided while O waited must not be sent (S1). (The reviewer's
-// reproduction: before the fix the DELETE was sent.)
+// DELETE decided while O waited must not be sent (S1). (Before kgc
+// confirmed such an owner with a GET, the DELETE was sent.)
 func TestForegroundReleaseAnsweredAmbiguouslyStillStopsDependentDeletes(t *testing.T) {
 	srv := fakeapi.NewServer()
 	s, reg := newMeteredStepper(t, srv)
