@@ -354,7 +354,7 @@ func TestForegroundReleaseRefusalKeepsEarlierUncertainty(t *testing.T) {
 // DELETE, decided while O waited, must still not be sent: O is solid,
 // kept by its other finalizer (S1). Forgetting the release on that
 // refusal let it through (found by the simulator, seed 7168:
-// TestF1RefusalAfterReleaseKeepsDependent in internal/sim).
+// TestForegroundReleaseRefusalKeepsDependent in internal/sim).
 func TestForegroundReleaseRefusalKeepsEarlierRelease(t *testing.T) {
 	srv := fakeapi.NewServer()
 	s, _ := newMeteredStepper(t, srv)
