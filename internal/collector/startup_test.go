@@ -228,7 +228,7 @@ func TestNoOwnerGETsWhileOwnAndOwnersResourceLists(t *testing.T) {
 	}
 }
 
-// Second reading: owners deleted with Orphan and Foreground while their
+// Owners deleted with Orphan and Foreground while their
 // dependents wait for the owners' resource to finish its first list. Once
 // the list brings them: the Orphan owner's dependent is orphaned, never
 // deleted (S2), and the owner goes; the Foreground owner's blocking
