@@ -29,7 +29,7 @@ func lostAnswer() error {
 	return apierrors.NewTimeoutError("the server was unable to return a response in the time allotted, but may still be processing the request", 0)
 }
 
-// meteredStepper is a stepper whose workers count their owner lookups on
+// newMeteredStepper returns a stepper whose workers count their owner lookups on
 // reg.
 func newMeteredStepper(t *testing.T, srv *fakeapi.Server) (*stepper, *prometheus.Registry) {
 	t.Helper()
@@ -106,7 +106,6 @@ func ownerGets(srv *fakeapi.Server, name string) int {
 	return n
 }
 
-// deletedNames returns the names kgc sent a DELETE for.
 // waitingOwnerWithDecidedDependent creates O, which carries a finalizer
 // of its own, and its dependent D (not blocking), deletes O Foreground,
 // shows both to the graph, and returns D's DELETE decided while O waits.
@@ -127,6 +126,7 @@ func waitingOwnerWithDecidedDependent(t *testing.T, s *stepper, srv *fakeapi.Ser
 	return o, d, wd
 }
 
+// deletedNames returns the names kgc sent a DELETE for.
 func deletedNames(srv *fakeapi.Server) []string {
 	_, deletes, _ := srv.KGCActions()
 	var out []string
