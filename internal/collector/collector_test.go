@@ -488,5 +488,3 @@ func TestRunStopsDuringInitialGraphBuild(t *testing.T) {
 		t.Fatalf("Run did not return within %s of cancellation (%d events left in the queue)", testTimeout, c.builder.Backlog())
 	}
 }
-
-func boolPtr(b bool) *bool { return &b }

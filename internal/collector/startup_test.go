@@ -107,7 +107,7 @@ func startPaged(t *testing.T, srv *fakeapi.Server, paged schema.GroupVersionReso
 	return e, gate, logger.GetSink().(ktesting.Underlier).GetBuffer()
 }
 
-// Issue 19, item 3: a dependent seen before its owner's resource finished
+// A dependent seen before its owner's resource finished
 // its first list waits for that list instead of reading the owner with a
 // quorum GET. Once the list is in the graph, owners it brought keep their
 // dependents without a GET, and a truly absent owner is still found (one
@@ -143,7 +143,7 @@ func TestNoOwnerGETsWhileOwnersResourceLists(t *testing.T) {
 		t.Errorf("%d dependents wait for the deployments' list, want 2 (dep-web, dep-ghost)", n)
 	}
 
-	// Start-up progress (issue 19, item 4): configmaps and namespaces
+	// Start-up progress: configmaps and namespaces
 	// are listed, deployments not; five ConfigMaps and the first page's
 	// Deployment have been listed so far.
 	if listed, total, objects := e.c.StartupProgress(); listed != 2 || total != 3 || objects != 6 {
@@ -228,7 +228,7 @@ func TestNoOwnerGETsWhileOwnAndOwnersResourceLists(t *testing.T) {
 	}
 }
 
-// Second reading: owners deleted with Orphan and Foreground while their
+// Owners deleted with Orphan and Foreground while their
 // dependents wait for the owners' resource to finish its first list. Once
 // the list brings them: the Orphan owner's dependent is orphaned, never
 // deleted (S2), and the owner goes; the Foreground owner's blocking

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,23 +28,10 @@ var trackerText = regexp.MustCompile(`\b(?:[Ii]ssue #?\d+|[Ii]tem \d+[a-z]?\b|[D
 // written instead of what it tests ("preview" is not "review").
 var trackerName = regexp.MustCompile(`(?i)(?:^|[^p])review|issue_?\d|item_?\d|deliverable`)
 
-// pendingTrackerReferences are the folders, relative to the repository's
-// root, whose tracker references are known and not removed yet: their
-// findings are logged, not failed. TODO: empty this list as each folder is
-// cleaned up; the test fails for a folder listed here that has none left.
-var pendingTrackerReferences = []string{
-	"internal/collector",
-	"internal/graph",
-	"internal/orphanlog",
-	"internal/sim",
-	"internal/workers",
-}
-
 // TestNoTrackerReferences fails on a comment, string literal, test name or
 // file name of a .go file, or a line of a Markdown file, that cites a
 // tracker or the way the work was organised.
 func TestNoTrackerReferences(t *testing.T) {
-	pending := map[string][]string{}
 	var failed []string
 	err := filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -77,13 +63,6 @@ func TestNoTrackerReferences(t *testing.T) {
 		} else {
 			found = trackerReferencesInText(rel, src)
 		}
-		if len(found) == 0 {
-			return nil
-		}
-		if dir, ok := pendingFolder(rel); ok {
-			pending[dir] = append(pending[dir], found...)
-			return nil
-		}
 		failed = append(failed, found...)
 		return nil
 	})
@@ -93,23 +72,6 @@ func TestNoTrackerReferences(t *testing.T) {
 	for _, f := range failed {
 		t.Errorf("%s: state the reason instead of citing a tracker or how the work was organised", f)
 	}
-	for _, dir := range pendingTrackerReferences {
-		if len(pending[dir]) == 0 {
-			t.Errorf("%s has no tracker reference left: remove it from pendingTrackerReferences", dir)
-			continue
-		}
-		t.Logf("pending in %s (%d):\n  %s", dir, len(pending[dir]), strings.Join(pending[dir], "\n  "))
-	}
-}
-
-// pendingFolder returns the entry of pendingTrackerReferences that holds
-// rel.
-func pendingFolder(rel string) (string, bool) {
-	i := slices.IndexFunc(pendingTrackerReferences, func(dir string) bool { return strings.HasPrefix(rel, dir+"/") })
-	if i < 0 {
-		return "", false
-	}
-	return pendingTrackerReferences[i], true
 }
 
 // trackerReferencesInGo returns "file:line: text" for each tracker

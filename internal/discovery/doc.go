@@ -31,4 +31,20 @@
 //     its server may serve them again, under the same UIDs.)
 //   - A resource whose group failed discovery keeps its monitor and is never
 //     swept: a failing API is not a vanished one.
+//
+// Files, by role:
+//   - resources.go: which resources are deletable and monitored.
+//   - monitors.go: Monitors, the lifecycle of the monitors (Sync starts
+//     and stops them as discovery changes; restarts; Stop).
+//   - listwatch.go: one monitor's loop: list (by pages, lean.go and
+//     pagedecode.go; or streaming, streamlist.go and watchdecode.go), then
+//     watch and follow its events, and list again when the watch cannot
+//     resume.
+//   - prove.go: the provers that remove a vanished CRD's objects.
+//   - status.go: what the monitors report: each one's Status, whether
+//     every one settled, which resources are unlisted or listing, the
+//     start-up progress.
+//   - unverified.go: what the monitors know of each resource's history:
+//     listed in this process (graph.Event.Fresh), watch interrupted and
+//     not verified since (Unverified).
 package discovery

@@ -290,7 +290,7 @@ func blocks(refs []ownerRef, owner key) bool {
 // blocksOwner reports whether dependent's refs block owner. An object's
 // reference to itself never blocks: an object in Foreground deletion
 // cannot wait for its own deletion, which is what waits (upstream counts
-// it, and such an object stays forever; issue 14, item 7a).
+// it, and such an object stays forever).
 func blocksOwner(dependent key, refs []ownerRef, owner key) bool {
 	return dependent != owner && blocks(refs, owner)
 }

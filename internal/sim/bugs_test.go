@@ -8,9 +8,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Scripted schedules, one per known bug of issue 14. Each states the
-// interleaving that breaks the contract; the checks are the server model's
-// (S1–S3 at the moment of each change) plus the reference model at the end.
+// Scripted schedules, one per bug the contract once had. Each states the
+// interleaving that broke it and failed before its fix; the checks are the
+// server model's (S1–S3 at the moment of each change) plus the reference
+// model at the end.
 
 // scripted starts a simulation for a scripted schedule and fails the test
 // with the trace if the schedule errs or the contract breaks.
@@ -67,19 +68,11 @@ func (s *scripted) verify() {
 	}
 }
 
-// skipFixed marks a bug's reproduction. Each failed before its fix (the
-// traces are in issue 14's notes) and must pass now.
-func skipFixed(t *testing.T, item string) {
-	t.Helper()
-	t.Logf("issue 14 item %s: fixed; this schedule failed before the fix", item)
-}
-
-// Issue 14 item 1: two owners orphan one dependent; the write log makes
-// the second owner's worker skip the dependent it read stale from the
-// graph, so its orphan finalizer goes while the dependent still references
-// it, and the dependent is then deleted as garbage.
-func TestIssue14Item1OrphanSkipsStaleDependent(t *testing.T) {
-	skipFixed(t, "1")
+// Two owners orphan one dependent. The write log made the second owner's
+// worker skip the dependent it read stale from the graph, so its orphan
+// finalizer went while the dependent still referenced it, and the
+// dependent was then deleted as garbage.
+func TestTwoOwnersOrphanOneDependent(t *testing.T) {
 	s := newScripted(t)
 	o := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "o"})
 	p := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "p"})
@@ -94,12 +87,11 @@ func TestIssue14Item1OrphanSkipsStaleDependent(t *testing.T) {
 	s.finish()
 }
 
-// Issue 14 item 2: an owner deleted with Orphan while no collector ran;
-// its dependents' resource fails its first LIST. Workers start on a graph
-// that never listed that resource, see no dependent, and remove the
-// finalizer; the dependents are then collected as garbage.
-func TestIssue14Item2FinalizerBeforeFirstList(t *testing.T) {
-	skipFixed(t, "2")
+// An owner deleted with Orphan while no collector ran; its dependents'
+// resource fails its first LIST. Workers start on a graph that never
+// listed that resource and see no dependent: removing the finalizer then
+// had the dependents collected as garbage.
+func TestOrphanFinalizerWaitsForFirstList(t *testing.T) {
 	s := newScripted(t)
 	o := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "o"})
 	s.create(Obj{GR: Widgets, Namespace: "a", Name: "d"}, s.OwnerRef(o, true))
@@ -109,10 +101,9 @@ func TestIssue14Item2FinalizerBeforeFirstList(t *testing.T) {
 	s.finish()
 }
 
-// Issue 14 item 2, Foreground variant: the owner is finalized before its
+// The Foreground variant: the owner must not be finalized before its
 // blocking dependents (in a resource not listed yet) are gone.
-func TestIssue14Item2ForegroundBeforeFirstList(t *testing.T) {
-	skipFixed(t, "2")
+func TestForegroundFinalizerWaitsForFirstList(t *testing.T) {
 	s := newScripted(t)
 	o := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "o"})
 	s.create(Obj{GR: Widgets, Namespace: "a", Name: "d"}, s.OwnerRef(o, true))
@@ -122,11 +113,10 @@ func TestIssue14Item2ForegroundBeforeFirstList(t *testing.T) {
 	s.finish()
 }
 
-// Issue 14 item 3: D has owners A (deleted on the server, its event not
-// yet delivered) and B (Foreground, blocking). kgc counts A solid and
-// removes D's reference to B instead of deleting D; B then goes before D.
-func TestIssue14Item3StaleSolidOwner(t *testing.T) {
-	skipFixed(t, "3")
+// D has owners A (deleted on the server, its event not yet delivered) and
+// B (Foreground, blocking). Counting A solid from the graph, kgc removed
+// D's reference to B instead of deleting D, and B went before D.
+func TestStaleSolidOwnerDoesNotReleaseWaitingOwner(t *testing.T) {
 	s := newScripted(t)
 	a := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "a"})
 	b := s.create(Obj{GR: Deployments, Namespace: "a", Name: "b"})
@@ -139,13 +129,12 @@ func TestIssue14Item3StaleSolidOwner(t *testing.T) {
 	s.finish()
 }
 
-// Issue 14 item 5: a client patches a dependent's annotations all the
-// time; each DELETE decided from the graph's resourceVersion conflicts and
-// backs off further. Upstream retries a conflicting DELETE with the UID
+// A client patches a dependent's annotations all the time; each DELETE
+// decided from the graph's resourceVersion conflicts, and backed off
+// further every time. Upstream retries a conflicting DELETE with the UID
 // precondition alone when the ownerReferences are unchanged, so the
 // dependent goes at the first retry.
-func TestIssue14Item5ConstantlyUpdatedDependentStarves(t *testing.T) {
-	skipFixed(t, "5")
+func TestConstantlyUpdatedDependentIsDeleted(t *testing.T) {
 	s := newScripted(t)
 	o := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "o"})
 	d := s.create(Obj{GR: ReplicaSets, Namespace: "a", Name: "d"}, s.OwnerRef(o, true))
@@ -166,10 +155,9 @@ func TestIssue14Item5ConstantlyUpdatedDependentStarves(t *testing.T) {
 	s.finish()
 }
 
-// Issue 14 item 7a: an object whose own ownerReference points at itself
-// with blockOwnerDeletion, deleted Foreground, never finishes.
-func TestIssue14Item7aSelfReference(t *testing.T) {
-	skipFixed(t, "7")
+// An object whose own ownerReference points at itself with
+// blockOwnerDeletion, deleted Foreground, finishes (it waited for itself).
+func TestForegroundSelfReferenceFinishes(t *testing.T) {
 	s := newScripted(t)
 	x := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "x"})
 	s.must(s.Patch(x, "self reference", map[string]any{"ownerReferences": []metav1.OwnerReference{s.OwnerRef(x, true)}}))
@@ -181,12 +169,11 @@ func TestIssue14Item7aSelfReference(t *testing.T) {
 	}
 }
 
-// Issue 14 item 7b: owner <- middle <- lower <- held, every reference
-// blocking; lower is deleted Foreground and waits for held (kept by a
-// foreign finalizer); then owner is deleted Foreground. There is no cycle,
-// yet kgc "breaks" one at middle and owner goes before middle and lower.
-func TestIssue14Item7bFalseCycle(t *testing.T) {
-	skipFixed(t, "7")
+// owner <- middle <- lower <- held, every reference blocking; lower is
+// deleted Foreground and waits for held (kept by a foreign finalizer);
+// then owner is deleted Foreground. There is no cycle, yet kgc "broke"
+// one at middle, and owner went before middle and lower.
+func TestForegroundChainIsNoCycle(t *testing.T) {
 	s := newScripted(t)
 	owner := s.create(Obj{GR: Deployments, Namespace: "a", Name: "owner"})
 	middle := s.create(Obj{GR: ReplicaSets, Namespace: "a", Name: "middle"}, s.OwnerRef(owner, true))
@@ -203,13 +190,12 @@ func TestIssue14Item7bFalseCycle(t *testing.T) {
 	s.finish()
 }
 
-// Issue 14 item 4 (found by the random scheduler, seeds 186 and 311 of
-// the default run before classification): a CRD-like resource is deleted
-// while discovery still shows it; its instances' delete events are still
-// on the stream when the watch expires, and the relist answers 404. The
-// instance stays in kgc's graph as a ghost, and its owner's Foreground
-// deletion waits for it forever.
-func TestIssue14Item4GhostAfterCRDDeletion(t *testing.T) {
+// Found by the random scheduler (seeds 186 and 311 of the default run at
+// the time): a CRD-like resource is deleted while discovery still shows
+// it; its instances' delete events are still on the stream when the watch
+// expires, and the relist answers 404. The instance stayed in kgc's graph
+// as a ghost, and its owner's Foreground deletion waited for it forever.
+func TestNoGhostAfterCRDDeletion(t *testing.T) {
 	s := newScripted(t)
 	o := s.create(Obj{GR: ClusterRoles, Name: "o"})
 	s.create(Obj{GR: Gadgets, Name: "d"}, s.OwnerRef(o, true))
@@ -220,8 +206,8 @@ func TestIssue14Item4GhostAfterCRDDeletion(t *testing.T) {
 	s.finish()
 }
 
-// F1, found by the random scheduler (not in issue 14; e.g. seed 1494 of
-// the default run): an owner held by a foreign finalizer is deleted
+// Found by the random scheduler (e.g. seed 1494 of the default run at the
+// time): an owner held by a foreign finalizer is deleted
 // Foreground; its only dependent does not block it. kgc removes the
 // owner's foregroundDeletion finalizer at once (no blocking dependent) and
 // deletes the dependent on a decision made while the owner was waiting, so
@@ -230,8 +216,7 @@ func TestIssue14Item4GhostAfterCRDDeletion(t *testing.T) {
 // window (it reads the owner just before the DELETE). Fixed: the DELETE
 // holds its waiting owners' deletion locks and is not sent once kgc
 // released one of them (docs/correctness.md, difference 7).
-func TestF1DependentDeletedAfterOwnerLeftForeground(t *testing.T) {
-	skipFixed(t, "F1")
+func TestNoDeleteAfterOwnerLeftForeground(t *testing.T) {
 	s := newScripted(t)
 	o, err := s.Create(ConfigMaps, "a", "o", []string{Finalizer})
 	s.must(err)

@@ -180,19 +180,6 @@ func goroutineID() uint64 {
 	return id
 }
 
-// Timers returns the number of pending one-shot timers.
-func (c *Clock) Timers() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, w := range c.waiters {
-		if !w.stopped && w.period == 0 {
-			n++
-		}
-	}
-	return n
-}
-
 // Step advances the clock by d and fires what is due, in deadline order.
 func (c *Clock) Step(d time.Duration) {
 	c.mu.Lock()

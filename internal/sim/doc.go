@@ -1,5 +1,5 @@
-// Package sim is a deterministic interleaving simulator for kgc's collector
-// (issue 14, deliverable 3). It drives the REAL collector — collector.New
+// Package sim is a deterministic interleaving simulator for kgc's collector.
+// It drives the REAL collector — collector.New
 // with its graph builder, monitors, workers, resolver and write path —
 // through the client interfaces (metadata.Interface, discovery.Discovery,
 // a resettable RESTMapper, and the monitors' discovery.PageLister and
@@ -195,16 +195,15 @@
 // printed one action a line (FormatSchedule; ParseSchedule reads it back),
 // followed by the trace of its failing replay: each step, each event
 // delivered to a monitor, each injected fault, and each write with who
-// made it. TestShrinkFindsMinimalSchedule switches issue 14 item 2's fix
-// off and checks that a failing schedule found at random shrinks to a
-// shorter one that still fails as item 2.
+// made it. TestShrinkFindsMinimalSchedule switches a fix off (the unlisted
+// hold) and checks that a failing schedule found at random shrinks to a
+// shorter one that still fails the same way.
 //
 // # Running
 //
 //	go test -race ./internal/sim/                      # 1000 schedules (100 with -short)
 //	KGC_SIM_SEED=42 go test -race -run TestRandomSchedules -v ./internal/sim/
 //	KGC_SIM_SCHEDULES=100000 KGC_SIM_BASE=5000 go test ...
-//	KGC_SIM_ALL=1 ...                                  # every feature, known bugs fail
 //	KGC_SIM_SEED=42 KGC_SIM_SHRINK=1 ...               # replay one seed and shrink it if it fails
 //	KGC_SIM_SCHEDULE=<file> go test -run TestReplaySchedule -v ./internal/sim/  # replay a printed schedule
 //	make soak-sim                                      # a million schedules
@@ -223,27 +222,30 @@
 // lost answers to an orphan finalizer removal and to a DELETE, and a
 // second Foreground DELETE of an owner kgc released.
 //
-// The scripted schedules in bugs_test.go reproduce issue 14 items 1, 2, 3,
-// 4, 5 and 7, F1, and three bugs the strict random schedules found: a
-// first list failing part way that left a ghost owner, a watch answering
-// 404 that was retried instead of listed (a deleted CRD's instances stayed
-// in the graph), and a cycle-breaking DELETE sent at the version its patch
+// The scripted schedules in bugs_test.go reproduce the bugs the contract
+// once had: two owners orphaning one dependent, finalizers removed before
+// a resource's first list, a waiting owner released on a stale solid
+// owner, a constantly updated dependent never deleted, a self reference
+// and a chain taken for a cycle in Foreground deletion, ghosts after a CRD
+// deletion, a DELETE landing after kgc released its owner from Foreground
+// deletion (and, in fgrelease_test.go, its variant after a refused
+// release), and three bugs the strict random schedules found: a first
+// list failing part way that left a ghost owner, a watch answering 404
+// that was retried instead of listed (a deleted CRD's instances stayed in
+// the graph), and a cycle-breaking DELETE sent at the version its patch
 // produced, which replaced a client's Orphan with Foreground; each failed
-// before its fix and passes now. limits_test.go scripts a held first list (dependents parked,
-// no GET; the stall read), the unlisted hold expiring for Orphan and
-// Foreground owners and across a restart, and the watch-lag limit by name
+// before its fix and passes now. A failing random schedule is reported
+// with the signature of the bug it resembles (classify in random_test.go).
+//
+// limits_test.go scripts a held first list (dependents parked, no GET; the
+// stall read), the unlisted hold expiring for Orphan and Foreground owners
+// and across a restart, and the watch-lag limit by name
 // (TestWatchLagOrderingLimit), each asserting exactly the limits it hits.
 // stream_test.go scripts collectors that stream: a first streaming list
 // that ends part way while an owner it delivered is deleted (the paged
 // fallback must sweep the ghost), a relist after an expired watch that
 // streams and sweeps an owner deleted meanwhile, each fault's fallback
 // (pages for good after a refusal or a stall, until a paged list completes
-// otherwise), and issue 14 items 2 and 4 with streaming lists. While bugs were open (knownBugsOpen),
-// the default random run leaves out the features that hit them most
-// (multi-owner orphaning, late starts, the annotating client, self
-// references) and logs, rather than fails, schedules whose violations all
-// match a known bug's signature (items 1, 2, 3, 4, 7b, and F1: a
-// dependent's DELETE decided while its owner was in Foreground deletion
-// that lands after the owner's foregroundDeletion finalizer went while a
-// foreign finalizer keeps the owner).
+// otherwise), and the first-list and CRD-deletion schedules of bugs_test.go
+// with streaming lists.
 package sim

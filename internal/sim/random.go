@@ -226,7 +226,7 @@ func (s *rs) randomPolicy() metav1.DeletionPropagation {
 
 // deleteRandom deletes a live object; without MultiOrphan, an object is
 // never deleted with Orphan while another owner of one of its dependents
-// is orphaning (issue 14 item 1).
+// is orphaning (TestTwoOwnersOrphanOneDependent's schedule).
 func (s *rs) deleteRandom() error {
 	objs := s.live(true)
 	if len(objs) == 0 {

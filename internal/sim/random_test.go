@@ -13,14 +13,6 @@ import (
 	"time"
 )
 
-// knownBugsOpen: this branch does not have main's fixes for issue 14 items
-// 1, 2, 3, 5 and 7, so the default random schedules leave out the features
-// that trigger them (multi-owner orphaning, late starts with failing first
-// lists, the annotating client, self references) and would otherwise fail
-// on every run. KGC_SIM_ALL=1 turns every feature on. Set this to false
-// once main's fixes are merged.
-const knownBugsOpen = false
-
 func envInt(t *testing.T, name string, def uint64) uint64 {
 	t.Helper()
 	v := os.Getenv(name)
@@ -34,19 +26,38 @@ func envInt(t *testing.T, name string, def uint64) uint64 {
 	return n
 }
 
-// knownBug names the issue 14 item an outcome's violations all belong to,
-// while those bugs are open on this branch (and KGC_SIM_ALL is not set);
-// "" when the outcome passed or shows anything else.
-func knownBug(out *Outcome) string {
-	if !knownBugsOpen || os.Getenv("KGC_SIM_ALL") != "" {
-		return ""
-	}
-	return classify(out)
-}
+// The signatures of bugs the simulator once found, each fixed and
+// scripted in bugs_test.go: classify names the one a failing outcome
+// shows, so that a failure is reported with what it resembles, and
+// TestShrinkFindsMinimalSchedule checks that shrinking keeps the bug it
+// started from.
+const (
+	// A self reference blocked its own Foreground deletion
+	// (TestForegroundSelfReferenceFinishes).
+	bugSelfReference = "self reference blocks its own deletion"
+	// Ghost owners after a version switch or a CRD deletion
+	// (TestNoGhostAfterCRDDeletion).
+	bugGhostAfterDiscoveryChange = "ghost after a discovery change"
+	// Blocking references cleared where there was no cycle
+	// (TestForegroundChainIsNoCycle).
+	bugFalseCycle = "false cycle"
+	// A waiting owner's reference removed on a solid owner the graph had
+	// not seen deleted (TestStaleSolidOwnerDoesNotReleaseWaitingOwner).
+	bugStaleSolidOwner = "stale solid owner"
+	// A finalizer removed while a resource that could hold dependents was
+	// never listed (TestOrphanFinalizerWaitsForFirstList).
+	bugFinalizerBeforeFirstList = "finalizer before the first list"
+	// An orphan finalizer removed on a graph that had not seen kgc's own
+	// write to a dependent (TestTwoOwnersOrphanOneDependent).
+	bugOrphanBeforeOwnWriteSeen = "orphan finalizer before kgc's own write was seen"
+	// A dependent's DELETE decided while its owner was in Foreground
+	// deletion landed after kgc released the owner, which a foreign
+	// finalizer kept (TestNoDeleteAfterOwnerLeftForeground).
+	bugDeleteAfterForegroundRelease = "DELETE after the owner left Foreground deletion"
+)
 
-// classify names the known bug (issue 14 item, or a new finding) an
-// outcome's violations all belong to; "" when it passed or shows anything
-// else.
+// classify names the bug (one of the signatures above) an outcome's
+// violations all belong to; "" when it passed or shows anything else.
 func classify(out *Outcome) string {
 	if out.Err != nil || !out.Failed() {
 		return ""
@@ -59,13 +70,13 @@ func classify(out *Outcome) string {
 		switch {
 		case len(out.Violations) > 0:
 		case selfRef:
-			return "7a" // a self reference blocks its own Foreground deletion
+			return bugSelfReference
 		case out.DiscoveryChanged:
-			return "4" // ghost owners after a version switch or a CRD deletion
+			return bugGhostAfterDiscoveryChange
 		}
 		return ""
 	}
-	item := ""
+	bug := ""
 	for _, v := range out.Violations {
 		switch {
 		case strings.HasSuffix(v.Detail, "which was deleted with Orphan"):
@@ -73,34 +84,30 @@ func classify(out *Outcome) string {
 			// (classified by that violation).
 			continue
 		case strings.Contains(v.Detail, "cleared blockOwnerDeletion") && strings.Contains(v.Detail, "no cycle"):
-			item = "7b"
+			bug = bugFalseCycle
 		case strings.Contains(v.Detail, "removed the blocking reference") && strings.Contains(v.Detail, "no solid owner remains"):
-			item = "3"
+			bug = bugStaleSolidOwner
 		case strings.Contains(v.Detail, "kgc never listed its resource"):
-			item = "2"
+			bug = bugFinalizerBeforeFirstList
 		case strings.HasPrefix(v.Detail, "kgc removed the orphan finalizer") && strings.Contains(v.Detail, "not yet seen its write"):
-			item = "1"
+			bug = bugOrphanBeforeOwnWriteSeen
 		case v.Rule == "S1" && strings.Contains(v.Detail, "deleting=true") && !strings.Contains(v.Detail, "foregroundDeletion") && !strings.Contains(v.Detail, "orphan"):
-			// Not in issue 14: a dependent's DELETE decided while its
-			// owner was in Foreground deletion lands after the owner's
+			// A dependent's DELETE decided while its owner was in
+			// Foreground deletion lands after the owner's
 			// foregroundDeletion finalizer went (no blocking dependent)
-			// while a foreign finalizer keeps the owner. Reported as F1.
-			item = "F1 (new)"
+			// while a foreign finalizer keeps the owner.
+			bug = bugDeleteAfterForegroundRelease
 		default:
 			return ""
 		}
 	}
-	return item // "" when only consequences were seen
+	return bug // "" when only consequences were seen
 }
 
 // world returns the random schedules' world: small, so that thousands of
 // schedules fit in the unit tests.
 func world() World {
-	w := AllFeatures(8, 40)
-	if knownBugsOpen && os.Getenv("KGC_SIM_ALL") == "" {
-		w.MultiOrphan, w.LateStart, w.Annotator, w.Cycles = false, false, false, false
-	}
-	return w
+	return AllFeatures(8, 40)
 }
 
 // Schedule counts of TestRandomSchedules: the CI budget (go test ./...:
@@ -145,9 +152,9 @@ func TestRandomSchedules(t *testing.T) {
 	maxFail := envInt(t, "KGC_SIM_MAXFAIL", 5) // stop after this many failed schedules
 	start := time.Now()
 	var (
-		next, ran, failed, known atomic.Uint64
-		mu                       sync.Mutex
-		wg                       sync.WaitGroup
+		next, ran, failed atomic.Uint64
+		mu                sync.Mutex
+		wg                sync.WaitGroup
 		// limits: schedules that hit each documented limit (kind and
 		// rule), and the first seed that did.
 		limits    = map[string]int{}
@@ -191,20 +198,13 @@ func TestRandomSchedules(t *testing.T) {
 					}
 				}
 				mu.Unlock()
-				if item := knownBug(out); item != "" {
-					known.Add(1)
-					mu.Lock()
-					t.Logf("seed %d hit a known bug (issue 14 item %s; see the package doc): %s", seed, item, out)
-					mu.Unlock()
-					continue
-				}
 				if out.Failed() {
 					failed.Add(1)
 					// Shrink it: the minimal schedule that fails the same
 					// way, with its trace and a file to replay it from.
 					_, shrunk := reportShrunk(t, s, out, w, ShrinkOptions{MaxRuns: 200, MaxTime: 2 * time.Minute})
 					mu.Lock()
-					t.Errorf("%s\nclassified as: %q\nreplay: KGC_SIM_SEED=%d go test -race -run TestRandomSchedules ./internal/sim/\ntrace of the objects involved:\n%s\nits schedule (replay it with KGC_SIM_SCHEDULE, as a file):\n%s\n%s",
+					t.Errorf("%s\nresembles: %q\nreplay: KGC_SIM_SEED=%d go test -race -run TestRandomSchedules ./internal/sim/\ntrace of the objects involved:\n%s\nits schedule (replay it with KGC_SIM_SCHEDULE, as a file):\n%s\n%s",
 						out, classify(out), seed, s.Trace(out.Focus()...), FormatSchedule(seed, s.Actions()), shrunk)
 					mu.Unlock()
 				}
@@ -217,8 +217,8 @@ func TestRandomSchedules(t *testing.T) {
 		kinds = append(kinds, fmt.Sprintf("%s: %d schedules (first seed %d)", k, c, limitSeed[k]))
 	}
 	slices.Sort(kinds)
-	t.Logf("%d schedules (seeds %d..%d), %d failed, %d hit known bugs, in %s; documented limits hit: %v",
-		ran.Load(), base, base+n-1, failed.Load(), known.Load(), time.Since(start).Round(time.Millisecond), kinds)
+	t.Logf("%d schedules (seeds %d..%d), %d failed, in %s; documented limits hit: %v",
+		ran.Load(), base, base+n-1, failed.Load(), time.Since(start).Round(time.Millisecond), kinds)
 	t.Logf("lost answers to writes that landed: %d, in %d schedules", lost.Load(), lossy.Load())
 }
 

@@ -343,7 +343,7 @@ func parseRefs(v string) ([]RefSpec, error) {
 
 // ---- applying actions ----
 
-// objKeyOf is the coordinates of an action's object.
+// key is the coordinates of an action's object.
 func (a Action) key() objKey { return objKey{a.GR, a.Namespace, a.Name} }
 
 // handleOf returns the handle of the object an action names, as this

@@ -355,8 +355,8 @@ func refsString(refs []metav1.OwnerReference) string {
 	return "[" + strings.Join(b, ",") + "]"
 }
 
-// findUID returns the object with uid at coordinates a reference from a
-// dependent in namespace ns names, if any.
+// findOwner returns the object a reference from a dependent in namespace
+// ns names (its UID at its coordinates), if any.
 func (s *Server) findOwner(ref metav1.OwnerReference, ns string) (*metav1.ObjectMeta, *resource) {
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {

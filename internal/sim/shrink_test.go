@@ -81,10 +81,11 @@ func reportShrunk(t *testing.T, s *Sim, out *Outcome, w World, opt ShrinkOptions
 	return r, fmt.Sprintf("%s\nreplay the minimal schedule: %s", r, replay)
 }
 
-// TestShrinkFindsMinimalSchedule switches a fix back on — issue 14 item 2:
-// an owner's orphan or foregroundDeletion finalizer removed while a
-// resource that could hold its dependents was never listed; the fix holds
-// it for --unlisted-hold, which this test sets to a nanosecond — searches
+// TestShrinkFindsMinimalSchedule switches a fix off — an owner's orphan or
+// foregroundDeletion finalizer removed while a resource that could hold
+// its dependents was never listed (TestOrphanFinalizerWaitsForFirstList);
+// the fix holds it for --unlisted-hold, which this test sets to a
+// nanosecond — searches
 // random schedules for one that breaks the contract, shrinks it, and checks
 // that the shrunk schedule is shorter and still fails the same way.
 func TestShrinkFindsMinimalSchedule(t *testing.T) {
@@ -109,7 +110,7 @@ func TestShrinkFindsMinimalSchedule(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				s, out := RunRandom(base+uint64(i), w)
-				if classify(out) == "2" {
+				if classify(out) == bugFinalizerBeforeFirstList {
 					res[i] = &found{s, out}
 				}
 			}()
@@ -124,7 +125,7 @@ func TestShrinkFindsMinimalSchedule(t *testing.T) {
 		}
 	}
 	if fail == nil {
-		t.Fatalf("no schedule of seeds 1..%d failed with the unlisted hold off: the simulator no longer finds issue 14 item 2", searched)
+		t.Fatalf("no schedule of seeds 1..%d failed with the unlisted hold off: the simulator no longer finds %q", searched, bugFinalizerBeforeFirstList)
 	}
 	t.Logf("searched %d seeds; seed %d fails: %s", searched, fail.out.Seed, fail.out)
 	r, report := reportShrunk(t, fail.s, fail.out, w, ShrinkOptions{MaxRuns: 150, MaxTime: 90 * time.Second, Logf: t.Logf})
@@ -138,9 +139,9 @@ func TestShrinkFindsMinimalSchedule(t *testing.T) {
 	if !r.Outcome.Failed() {
 		t.Errorf("the shrunk schedule passed")
 	}
-	// Shrinking to the same bug: item 2's signature.
-	if got := classify(r.Outcome); got != "2" {
-		t.Errorf("the shrunk schedule fails as %q (%s), want issue 14 item 2", got, r.Outcome)
+	// Shrinking to the same bug: its signature.
+	if got := classify(r.Outcome); got != bugFinalizerBeforeFirstList {
+		t.Errorf("the shrunk schedule fails as %q (%s), want %q", got, r.Outcome, bugFinalizerBeforeFirstList)
 	}
 	t.Logf("shrunk %d → %d actions (%.0f%%) in %d replays, %s", len(r.Original), len(r.Actions),
 		100*float64(len(r.Actions))/float64(len(r.Original)), r.Runs, r.Elapsed.Round(time.Millisecond))

@@ -177,10 +177,11 @@ func TestHeldStreamStallsToPages(t *testing.T) {
 	}
 }
 
-// Issue 14 item 2 with a collector that streams: the dependents'
-// resource fails its first list (FailLists answers the streaming list and
-// then the paged fallback with 429), so the workers start on a graph that
-// never listed it. The owner's orphan finalizer must wait for that list.
+// TestOrphanFinalizerWaitsForFirstList with a collector that streams: the
+// dependents' resource fails its first list (FailLists answers the
+// streaming list and then the paged fallback with 429), so the workers
+// start on a graph that never listed it. The owner's orphan finalizer must
+// wait for that list.
 func TestStreamingFinalizerBeforeFirstList(t *testing.T) {
 	s := newStreaming(t)
 	o := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "o"})
@@ -197,11 +198,12 @@ func TestStreamingFinalizerBeforeFirstList(t *testing.T) {
 	}
 }
 
-// Issue 14 item 4 with a collector that streams: a CRD-like resource is
-// deleted while discovery still shows it, and its watch expires before
-// the instance's DELETED event was delivered. The relist's streaming list
-// answers 404, and so does the paged list after it, which empties the
-// resource in the graph: the owner's Foreground deletion finishes.
+// TestNoGhostAfterCRDDeletion with a collector that streams: a CRD-like
+// resource is deleted while discovery still shows it, and its watch
+// expires before the instance's DELETED event was delivered. The relist's
+// streaming list answers 404, and so does the paged list after it, which
+// empties the resource in the graph: the owner's Foreground deletion
+// finishes.
 func TestStreamingGhostAfterCRDDeletion(t *testing.T) {
 	s := newStreaming(t)
 	o := s.create(Obj{GR: ClusterRoles, Name: "o"})

@@ -24,8 +24,8 @@ var errAwaitingList = errors.New("owner's resource is still being listed")
 // At start the workers run before every resource has been listed (as soon
 // as every monitor has synced or fails, or after the sync timeout), and a
 // dependent listed before its owner's resource would otherwise cost a GET
-// of an owner that the list is about to bring (at a million objects, the
-// hundreds of GETs of issue 19). Nothing is decided from the wait itself:
+// of an owner that the list is about to bring (at a million objects,
+// hundreds of GETs at start). Nothing is decided from the wait itself:
 // once the resource's Listed marker is applied (Observed), its parked
 // dependents are queued again and resolved from the graph, which then
 // holds every owner of that resource the list saw; an owner still missing

@@ -29,7 +29,7 @@ func lostAnswer() error {
 	return apierrors.NewTimeoutError("the server was unable to return a response in the time allotted, but may still be processing the request", 0)
 }
 
-// meteredStepper is a stepper whose workers count their owner lookups on
+// newMeteredStepper returns a stepper whose workers count their owner lookups on
 // reg.
 func newMeteredStepper(t *testing.T, srv *fakeapi.Server) (*stepper, *prometheus.Registry) {
 	t.Helper()
@@ -106,7 +106,6 @@ func ownerGets(srv *fakeapi.Server, name string) int {
 	return n
 }
 
-// deletedNames returns the names kgc sent a DELETE for.
 // waitingOwnerWithDecidedDependent creates O, which carries a finalizer
 // of its own, and its dependent D (not blocking), deletes O Foreground,
 // shows both to the graph, and returns D's DELETE decided while O waits.
@@ -127,6 +126,7 @@ func waitingOwnerWithDecidedDependent(t *testing.T, s *stepper, srv *fakeapi.Ser
 	return o, d, wd
 }
 
+// deletedNames returns the names kgc sent a DELETE for.
 func deletedNames(srv *fakeapi.Server) []string {
 	_, deletes, _ := srv.KGCActions()
 	var out []string
@@ -140,8 +140,8 @@ func deletedNames(srv *fakeapi.Server) []string {
 // dependent D (not blocking) is decided for deletion while O waits. kgc
 // then removes O's foregroundDeletion finalizer; the patch lands but its
 // answer is lost. O, kept by its other finalizer, is solid again: D's
-// DELETE decided while O waited must not be sent (S1). (The reviewer's
-// reproduction: before the fix the DELETE was sent.)
+// DELETE decided while O waited must not be sent (S1). (Before kgc
+// confirmed such an owner with a GET, the DELETE was sent.)
 func TestForegroundReleaseAnsweredAmbiguouslyStillStopsDependentDeletes(t *testing.T) {
 	srv := fakeapi.NewServer()
 	s, reg := newMeteredStepper(t, srv)
@@ -354,7 +354,7 @@ func TestForegroundReleaseRefusalKeepsEarlierUncertainty(t *testing.T) {
 // DELETE, decided while O waited, must still not be sent: O is solid,
 // kept by its other finalizer (S1). Forgetting the release on that
 // refusal let it through (found by the simulator, seed 7168:
-// TestF1RefusalAfterReleaseKeepsDependent in internal/sim).
+// TestForegroundReleaseRefusalKeepsDependent in internal/sim).
 func TestForegroundReleaseRefusalKeepsEarlierRelease(t *testing.T) {
 	srv := fakeapi.NewServer()
 	s, _ := newMeteredStepper(t, srv)

@@ -21,9 +21,9 @@ import (
 
 // Scripted interleavings: each test puts the graph and the server in the
 // states a particular schedule of watch deliveries and writes produces (the
-// graph lagging the server), then drives one worker step at a time. They
-// are the unit-level regression tests of issue 14's items; the simulator
-// (package sim) finds such schedules at random.
+// graph lagging the server), then drives one worker step at a time. Each
+// is a schedule that once broke the contract (docs/correctness.md); the
+// simulator (package sim) finds such schedules at random.
 
 // stepper is a set of workers that is never started: the test is their
 // graph builder (observe) and their worker goroutines (deleteStep,
@@ -122,7 +122,7 @@ func refUIDs(o *metav1.PartialObjectMetadata) []types.UID {
 	return out
 }
 
-// Item 1: D is a dependent of O and P, both deleted with Orphan. P's worker
+// D is a dependent of O and P, both deleted with Orphan. P's worker
 // removes its reference from D; O's worker then reads D at the version the
 // graph still shows, which kgc already wrote to. Skipping D there removed
 // O's finalizer while D still referenced O on the server; D was then
@@ -172,7 +172,7 @@ func TestOrphanWaitsForDependentKGCWroteAtGraphVersion(t *testing.T) {
 	s.mustGet(fakeapi.ConfigMaps, d)
 }
 
-// Item 1, second variant: O deleted with Orphan, B deleted in the
+// O deleted with Orphan, B deleted in the
 // Background. The attempt-to-delete path removes B's reference from D (O
 // counts as solid); O's worker then reads D at the version kgc wrote to.
 func TestOrphanWaitsAfterReferenceRemoval(t *testing.T) {
@@ -202,7 +202,7 @@ func TestOrphanWaitsAfterReferenceRemoval(t *testing.T) {
 	}
 }
 
-// Item 2: O is deleted with Orphan while its dependents' resource has
+// O is deleted with Orphan while its dependents' resource has
 // never been listed (its first LIST failed). The finalizer waits for the
 // list, up to UnlistedHold; past it, O goes, and a dependent that appears
 // later is orphaned, not deleted.
@@ -253,7 +253,7 @@ func TestOrphanFinalizerHeldWhileResourceUnlisted(t *testing.T) {
 	}
 }
 
-// Item 2, Foreground: the foregroundDeletion finalizer waits for the list
+// The foregroundDeletion finalizer waits for the list
 // of every resource that could hold a blocking dependent; a cluster-scoped
 // resource cannot hold a namespaced owner's dependents and does not hold it.
 func TestForegroundFinalizerHeldWhileResourceUnlisted(t *testing.T) {
@@ -280,7 +280,7 @@ func TestForegroundFinalizerHeldWhileResourceUnlisted(t *testing.T) {
 	}
 }
 
-// Item 3: D has owners A (already deleted on the server, its deletion not
+// D has owners A (already deleted on the server, its deletion not
 // yet in the graph) and B (in Foreground deletion, blocking). From the
 // graph alone A is solid and kgc removed D's reference to B, which let B
 // go while D still existed. A quorum read of A first finds it gone: D is
@@ -314,7 +314,7 @@ func TestMixedCaseConfirmsSolidOwner(t *testing.T) {
 	}
 }
 
-// Item 3, control: when the solid owner is confirmed, the waiting
+// When the solid owner is confirmed, the waiting
 // reference is removed, for one GET.
 func TestMixedCaseConfirmedSolidKeeps(t *testing.T) {
 	srv := fakeapi.NewServer()
@@ -338,7 +338,7 @@ func TestMixedCaseConfirmedSolidKeeps(t *testing.T) {
 	}
 }
 
-// Item 5: a client updates D's annotations constantly, so D's DELETE,
+// A client updates D's annotations constantly, so D's DELETE,
 // decided from the graph's version, meets a 409 every time. kgc re-reads D
 // and, its ownerReferences and finalizers unchanged, deletes it at the
 // version read; if they changed, it does not.
@@ -400,7 +400,7 @@ func TestConflictingDeleteRetriedWhenReferencesUnchanged(t *testing.T) {
 	}
 }
 
-// Item 5/6: two owners orphaning a shared dependent at once never make
+// Two owners orphaning a shared dependent at once never make
 // each other's patches fail: each removes its own reference by UID.
 func TestConcurrentOrphansDoNotConflict(t *testing.T) {
 	srv := fakeapi.NewServer()
@@ -433,7 +433,7 @@ func TestConcurrentOrphansDoNotConflict(t *testing.T) {
 	}
 }
 
-// Item 7a: an object whose reference to itself blocks, deleted in the
+// An object whose reference to itself blocks, deleted in the
 // Foreground, does not wait for itself.
 func TestForegroundSelfReference(t *testing.T) {
 	srv := fakeapi.NewServer()
@@ -453,7 +453,7 @@ func TestForegroundSelfReference(t *testing.T) {
 	}
 }
 
-// Item 7b: owner ← middle ← lower ← held, every reference blocking. lower
+// owner ← middle ← lower ← held, every reference blocking. lower
 // is deleted in the Foreground first and waits for held (which carries a
 // finalizer of someone else's); then owner is deleted in the Foreground.
 // There is no cycle: middle must be deleted with its blocking reference

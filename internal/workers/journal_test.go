@@ -36,7 +36,7 @@ func newJournaledStepper(t *testing.T, srv *fakeapi.Server, store orphanlog.Stor
 	return &stepper{t: t, srv: srv, c: c, ctx: ctx}
 }
 
-// The journal of orphaned owners (issue 14, the restart limit): O is
+// The journal of orphaned owners (the restart limit): O is
 // deleted with Orphan; kgc's graph shows no dependent (D's event is still
 // on its watch), so O's finalizer goes. kgc restarts before it sees D. The
 // next kgc finds D referencing an owner that is gone; it must orphan D,

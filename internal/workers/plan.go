@@ -108,7 +108,7 @@ func (w *Workers) planDeleteItem(ctx context.Context, uid types.UID) (write, err
 // the item. If the owner is in fact gone (deleted a moment ago, its watch
 // event not applied yet) or being deleted, the item is garbage and must go
 // before the waiting owner's Foreground deletion may finish (S3); removing
-// the reference instead releases that owner at once (issue 14, item 3).
+// the reference instead releases that owner at once.
 // Solid from the graph is good enough to keep an item, never for this
 // irreversible write. So the write confirms each solid owner with a quorum
 // GET just before the patch, and holds the owner's deletion lock (shared)
@@ -371,8 +371,7 @@ func (w *Workers) decideOrphan(owner *rules.Item) (a rules.Action, uncertain boo
 			// owner's orphaning, a reference removal): the graph cannot
 			// tell whether the reference to this owner is still on the
 			// server. The finalizer must wait until the graph shows the
-			// dependent's newer version; skipping it here lost orphans
-			// (issue 14, item 1).
+			// dependent's newer version; skipping it here lost orphans.
 			uncertain = true
 		default:
 			deps = append(deps, dep)

@@ -81,7 +81,7 @@ func (r *recorder) deletionRV(ns string, uid types.UID) (rv uint64, ok bool, err
 	return 0, false, nil
 }
 
-// sawFinalizer reports whether the recorder saw the object with uid being
+// sawDeletingWith reports whether the recorder saw the object with uid being
 // deleted while it had finalizer f.
 func (r *recorder) sawDeletingWith(ns string, uid types.UID, f string) bool {
 	for _, e := range r.in(ns) {

@@ -23,7 +23,7 @@ import (
 
 // The monitor regression tests of bugs the simulator found (internal/sim),
 // against the real apiserver: each fails without its fix in
-// internal/discovery/monitors.go.
+// internal/discovery/listwatch.go.
 
 // podTemplatesPath is the path of kgc's cluster-wide LIST of PodTemplates,
 // a resource nothing else in this package (and nothing in the control

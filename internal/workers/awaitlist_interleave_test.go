@@ -19,8 +19,8 @@ import (
 	"github.com/kgc-dev/kgc/internal/rules"
 )
 
-// Second reading of the start-up parking (awaitlist.go): interleavings in
-// which a parked dependent could be deleted wrongly or left parked forever.
+// Interleavings of the start-up parking (awaitlist.go) in which a parked
+// dependent could be deleted wrongly or left parked forever.
 
 var deploymentsGK = schema.GroupKind{Group: "apps", Kind: "Deployment"}
 
