@@ -12,8 +12,8 @@ run: ## Run kgc on an embedded control plane (etcd + kube-apiserver), until Ctrl
 build: ## Build the kgc binary into bin/.
 	GOWORK=off $(GO) build -o bin/kgc ./cmd/kgc
 
-test: ## Run every test (unit + integration), with the race detector.
-	$(GO) test -race ./... ./sandbox/...
+test: ## Run every test (unit + integration), with the race detector: the README's test command, as CI runs it.
+	$(GO) test -race -count=1 -timeout 60m ./... ./sandbox/...
 
 test-unit: ## Run the root module's unit tests only (fast, no control plane).
 	GOWORK=off $(GO) test -race ./...
