@@ -113,7 +113,8 @@ func (r *resolver) resolveFact(ctx context.Context, dependent rules.Identity, re
 	// Dangling is concluded only for an owner observed deleted at exactly
 	// those coordinates (what the absent cache records).
 	again := false
-	if o, ok := r.graph.Owner(ref.UID); ok && (!o.Virtual || o.Absent) && rules.Matches(o.Identity, ref, dependent.Namespace) {
+	o, ok := r.graph.Owner(ref.UID)
+	if ok && (!o.Virtual || o.Absent) && rules.Matches(o.Identity, ref, dependent.Namespace) {
 		if !o.Absent || !r.stale(o.Identity.Coordinates()) {
 			return rules.ClassifyFact(ref.UID, observed(o), r.isOrphaned), nil
 		}
@@ -121,6 +122,19 @@ func (r *resolver) resolveFact(ctx context.Context, dependent rules.Identity, re
 	}
 	m, c, f, done, err := r.locate(dependent, ref)
 	if done {
+		if again && f.Evidence.Reason == rules.ReasonKindNotServed {
+			// The absence kgc holds cannot be read again by name: no
+			// API serves the owner's kind any more (its CRD went, and
+			// the list that took its objects out of the graph answered
+			// 404, which also left the watch interrupted for good).
+			// Discovery, which the mapping reflects, is the read: a
+			// kind that is not served has no object a client can get.
+			// Keeping the dependent instead would keep it forever, as
+			// upstream does. A rollback that brings the CRD back is seen
+			// on the CRD's own watch (rollback) and serves the kind
+			// again, which sends its owners through the read above.
+			return rules.ClassifyFact(ref.UID, observed(o), r.isOrphaned), nil
+		}
 		return f, err
 	}
 	if again {

@@ -3,6 +3,7 @@ package workers
 import (
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -87,5 +88,18 @@ func TestStaleAbsenceIsReadAgain(t *testing.T) {
 		if got := fact(t, f); got.State != rules.Solid {
 			t.Fatalf("fact %+v, want solid: the owner exists again", got)
 		}
+	})
+	t.Run("unverified, kind no longer served: the graph's absence stands", func(t *testing.T) {
+		// The owner's CRD went: the list that removed its objects
+		// answered 404 and its watch stays interrupted for good. No API
+		// serves the kind, so no read by name can be made, and none is
+		// needed; keeping the dependent would keep it forever.
+		epoch, unverified = 1, true
+		f := setup(t)
+		f.r.mapper = meta.NewDefaultRESTMapper(nil)
+		if got := fact(t, f); got.State != rules.Dangling || got.Evidence.Source != rules.SourceWatchDeletion {
+			t.Fatalf("fact %+v, want dangling from the watch", got)
+		}
+		expectGETs(t, f)
 	})
 }

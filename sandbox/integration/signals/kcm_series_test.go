@@ -85,7 +85,7 @@ func TestKGCExportsKCMCollectorSeries(t *testing.T) {
 	p := testenv.StartProc(t, "kgc", time.Minute, kgcBinary, "run",
 		"--kubeconfig", kubeconfigPath,
 		"--leader-elect", "--leader-elect-resource-namespace="+ns,
-		"--http-address=127.0.0.1:0")
+		"--http-address=127.0.0.1:0", "--secure-port=0")
 	addr := waitServing(ctx, t, p)
 	runCascades(ctx, t, ns, "kgc")
 
@@ -307,15 +307,16 @@ func createNamespace(ctx context.Context, t *testing.T) string {
 	return ns
 }
 
-// servingRE finds the address in kgc's "Serving HTTP" line, text or JSON.
-var servingRE = regexp.MustCompile(`"Serving HTTP".*address"?[=:]"([^"]+)"`)
+// servingRE finds the address in kgc's "Serving plain HTTP" line (the
+// loopback listener --http-address asks for), text or JSON.
+var servingRE = regexp.MustCompile(`"Serving plain HTTP[^"]*".*address"?[=:]"([^"]+)"`)
 
 // waitServing waits until p serves HTTP and returns its address.
 func waitServing(ctx context.Context, t *testing.T, p *testenv.Proc) string {
 	t.Helper()
 	var addr string
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		if m := servingRE.FindStringSubmatch(p.Line(t, "Serving HTTP")); m != nil {
+		if m := servingRE.FindStringSubmatch(p.Line(t, "Serving plain HTTP")); m != nil {
 			addr = m[1]
 			return true, nil
 		}
