@@ -123,6 +123,10 @@ type Config struct {
 	// Shadow configures the comparison (its Metrics and Clock default to
 	// the collector's, its Judge is the workers').
 	Shadow shadow.Config
+	// Shard, optional, makes the monitors keep only one shard of the
+	// namespaces (discovery.Shard: a measurement aid for kgc-bench, no way
+	// to run kgc); nil keeps every object.
+	Shard *discovery.Shard
 }
 
 // Collector is kgc's garbage collector: a graph builder (package builder)
@@ -172,6 +176,11 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.ResyncPeriod < 0 {
 		errs = append(errs, fmt.Errorf("discovery resync period must not be negative, got %s", cfg.ResyncPeriod))
 	}
+	if cfg.Shard != nil {
+		if err := cfg.Shard.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -215,6 +224,7 @@ func New(cfg Config) (*Collector, error) {
 	bcfg := builder.Config{
 		Metadata: cfg.Metadata, Pages: cfg.Pages, Discovery: cfg.Discovery, Mapper: cfg.Mapper,
 		Ignored: cfg.Ignored, ResyncPeriod: cfg.ResyncPeriod, Metrics: cfg.Metrics, QueueMetrics: cfg.QueueMetrics, Clock: cfg.Clock,
+		Shard: cfg.Shard,
 	}
 	if c.shadow != nil {
 		bcfg.BeforeApply = c.shadow.before

@@ -239,6 +239,24 @@ type Options struct {
 	// paging at a million objects) and falls back to pages by itself where
 	// the server refuses or ignores it (docs/scaling.md).
 	PagedLists bool
+	// BenchmarkShard, when set, makes the collector keep only one shard of
+	// the namespaces: the namespaced objects whose namespace hashes
+	// (FNV-1a, modulo Count) to Index, and every cluster-scoped object;
+	// the monitors drop the other objects' events as they arrive. It is a
+	// measurement aid — what one shard of docs/scaling.md's sharded design
+	// would hold and spend, measured by kgc-bench --scale-shards — and no
+	// way to run kgc: the design's cross-shard index of cluster-scoped
+	// owners is not built, so a shard would release a cluster-scoped
+	// owner's finalizers without seeing its dependents in other shards.
+	// nil, the default, keeps every object. Like the sandbox's tools, it
+	// is not covered by docs/support.md's compatibility promise.
+	BenchmarkShard *BenchmarkShard
+}
+
+// BenchmarkShard is shard Index of Count (0 <= Index < Count): see
+// Options.BenchmarkShard.
+type BenchmarkShard struct {
+	Index, Count int
 }
 
 // OrphanJournalOptions name the Lease that holds the journal of orphaned
@@ -328,6 +346,13 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	}
 	if opts.ShadowWindow < 0 {
 		return nil, fmt.Errorf("kgc: ShadowWindow must not be negative, got %s", opts.ShadowWindow)
+	}
+	var shard *kgcdiscovery.Shard
+	if s := opts.BenchmarkShard; s != nil {
+		shard = &kgcdiscovery.Shard{Index: s.Index, Count: s.Count}
+		if err := shard.Validate(); err != nil {
+			return nil, fmt.Errorf("kgc: BenchmarkShard: %w", err)
+		}
 	}
 	if j := opts.OrphanJournal; j != nil {
 		if j.LeaseNamespace == "" || j.LeaseName == "" {
@@ -515,6 +540,7 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		ResyncPeriod:      opts.DiscoveryResyncPeriod,
 		Metrics:           m,
 		QueueMetrics:      opts.QueueMetrics,
+		Shard:             shard,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kgc: %w", err)
