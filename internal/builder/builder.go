@@ -51,6 +51,10 @@ type Config struct {
 	// Pages, optional, reads the monitors' list pages raw (see
 	// discovery.Monitors.SetPageLister); nil lists with Metadata.
 	Pages discovery.PageLister
+	// Shard, optional, makes the monitors keep only one shard of the
+	// namespaces (discovery.Shard: a measurement aid, no way to run kgc);
+	// nil keeps every object.
+	Shard *discovery.Shard
 }
 
 // listBacklog is how many queued events a list page waits for the graph
@@ -143,6 +147,7 @@ func New(cfg Config, g *graph.Graph, sink Sink) *Builder {
 	if cfg.Clock != nil {
 		b.monitors.SetClock(cfg.Clock)
 	}
+	b.monitors.SetShard(cfg.Shard)
 	empty := map[schema.GroupVersionKind]schema.GroupVersionResource{}
 	b.kinds.Store(&empty)
 	// Real time, whatever clock drives the rest: the metrics measure the

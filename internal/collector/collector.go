@@ -123,6 +123,10 @@ type Config struct {
 	// Shadow configures the comparison (its Metrics and Clock default to
 	// the collector's, its Judge is the workers').
 	Shadow shadow.Config
+	// Shard, optional, makes the monitors keep only one shard of the
+	// namespaces (discovery.Shard: a measurement aid for kgc-bench, no way
+	// to run kgc); nil keeps every object.
+	Shard *discovery.Shard
 }
 
 // Collector is kgc's garbage collector: a graph builder (package builder)
@@ -172,6 +176,11 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.ResyncPeriod < 0 {
 		errs = append(errs, fmt.Errorf("discovery resync period must not be negative, got %s", cfg.ResyncPeriod))
 	}
+	if cfg.Shard != nil {
+		if err := cfg.Shard.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -215,6 +224,7 @@ func New(cfg Config) (*Collector, error) {
 	bcfg := builder.Config{
 		Metadata: cfg.Metadata, Pages: cfg.Pages, Discovery: cfg.Discovery, Mapper: cfg.Mapper,
 		Ignored: cfg.Ignored, ResyncPeriod: cfg.ResyncPeriod, Metrics: cfg.Metrics, QueueMetrics: cfg.QueueMetrics, Clock: cfg.Clock,
+		Shard: cfg.Shard,
 	}
 	if c.shadow != nil {
 		bcfg.BeforeApply = c.shadow.before
@@ -383,6 +393,28 @@ func (c *Collector) Run(ctx context.Context) error {
 		cancelWork()
 	}()
 
+	c.startBuilder(ctx, &wg)
+	if !c.discoverFirst(ctx) {
+		return nil // ctx ended before discovery worked: a clean stop
+	}
+	c.startStartupReport(ctx, &wg)
+	c.startRediscovery(ctx, &wg)
+	if !c.waitForMonitors(ctx) {
+		return nil
+	}
+	if !c.loadBeforeDecisions(ctx) {
+		return nil // a clean stop
+	}
+	c.startWorkers(ctx, workCtx, journalCtx, &wg)
+
+	<-ctx.Done()
+	logger.Info("Stopping")
+	return nil
+}
+
+// startBuilder starts the graph builder, and in shadow mode the
+// comparison's tracker, on wg until ctx is done.
+func (c *Collector) startBuilder(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -395,7 +427,12 @@ func (c *Collector) Run(ctx context.Context) error {
 			c.shadow.tracker.Run(ctx)
 		}()
 	}
+}
 
+// discoverFirst runs the initial discovery. It returns false if ctx ended
+// first.
+func (c *Collector) discoverFirst(ctx context.Context) bool {
+	logger := klog.FromContext(ctx)
 	// Initial discovery: retry until it works, at least partially.
 	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		if _, _, err := c.builder.Resync(ctx); err != nil {
@@ -404,10 +441,12 @@ func (c *Collector) Run(ctx context.Context) error {
 		}
 		return true, nil
 	})
-	if err != nil {
-		return nil //nolint:nilerr // ctx ended before discovery worked: a clean stop
-	}
+	return err == nil
+}
 
+// startStartupReport starts, on wg, the log of the monitors' first lists
+// (reportStartup).
+func (c *Collector) startStartupReport(ctx context.Context, wg *sync.WaitGroup) {
 	// Until every resource is listed (or failing), say how far the lists
 	// have come: at millions of objects that takes a while.
 	wg.Add(1)
@@ -415,7 +454,11 @@ func (c *Collector) Run(ctx context.Context) error {
 		defer wg.Done()
 		c.reportStartup(ctx, c.startupLogEvery)
 	}()
+}
 
+// startRediscovery starts, on wg, the periodic and event-driven
+// rediscovery (builder.RunDiscovery).
+func (c *Collector) startRediscovery(ctx context.Context, wg *sync.WaitGroup) {
 	// Discovery keeps running from now on: CRDs and APIServices that change
 	// while the monitors sync get monitors too, without waiting. Each
 	// periodic round re-checks the graph's unfinished work.
@@ -428,7 +471,13 @@ func (c *Collector) Run(ctx context.Context) error {
 			}
 		})
 	}()
+}
 
+// waitForMonitors waits until every monitor has synced or is failing, or
+// SyncTimeout has passed, and logs the monitors the workers then start
+// without. It returns false if ctx ended first.
+func (c *Collector) waitForMonitors(ctx context.Context) bool {
+	logger := klog.FromContext(ctx)
 	// Workers start once every monitor has either synced or is failing (its
 	// list or watch returns errors: a CRD whose conversion webhook is down,
 	// an unavailable APIService). A failing resource does not hold up the
@@ -449,12 +498,12 @@ func (c *Collector) Run(ctx context.Context) error {
 	// UnlistedHold (package workers, negativeFactsReady).
 	logger.Info("Waiting for monitors to sync", "monitors", c.builder.Monitors())
 	syncCtx, cancel := context.WithTimeout(ctx, c.cfg.SyncTimeout)
-	err = wait.PollUntilContextCancel(syncCtx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextCancel(syncCtx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
 		return c.builder.Settled(), nil
 	})
 	cancel()
 	if ctx.Err() != nil {
-		return nil
+		return false
 	}
 	var failing, pending []string
 	for gvr, st := range c.builder.MonitorStatus() {
@@ -471,6 +520,12 @@ func (c *Collector) Run(ctx context.Context) error {
 	if err != nil {
 		logger.Info("Starting workers before every monitor synced", "pending", pending)
 	}
+	return true
+}
+
+// loadBeforeDecisions reads what an earlier kgc recorded, retrying until
+// it can (loadBeforeWorkers). It returns false if ctx ended first.
+func (c *Collector) loadBeforeDecisions(ctx context.Context) bool {
 	// The journal of orphaned owners is read before any decision: a
 	// dependent whose owner an earlier kgc orphaned, found only now, must
 	// be orphaned, not deleted as dangling (package orphanlog). So are the
@@ -478,11 +533,19 @@ func (c *Collector) Run(ctx context.Context) error {
 	// let a restart delete what it held. Until both are read nothing is
 	// decided.
 	if !c.loadBeforeWorkers(ctx, "the journal of orphaned owners", c.journal.Load, journalAdvice) {
-		return nil // a clean stop
+		return false
 	}
 	if c.cfg.LoadBreaker != nil && !c.loadBeforeWorkers(ctx, "the deletion breaker's trips", c.cfg.LoadBreaker, breakerAdvice) {
-		return nil
+		return false
 	}
+	return true
+}
+
+// startWorkers starts, on wg, the journal's writer (on journalCtx), then,
+// once the graph holds every event queued so far, the workers (deciding
+// until ctx is done, their API calls on workCtx) and the namespace
+// lifecycle.
+func (c *Collector) startWorkers(ctx, workCtx, journalCtx context.Context, wg *sync.WaitGroup) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -490,7 +553,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	}()
 	c.builder.WaitIdle()
 	c.synced.Store(true)
-	logger.Info("Monitors synced; starting workers", "workers", c.cfg.Workers, "maxWritesInFlight", c.cfg.MaxWritesInFlight, "nodes", c.Graph().Len())
+	klog.FromContext(ctx).Info("Monitors synced; starting workers", "workers", c.cfg.Workers, "maxWritesInFlight", c.cfg.MaxWritesInFlight, "nodes", c.Graph().Len())
 	c.workers.Start(ctx, workCtx)
 	if c.namespaces != nil {
 		// The namespace lifecycle confirms every negative fact with quorum
@@ -503,10 +566,6 @@ func (c *Collector) Run(ctx context.Context) error {
 			c.namespaces.Run(ctx)
 		}()
 	}
-
-	<-ctx.Done()
-	logger.Info("Stopping")
-	return nil
 }
 
 // loadBeforeWorkers calls load until it succeeds, with backoff (1 s,

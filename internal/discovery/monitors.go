@@ -37,9 +37,10 @@ import (
 type Monitors struct {
 	client  metadata.Interface
 	observe func(graph.Event)
-	// pages and gate: see SetPageLister and SetListGate.
+	// pages, gate and shard: see SetPageLister, SetListGate and SetShard.
 	pages PageLister
 	gate  func(context.Context)
+	shard *Shard
 	clock clock.WithTicker // backoff; real unless SetClock
 
 	mu      sync.Mutex
@@ -208,7 +209,7 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		resource:   r,
 		apiVersion: r.APIVersion(),
 		res:        m.client.Resource(r.GVR).Namespace(metav1.NamespaceAll),
-		observe:    benchmarkShardFilter(m.observe),
+		observe:    m.shard.filter(m.observe),
 		pages:      m.pages,
 		gate:       m.gate,
 		stream:     streamListerOf(m.pages),

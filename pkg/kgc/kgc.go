@@ -239,6 +239,32 @@ type Options struct {
 	// paging at a million objects) and falls back to pages by itself where
 	// the server refuses or ignores it (docs/scaling.md).
 	PagedLists bool
+	// BenchmarkShard, when set, makes the collector keep only one shard of
+	// the namespaces: the namespaced objects whose namespace hashes
+	// (FNV-1a, modulo Count) to Index, and every cluster-scoped object;
+	// the monitors drop the other objects' events as they arrive. It is a
+	// measurement aid — what one shard of docs/scaling.md's sharded design
+	// would hold and spend, measured by kgc-bench --scale-shards — and no
+	// way to run kgc: the design's cross-shard index of cluster-scoped
+	// owners is not built, so a shard would release a cluster-scoped
+	// owner's finalizers without seeing its dependents in other shards.
+	// nil, the default, keeps every object. Like the sandbox's tools, it
+	// is not covered by docs/support.md's compatibility promise.
+	BenchmarkShard *BenchmarkShard
+}
+
+// BenchmarkShard is shard Index of Count (0 <= Index < Count): see
+// Options.BenchmarkShard.
+type BenchmarkShard struct {
+	Index, Count int
+}
+
+// shard is s as the monitors take it; nil keeps every object.
+func (s *BenchmarkShard) shard() *kgcdiscovery.Shard {
+	if s == nil {
+		return nil
+	}
+	return &kgcdiscovery.Shard{Index: s.Index, Count: s.Count}
 }
 
 // OrphanJournalOptions name the Lease that holds the journal of orphaned
@@ -299,55 +325,119 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	if cfg == nil {
 		return nil, errors.New("kgc: rest config is required")
 	}
-	component := opts.EventComponent
-	if component == "" {
-		component = DefaultEventComponent
-	}
-	if err := ValidateEventComponent(component); err != nil {
-		return nil, fmt.Errorf("kgc: EventComponent: %w", err)
+	component, err := eventComponent(opts.EventComponent)
+	if err != nil {
+		return nil, err
 	}
 	cfg, err = withBudget(cfg, opts.QPS, opts.Burst)
 	if err != nil {
 		return nil, err
 	}
 	cfg = rest.AddUserAgent(cfg, "kgc")
-	if opts.StuckThreshold < 0 {
-		return nil, fmt.Errorf("kgc: StuckThreshold must not be negative, got %s", opts.StuckThreshold)
-	}
-	if opts.StuckThreshold == 0 {
-		opts.StuckThreshold = DefaultStuckThreshold
-	}
-	if opts.DryRun && opts.NamespaceLifecycle {
-		return nil, errors.New("kgc: DryRun excludes NamespaceLifecycle (shadow mode makes no write)")
-	}
-	if opts.DryRun && (opts.Breaker != nil || opts.HoldRestored) {
-		// Holds are writes too (the breaker's trip on its Lease, its
-		// Event), and the cluster's own collector, the one shadow mode
-		// is compared with, has none.
-		return nil, errors.New("kgc: DryRun excludes Breaker and HoldRestored (shadow mode makes no write, and compares kgc's decisions with a collector that holds nothing)")
-	}
-	if opts.ShadowWindow < 0 {
-		return nil, fmt.Errorf("kgc: ShadowWindow must not be negative, got %s", opts.ShadowWindow)
-	}
-	if j := opts.OrphanJournal; j != nil {
-		if j.LeaseNamespace == "" || j.LeaseName == "" {
-			return nil, fmt.Errorf("kgc: OrphanJournal needs a Lease namespace and name, got %q and %q", j.LeaseNamespace, j.LeaseName)
-		}
-		if j.TTL < 0 {
-			return nil, fmt.Errorf("kgc: OrphanJournal.TTL must not be negative, got %s", j.TTL)
-		}
+	opts, err = completeOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	// The metrics' sources read the collector and its mapper, built below.
 	// A scrape of the caller's registry may come while New runs, or after
 	// it failed and before it unregistered the metrics again: it then
 	// finds nothing built and reports nothing.
-	type parts struct {
-		c      *collector.Collector
-		mapper *restmapper.DeferredDiscoveryRESTMapper
-		out    *Collector
+	var built atomic.Pointer[builtParts]
+	m, err := metrics.New(opts.Registerer, metricsSources(&built, opts.StuckThreshold))
+	if err != nil {
+		return nil, fmt.Errorf("kgc: registering metrics: %w", err)
 	}
-	var built atomic.Pointer[parts]
-	m, err := metrics.New(opts.Registerer, metrics.Sources{
+	defer func() {
+		if err != nil {
+			m.Unregister()
+		}
+	}()
+	cl, err := newClients(cfg, m, opts.PagedLists)
+	if err != nil {
+		return nil, err
+	}
+	out := &Collector{
+		events:       cl.cs.CoreV1().Events(""),
+		metrics:      m,
+		coordination: cl.cs.CoordinationV1(),
+		recorder:     &lazyRecorder{},
+		component:    component,
+		logger:       opts.Logger,
+		httpClient:   cl.httpClient,
+		limiter:      cl.limiter,
+		done:         make(chan struct{}),
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cl.dc))
+	if out.c, err = out.buildCollector(opts, cl, mapper); err != nil {
+		return nil, err
+	}
+	built.Store(&builtParts{c: out.c, mapper: mapper, out: out})
+	out.handler = out.buildHandler(opts)
+	return out, nil
+}
+
+// eventComponent returns the reporting component of kgc's events:
+// component, or DefaultEventComponent when it is empty.
+func eventComponent(component string) (string, error) {
+	if component == "" {
+		component = DefaultEventComponent
+	}
+	if err := ValidateEventComponent(component); err != nil {
+		return "", fmt.Errorf("kgc: EventComponent: %w", err)
+	}
+	return component, nil
+}
+
+// completeOptions validates opts (but for Breaker, which buildCollector
+// validates, and what collector.New validates: Workers,
+// MaxWritesInFlight, DiscoveryResyncPeriod) and fills in StuckThreshold's
+// default.
+func completeOptions(opts Options) (Options, error) {
+	if opts.StuckThreshold < 0 {
+		return opts, fmt.Errorf("kgc: StuckThreshold must not be negative, got %s", opts.StuckThreshold)
+	}
+	if opts.StuckThreshold == 0 {
+		opts.StuckThreshold = DefaultStuckThreshold
+	}
+	if opts.DryRun && opts.NamespaceLifecycle {
+		return opts, errors.New("kgc: DryRun excludes NamespaceLifecycle (shadow mode makes no write)")
+	}
+	if opts.DryRun && (opts.Breaker != nil || opts.HoldRestored) {
+		// Holds are writes too (the breaker's trip on its Lease, its
+		// Event), and the cluster's own collector, the one shadow mode
+		// is compared with, has none.
+		return opts, errors.New("kgc: DryRun excludes Breaker and HoldRestored (shadow mode makes no write, and compares kgc's decisions with a collector that holds nothing)")
+	}
+	if opts.ShadowWindow < 0 {
+		return opts, fmt.Errorf("kgc: ShadowWindow must not be negative, got %s", opts.ShadowWindow)
+	}
+	if shard := opts.BenchmarkShard.shard(); shard != nil {
+		if err := shard.Validate(); err != nil {
+			return opts, fmt.Errorf("kgc: BenchmarkShard: %w", err)
+		}
+	}
+	if j := opts.OrphanJournal; j != nil {
+		if j.LeaseNamespace == "" || j.LeaseName == "" {
+			return opts, fmt.Errorf("kgc: OrphanJournal needs a Lease namespace and name, got %q and %q", j.LeaseNamespace, j.LeaseName)
+		}
+		if j.TTL < 0 {
+			return opts, fmt.Errorf("kgc: OrphanJournal.TTL must not be negative, got %s", j.TTL)
+		}
+	}
+	return opts, nil
+}
+
+// builtParts are what the metrics' sources read once New has built them.
+type builtParts struct {
+	c      *collector.Collector
+	mapper *restmapper.DeferredDiscoveryRESTMapper
+	out    *Collector
+}
+
+// metricsSources reads the metrics from what built holds, and reports
+// nothing while it holds nothing.
+func metricsSources(built *atomic.Pointer[builtParts], stuckThreshold time.Duration) metrics.Sources {
+	return metrics.Sources{
 		Graph: func() metrics.GraphCounts {
 			if p := built.Load(); p != nil {
 				return metrics.GraphCounts(p.c.Graph().Counts())
@@ -384,7 +474,7 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		},
 		Stuck: func() (map[string]int, float64, bool) {
 			if p := built.Load(); p != nil {
-				return stuckMetrics(source{c: p.c}, p.mapper, opts.StuckThreshold)
+				return stuckMetrics(source{c: p.c}, p.mapper, stuckThreshold)
 			}
 			return nil, 0, false
 		},
@@ -402,15 +492,22 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 			listed, total, objects := p.c.StartupProgress()
 			return metrics.StartupProgress{ResourcesListed: listed, ResourcesTotal: total, ObjectsListed: objects}
 		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("kgc: registering metrics: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			m.Unregister()
-		}
-	}()
+}
+
+// clients are the collector's API clients, all on one HTTP client.
+type clients struct {
+	httpClient *http.Client
+	md, workMD metadata.Interface
+	limiter    *budget.Limiter // the workers' client's; nil without one
+	pages      kgcdiscovery.PageLister
+	dc         *discovery.DiscoveryClient
+	cs         *kubernetes.Clientset
+}
+
+// newClients builds the collector's clients for cfg, their requests
+// measured by m; pagedLists lists by pages only (Options.PagedLists).
+func newClients(cfg *rest.Config, m *metrics.Metrics, pagedLists bool) (clients, error) {
 	cfg.Wrap(m.InstrumentTransport)
 	// kgc lists every deletable resource, deprecated ones included, on
 	// purpose: the apiserver's deprecation warnings are noise here.
@@ -419,52 +516,47 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 	// idle connections when it returns.
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("kgc: http client: %w", err)
+		return clients{}, fmt.Errorf("kgc: http client: %w", err)
 	}
 	md, err := metadata.NewForConfigAndClient(cfg, httpClient)
 	if err != nil {
-		return nil, fmt.Errorf("kgc: metadata client: %w", err)
+		return clients{}, fmt.Errorf("kgc: metadata client: %w", err)
 	}
 	workCfg, limiter := workerConfig(cfg)
 	workMD, err := metadata.NewForConfigAndClient(workCfg, httpClient)
 	if err != nil {
-		return nil, fmt.Errorf("kgc: workers' metadata client: %w", err)
+		return clients{}, fmt.Errorf("kgc: workers' metadata client: %w", err)
 	}
 	var pages kgcdiscovery.PageLister
 	pages, err = kgcdiscovery.NewRESTPageLister(cfg, httpClient)
 	if err != nil {
-		return nil, fmt.Errorf("kgc: list client: %w", err)
+		return clients{}, fmt.Errorf("kgc: list client: %w", err)
 	}
-	if opts.PagedLists {
+	if pagedLists {
 		pages = kgcdiscovery.PagesOnly(pages)
 	}
 	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
 	if err != nil {
-		return nil, fmt.Errorf("kgc: discovery client: %w", err)
+		return clients{}, fmt.Errorf("kgc: discovery client: %w", err)
 	}
 	cs, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
 	if err != nil {
-		return nil, fmt.Errorf("kgc: clientset: %w", err)
+		return clients{}, fmt.Errorf("kgc: clientset: %w", err)
 	}
+	return clients{httpClient: httpClient, md: md, workMD: workMD, limiter: limiter, pages: pages, dc: dc, cs: cs}, nil
+}
+
+// buildCollector builds the collector proper (package collector) from
+// opts, on cl's clients, and c's breaker (c.breakerOpts, c.bsync) when
+// opts asks for one.
+func (c *Collector) buildCollector(opts Options, cl clients, mapper *restmapper.DeferredDiscoveryRESTMapper) (*collector.Collector, error) {
 	ignored := opts.IgnoredResources
 	if ignored == nil {
 		ignored = DefaultIgnoredResources()
 	}
-	out := &Collector{
-		events:       cs.CoreV1().Events(""),
-		metrics:      m,
-		coordination: cs.CoordinationV1(),
-		recorder:     &lazyRecorder{},
-		component:    component,
-		logger:       opts.Logger,
-		httpClient:   httpClient,
-		limiter:      limiter,
-		done:         make(chan struct{}),
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	var nsAPI namespaces.API
 	if opts.NamespaceLifecycle {
-		nsAPI = &apiops.NamespaceOps{Namespaces: cs.CoreV1().Namespaces(), Metadata: md, Discovery: dc}
+		nsAPI = &apiops.NamespaceOps{Namespaces: cl.cs.CoreV1().Namespaces(), Metadata: cl.md, Discovery: cl.dc}
 	}
 	historySize := opts.WriteHistorySize
 	if historySize == 0 {
@@ -476,36 +568,36 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 			return nil, fmt.Errorf("kgc: Breaker: %w", err)
 		}
 		brk = breaker.New(opts.Breaker.config())
-		out.breakerOpts = *opts.Breaker
-		out.bsync = out.newBreakerSync(brk)
+		c.breakerOpts = *opts.Breaker
+		c.bsync = c.newBreakerSync(brk)
 	}
 	// Shadow mode records no Events: they are writes, and the cluster's
 	// own collector records its own.
-	var recorder collector.Recorder = out.recorder
+	var recorder collector.Recorder = c.recorder
 	if opts.DryRun {
 		recorder = nil
 	}
 	var orphanStore orphanlog.Store
 	var orphanTTL time.Duration
 	if j := opts.OrphanJournal; j != nil {
-		orphanStore = &orphanlog.LeaseStore{Client: out.coordination, Namespace: j.LeaseNamespace, Name: j.LeaseName}
+		orphanStore = &orphanlog.LeaseStore{Client: c.coordination, Namespace: j.LeaseNamespace, Name: j.LeaseName}
 		orphanTTL = j.TTL
 	}
-	out.c, err = collector.New(collector.Config{
+	cc, err := collector.New(collector.Config{
 		OrphanStore:       orphanStore,
 		OrphanTTL:         orphanTTL,
 		Breaker:           brk,
-		OnTrip:            out.onTrip,
-		LoadBreaker:       out.loadBreaker(),
+		OnTrip:            c.onTrip,
+		LoadBreaker:       c.loadBreaker(),
 		HoldRestored:      opts.HoldRestored,
 		DryRun:            opts.DryRun,
 		Shadow:            shadow.Config{Window: opts.ShadowWindow},
 		History:           history.NewRing(historySize),
 		Namespaces:        nsAPI,
-		Metadata:          md,
-		WorkerMetadata:    workMD,
-		Pages:             pages,
-		Discovery:         dc,
+		Metadata:          cl.md,
+		WorkerMetadata:    cl.workMD,
+		Pages:             cl.pages,
+		Discovery:         cl.dc,
 		Mapper:            mapper,
 		Recorder:          recorder,
 		Workers:           opts.Workers,
@@ -513,19 +605,23 @@ func New(cfg *rest.Config, opts Options) (_ *Collector, err error) {
 		UnlistedHold:      opts.UnlistedHold,
 		Ignored:           ignored,
 		ResyncPeriod:      opts.DiscoveryResyncPeriod,
-		Metrics:           m,
+		Metrics:           c.metrics,
 		QueueMetrics:      opts.QueueMetrics,
+		Shard:             opts.BenchmarkShard.shard(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kgc: %w", err)
 	}
-	built.Store(&parts{c: out.c, mapper: mapper, out: out})
+	return cc, nil
+}
+
+// buildHandler builds the collector's HTTP handler (Handler).
+func (c *Collector) buildHandler(opts Options) http.Handler {
 	hopts := server.Options{Profiling: opts.Profiling}
 	if g, ok := opts.Registerer.(prometheus.Gatherer); ok {
 		hopts.Metrics = promhttp.HandlerFor(g, promhttp.HandlerOpts{})
 	}
-	out.handler = server.BuildMux(out.source(opts.HoldRestored), hopts)
-	return out, nil
+	return server.BuildMux(c.source(opts.HoldRestored), hopts)
 }
 
 // Start builds a Collector, runs it in the background and returns once its

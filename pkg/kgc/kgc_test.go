@@ -45,6 +45,14 @@ func TestNewValidates(t *testing.T) {
 	if _, err := kgc.New(cfg, kgc.Options{DryRun: true}); err != nil {
 		t.Errorf("DryRun: %v", err)
 	}
+	for _, bad := range []kgc.BenchmarkShard{{Index: 0, Count: 0}, {Index: -1, Count: 2}, {Index: 2, Count: 2}} {
+		if _, err := kgc.New(cfg, kgc.Options{BenchmarkShard: &bad}); err == nil || !strings.Contains(err.Error(), "BenchmarkShard") {
+			t.Errorf("BenchmarkShard %+v: %v", bad, err)
+		}
+	}
+	if _, err := kgc.New(cfg, kgc.Options{BenchmarkShard: &kgc.BenchmarkShard{Index: 1, Count: 2}}); err != nil {
+		t.Errorf("BenchmarkShard 1 of 2: %v", err)
+	}
 }
 
 func TestNewDoesNotTouchItsInputs(t *testing.T) {

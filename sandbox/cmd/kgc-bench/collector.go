@@ -1,8 +1,6 @@
 package main
 
 import (
-	kgcdiscovery "github.com/kgc-dev/kgc/internal/discovery"
-
 	"bufio"
 	"context"
 	"errors"
@@ -69,7 +67,7 @@ type collectorFlags struct {
 	// heap in use) when it is told to stop (--memprofile).
 	MemProfile string
 	// Shard, "i/S" when set, makes the kgc child keep only shard i of S
-	// of the namespaces (discovery.SetBenchmarkShard: a measurement of
+	// of the namespaces (kgc.Options.BenchmarkShard: a measurement of
 	// docs/scaling.md's sharded design, not a way to run kgc).
 	Shard string
 	// KGCOptions: the options the kgc child collects with: kgcOptionsRun
@@ -248,16 +246,16 @@ func runCollectorRole(f collectorFlags, stdin io.Reader, stdout io.Writer) error
 	var done <-chan struct{}
 	switch f.Collector {
 	case collectorKGC:
+		opts, gcPercent, err := kgcOptions(f)
+		if err != nil {
+			return err
+		}
 		if f.Shard != "" {
 			var i, n int
 			if _, err := fmt.Sscanf(f.Shard, "%d/%d", &i, &n); err != nil || n < 1 || i < 0 || i >= n {
 				return fmt.Errorf("--shard %q: want i/S with 0 <= i < S", f.Shard)
 			}
-			kgcdiscovery.SetBenchmarkShard(i, n)
-		}
-		opts, gcPercent, err := kgcOptions(f)
-		if err != nil {
-			return err
+			opts.BenchmarkShard = &kgc.BenchmarkShard{Index: i, Count: n}
 		}
 		// As `kgc run` does without --gc-percent; upstream runs with Go's
 		// default, as kube-controller-manager does. GOGC in the
