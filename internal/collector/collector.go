@@ -552,9 +552,12 @@ func (c *Collector) startWorkers(ctx, workCtx, journalCtx context.Context, wg *s
 		c.journal.Run(journalCtx)
 	}()
 	c.builder.WaitIdle()
-	c.synced.Store(true)
 	klog.FromContext(ctx).Info("Monitors synced; starting workers", "workers", c.cfg.Workers, "maxWritesInFlight", c.cfg.MaxWritesInFlight, "nodes", c.Graph().Len())
 	c.workers.Start(ctx, workCtx)
+	// Synced once the workers run and their first sweep of the graph is
+	// queued (Start does it): what the graph learns from then on comes
+	// through events or the periodic re-check, as Synced's callers expect.
+	c.synced.Store(true)
 	if c.namespaces != nil {
 		// The namespace lifecycle confirms every negative fact with quorum
 		// LISTs of its own, so it needs no synced graph; it starts with the
