@@ -766,12 +766,16 @@ func (s *Server) list(ctx context.Context, actor Actor, gvr schema.GroupVersionR
 		out.Items = append(out.Items, *s.typed(gvr, r, m))
 	}
 	out.ResourceVersion = listRV
-	if actor == ActorKGC {
+	// kgc's probes (a LIST of one item: is the resource served, has its
+	// storage gone back) read the answer's resourceVersion or status and
+	// apply none of its items: they show kgc nothing, and list nothing.
+	probe := opts.Limit == 1 && opts.Continue == ""
+	if actor == ActorKGC && !probe {
 		for i := range out.Items {
 			s.listServed(gvr.GroupResource(), &out.Items[i].ObjectMeta)
 		}
 	}
-	if out.Continue == "" && actor == ActorKGC && ns == "" {
+	if out.Continue == "" && actor == ActorKGC && ns == "" && !probe {
 		r.listFailed = false
 		s.listed[r.GR()] = true
 	}
