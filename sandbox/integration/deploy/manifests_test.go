@@ -108,26 +108,35 @@ func loadManifestsIn(t *testing.T, dir string) []manifest {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			var doc map[string]any
-			if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v", rel, err)
-			}
-			if len(doc) == 0 {
-				continue // an empty document, e.g. a trailing ---
-			}
-			obj := &unstructured.Unstructured{Object: doc}
-			if obj.GetAPIVersion() == "" || obj.GetKind() == "" || obj.GetName() == "" {
-				t.Fatalf("%s: an object without apiVersion, kind or metadata.name: %v", rel, doc)
-			}
-			out = append(out, manifest{file: rel, obj: obj})
-		}
+		out = append(out, decodeManifests(t, rel, data)...)
 	}
 	if len(out) == 0 {
 		t.Fatalf("no manifests in %s/", dir)
+	}
+	return out
+}
+
+// decodeManifests decodes the YAML or JSON documents of data, read from
+// file, as kubectl does.
+func decodeManifests(t *testing.T, file string, data []byte) []manifest {
+	t.Helper()
+	var out []manifest
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if len(doc) == 0 {
+			continue // an empty document, e.g. a trailing ---
+		}
+		obj := &unstructured.Unstructured{Object: doc}
+		if obj.GetAPIVersion() == "" || obj.GetKind() == "" || obj.GetName() == "" {
+			t.Fatalf("%s: an object without apiVersion, kind or metadata.name: %v", file, doc)
+		}
+		out = append(out, manifest{file: file, obj: obj})
 	}
 	return out
 }
@@ -156,6 +165,8 @@ func (w *warningRecorder) take() []string {
 // applier server-side applies unstructured objects, resolving their
 // resources through discovery as kubectl does.
 type applier struct {
+	// manager is the field manager of apply (fieldManager unless set).
+	manager  string
 	dyn      dynamic.Interface
 	mapper   meta.RESTMapper
 	warnings *warningRecorder
@@ -175,6 +186,7 @@ func newApplier(t *testing.T, cfg *rest.Config) *applier {
 		t.Fatal(err)
 	}
 	return &applier{
+		manager:  fieldManager,
 		dyn:      dyn,
 		mapper:   restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
 		warnings: w,
@@ -212,7 +224,7 @@ func (a *applier) apply(t *testing.T, obj *unstructured.Unstructured, dryRun boo
 	if err != nil {
 		return nil, err
 	}
-	opts := metav1.PatchOptions{FieldManager: fieldManager, FieldValidation: metav1.FieldValidationStrict}
+	opts := metav1.PatchOptions{FieldManager: a.manager, FieldValidation: metav1.FieldValidationStrict}
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}

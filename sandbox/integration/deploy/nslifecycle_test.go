@@ -40,7 +40,7 @@ func TestRBACNamespaceLifecycle(t *testing.T) {
 	waitForAccess(t, cfg, deleteCollection, false)
 
 	t.Run("deploy/ alone: one DELETE per object", func(t *testing.T) {
-		calls := emptyNamespaceAs(t, cfg)
+		calls := emptyNamespaceAs(t, cfg, lifecycleOptions)
 		if calls["deletecollection 403"] == 0 {
 			t.Errorf("no DELETECOLLECTION was forbidden: %v", calls)
 		}
@@ -72,16 +72,26 @@ func TestRBACNamespaceLifecycle(t *testing.T) {
 	waitForAccess(t, cfg, deleteCollection, true)
 
 	t.Run("with deploy/optional: DELETECOLLECTION", func(t *testing.T) {
-		calls := emptyNamespaceAs(t, cfg)
-		if calls["deletecollection 200"] == 0 {
-			t.Errorf("no DELETECOLLECTION succeeded: %v", calls)
-		}
-		for k, n := range calls {
-			if n > 0 && (k == "deletecollection 403" || k == "delete 403" || k == "update 403" || k == "list 403") {
-				t.Errorf("%s: %v (all: %v)", k, n, calls)
-			}
-		}
+		checkLifecycleCalls(t, emptyNamespaceAs(t, cfg, lifecycleOptions))
 	})
+}
+
+// lifecycleOptions run kgc's namespace lifecycle.
+var lifecycleOptions = kgc.Options{Workers: 2, NamespaceLifecycle: true}
+
+// checkLifecycleCalls checks kgc's API requests while it emptied a
+// namespace with the optional role bound: DELETECOLLECTION used, nothing
+// forbidden.
+func checkLifecycleCalls(t *testing.T, calls map[string]float64) {
+	t.Helper()
+	if calls["deletecollection 200"] == 0 {
+		t.Errorf("no DELETECOLLECTION succeeded: %v", calls)
+	}
+	for k, n := range calls {
+		if n > 0 && (k == "deletecollection 403" || k == "delete 403" || k == "update 403" || k == "list 403") {
+			t.Errorf("%s: %v (all: %v)", k, n, calls)
+		}
+	}
 }
 
 // checkOptionalRole checks what the API server cannot: the optional
@@ -123,13 +133,15 @@ func checkOptionalRole(t *testing.T, optional []manifest, in installed) {
 // objectsPerNamespace is how many objects emptyNamespaceAs creates.
 const objectsPerNamespace = 12
 
-// emptyNamespaceAs runs kgc's namespace lifecycle as cfg's identity, creates
-// a namespace with a Pod, a Secret and ConfigMaps (as admin), deletes it,
-// waits until it is gone and returns kgc's API requests by "verb code".
-func emptyNamespaceAs(t *testing.T, cfg *rest.Config) map[string]float64 {
+// emptyNamespaceAs runs kgc with opts (NamespaceLifecycle among them) as
+// cfg's identity, creates a namespace with a Pod, a Secret and ConfigMaps
+// (as admin), deletes it, waits until it is gone and returns kgc's API
+// requests by "verb code".
+func emptyNamespaceAs(t *testing.T, cfg *rest.Config, opts kgc.Options) map[string]float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	gc, err := kgc.Start(t.Context(), cfg, kgc.Options{Workers: 2, NamespaceLifecycle: true, Registerer: reg, Logger: testenv.Logger("kgc")})
+	opts.Registerer, opts.Logger = reg, testenv.Logger("kgc")
+	gc, err := kgc.Start(t.Context(), cfg, opts)
 	if err != nil {
 		t.Fatalf("starting kgc as %s: %v", cfg.Impersonate.UserName, err)
 	}

@@ -125,8 +125,14 @@ func TestRBACSufficient(t *testing.T) {
 
 	t.Run("leader election", func(t *testing.T) { leaderElection(t, cfg) })
 
-	gc := startCollector(t, cfg)
+	cascades(t, startCollector(t, cfg))
+}
 
+// cascades runs, with gc collecting, a Background, a Foreground and an
+// Orphan cascade and a cross-namespace reference, and checks that gc
+// completes each.
+func cascades(t *testing.T, gc *kgc.Collector) {
+	t.Helper()
 	t.Run("background", func(t *testing.T) {
 		ns := createNamespace(t)
 		owner := createConfigMap(t, ns, "owner")
