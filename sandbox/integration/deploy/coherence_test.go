@@ -387,9 +387,9 @@ func portIs(port intstr.IntOrString, p *corev1.ContainerPort) bool {
 	return port.IntVal == p.ContainerPort
 }
 
-// TestReadmeDeployReferences checks that every deploy/ path the README and
-// the documents mention exists, so that the install instructions do not
-// point at removed files.
+// TestReadmeDeployReferences checks that every deploy/ and kustomize/ path
+// the README and the documents mention exists, so that the install
+// instructions do not point at removed files.
 func TestReadmeDeployReferences(t *testing.T) {
 	docs, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*", "*.md"))
 	if err != nil {
@@ -400,7 +400,7 @@ func TestReadmeDeployReferences(t *testing.T) {
 		t.Fatal(err)
 	}
 	// deploy/… at the start of a path, not sandbox/integration/deploy/….
-	ref := regexp.MustCompile(`(?m)(?:^|[^/\w.-])(deploy/[\w./-]*)`)
+	ref := regexp.MustCompile(`(?m)(?:^|[^/\w.-])((?:deploy|kustomize)/[\w./-]*)`)
 	readme := filepath.Join(repoRoot, "README.md")
 	for _, path := range append(append([]string{readme}, top...), docs...) {
 		text, err := os.ReadFile(path)
