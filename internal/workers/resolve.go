@@ -130,9 +130,11 @@ func (r *resolver) resolveFact(ctx context.Context, dependent rules.Identity, re
 			// Discovery, which the mapping reflects, is the read: a
 			// kind that is not served has no object a client can get.
 			// Keeping the dependent instead would keep it forever, as
-			// upstream does. A rollback that brings the CRD back is seen
-			// on the CRD's own watch (rollback) and serves the kind
-			// again, which sends its owners through the read above.
+			// upstream does. A rollback that brings the CRD back serves
+			// the kind again once discovery sees it (the owners then go
+			// through the read above); until then this absence may be
+			// stale, the window docs/correctness.md states, which the
+			// CRD's own watch closes by tripping rollback.
 			return rules.ClassifyFact(ref.UID, observed(o), r.isOrphaned), nil
 		}
 		return f, err
