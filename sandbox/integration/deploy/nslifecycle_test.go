@@ -145,6 +145,26 @@ func emptyNamespaceAs(t *testing.T, cfg *rest.Config, opts kgc.Options) map[stri
 	if err != nil {
 		t.Fatalf("starting kgc as %s: %v", cfg.Impersonate.UserName, err)
 	}
+	ns := doomedNamespace(t)
+	ctx := t.Context()
+	err = wait.PollUntilContextTimeout(ctx, pollInterval, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		_, err := kubeClient.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	gc.Stop()
+	calls := requestsByVerb(t, reg)
+	if err != nil {
+		got, _ := kubeClient.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
+		t.Fatalf("namespace %s not gone within %s (kgc as %s; requests %v): %+v", ns, waitTimeout, cfg.Impersonate.UserName, calls, got.Status)
+	}
+	t.Logf("kgc's requests as %s: %v", cfg.Impersonate.UserName, calls)
+	return calls
+}
+
+// doomedNamespace creates a namespace with a Pod, a Secret and ConfigMaps
+// (objectsPerNamespace objects, as admin), deletes it and returns its name.
+func doomedNamespace(t *testing.T) string {
+	t.Helper()
 	ns := createNamespace(t)
 	ctx := t.Context()
 	pod := &corev1.Pod{
@@ -163,18 +183,7 @@ func emptyNamespaceAs(t *testing.T, cfg *rest.Config, opts kgc.Options) map[stri
 	if err := kubeClient.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, pollInterval, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		_, err := kubeClient.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	gc.Stop()
-	calls := requestsByVerb(t, reg)
-	if err != nil {
-		got, _ := kubeClient.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
-		t.Fatalf("namespace %s not gone within %s (kgc as %s; requests %v): %+v", ns, waitTimeout, cfg.Impersonate.UserName, calls, got.Status)
-	}
-	t.Logf("kgc's requests as %s: %v", cfg.Impersonate.UserName, calls)
-	return calls
+	return ns
 }
 
 // requestsByVerb reads kgc_api_requests_total as "verb code" → count.

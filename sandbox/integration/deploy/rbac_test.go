@@ -196,7 +196,6 @@ func cascades(t *testing.T, gc *kgc.Collector) {
 // collected by kgc with the real role.
 func TestRBACWithoutDeleteIsInsufficient(t *testing.T) {
 	in := applyRBAC(t)
-	const name = "kgc-test-no-delete"
 	var rules []rbacv1.PolicyRule
 	for _, r := range in.clusterRole.Rules {
 		r = *r.DeepCopy()
@@ -204,29 +203,7 @@ func TestRBACWithoutDeleteIsInsufficient(t *testing.T) {
 		rules = append(rules, r)
 	}
 	ctx := t.Context()
-	rbac := kubeClient.RbacV1()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: kgcNamespace}}
-	if _, err := kubeClient.CoreV1().ServiceAccounts(kgcNamespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: kgcNamespace}},
-	}
-	if _, err := rbac.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = rbac.ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = rbac.ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{})
-	})
-
-	cfg := impersonating(kgcNamespace, name)
+	cfg := grantAs(t, "kgc-test-no-delete", rules, nil)
 	waitForAccess(t, cfg, authorizationv1.ResourceAttributes{Verb: "patch", Resource: "configmaps", Namespace: "default"}, true)
 	waitForAccess(t, cfg, authorizationv1.ResourceAttributes{Verb: "delete", Resource: "configmaps", Namespace: "default"}, false)
 
@@ -257,19 +234,67 @@ func TestRBACWithoutDeleteIsInsufficient(t *testing.T) {
 	waitGone(t, deps...)
 }
 
+// grantAs binds clusterRules (a ClusterRole) and, unless nil, roleRules (a
+// Role in kgcNamespace) to the service account kgcNamespace/name, all
+// under that name, so that tests granting different permissions do not
+// interfere; they are removed when t ends. It returns the service
+// account's (impersonated) config. Impersonation needs no ServiceAccount
+// object: the authorizer goes by the user name and groups alone.
+func grantAs(t *testing.T, name string, clusterRules, roleRules []rbacv1.PolicyRule) *rest.Config {
+	t.Helper()
+	ctx := t.Context()
+	rbac := kubeClient.RbacV1()
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: kgcNamespace}}
+	meta := metav1.ObjectMeta{Name: name}
+	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: meta, Rules: clusterRules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rbac.ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: meta, Subjects: subjects,
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}}
+	if _, err := rbac.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rbac.ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	if roleRules != nil {
+		roles, bindings := rbac.Roles(kgcNamespace), rbac.RoleBindings(kgcNamespace)
+		if _, err := roles.Create(ctx, &rbacv1.Role{ObjectMeta: meta, Rules: roleRules}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = roles.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		rb := &rbacv1.RoleBinding{ObjectMeta: meta, Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}}
+		if _, err := bindings.Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = bindings.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	return impersonating(kgcNamespace, name)
+}
+
 // leaderElection runs client-go's leader election, as kgc --leader-elect
 // does, on the Lease the Role grants: acquire (get, create), renew and
 // release (update).
 func leaderElection(t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	if err := electLeader(ctx, cfg, "kgc"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// electLeader acquires, renews and releases the Lease kgcNamespace/lease
+// with client-go's leader election as cfg's identity, within ctx. An error
+// says which step did not happen.
+func electLeader(ctx context.Context, cfg *rest.Config, lease string) error {
 	client := kubernetes.NewForConfigOrDie(cfg)
 	const identity = "deploy-test"
 	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: kgcNamespace, Name: "kgc"},
+		LeaseMeta:  metav1.ObjectMeta{Namespace: kgcNamespace, Name: lease},
 		Client:     client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
-	defer cancel()
 	leading := make(chan struct{})
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
@@ -284,7 +309,7 @@ func leaderElection(t *testing.T, cfg *rest.Config) {
 		},
 	})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -299,35 +324,36 @@ func leaderElection(t *testing.T, cfg *rest.Config) {
 	select {
 	case <-leading:
 	case <-ctx.Done():
-		t.Fatalf("leader election as %s did not acquire the Lease %s/kgc", cfg.Impersonate.UserName, kgcNamespace)
+		return fmt.Errorf("leader election as %s did not acquire the Lease %s/%s", cfg.Impersonate.UserName, kgcNamespace, lease)
 	}
 	leases := kubeClient.CoordinationV1().Leases(kgcNamespace)
-	lease, err := leases.Get(ctx, "kgc", metav1.GetOptions{})
+	l, err := leases.Get(ctx, lease, metav1.GetOptions{})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	firstRenew := lease.Spec.RenewTime
+	firstRenew := l.Spec.RenewTime
 	// Renewals are updates.
-	err = wait.PollUntilContextTimeout(ctx, pollInterval, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		lease, err = leases.Get(ctx, "kgc", metav1.GetOptions{})
+	err = wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+		l, err = leases.Get(ctx, lease, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		return !lease.Spec.RenewTime.Equal(firstRenew), nil
+		return !l.Spec.RenewTime.Equal(firstRenew), nil
 	})
-	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != identity || !le.IsLeader() {
-		t.Fatalf("the Lease was not renewed by %s (lease %+v, leader %v): %v", identity, lease.Spec, le.IsLeader(), err)
+	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != identity || !le.IsLeader() {
+		return fmt.Errorf("the Lease %s/%s was not renewed by %s as %s (lease %+v, leader %v): %v", kgcNamespace, lease, identity, cfg.Impersonate.UserName, l.Spec, le.IsLeader(), err)
 	}
 	// Releasing on cancel is an update too.
 	stop()
 	<-done
-	lease, err = leases.Get(ctx, "kgc", metav1.GetOptions{})
+	l, err = leases.Get(ctx, lease, metav1.GetOptions{})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if h := lease.Spec.HolderIdentity; h != nil && *h != "" {
-		t.Errorf("the Lease is still held by %q after release", *h)
+	if h := l.Spec.HolderIdentity; h != nil && *h != "" {
+		return fmt.Errorf("the Lease %s/%s is still held by %q after release", kgcNamespace, lease, *h)
 	}
+	return nil
 }
 
 // ref is a ConfigMap created by a test.
@@ -470,24 +496,28 @@ func waitInGraph(t *testing.T, gc *kgc.Collector, r ref) {
 func waitEvent(t *testing.T, r ref, eventType, reason string) {
 	t.Helper()
 	var seen []string
-	err := wait.PollUntilContextTimeout(t.Context(), pollInterval, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		events, err := kubeClient.CoreV1().Events(r.namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		seen = seen[:0]
-		for _, ev := range events.Items {
-			if ev.InvolvedObject.UID != r.uid {
-				continue
-			}
-			seen = append(seen, ev.Type+"/"+ev.Reason)
-			if ev.Type == eventType && ev.Reason == reason {
-				return true, nil
-			}
-		}
-		return false, nil
+	err := wait.PollUntilContextTimeout(t.Context(), pollInterval, waitTimeout, true, func(ctx context.Context) (found bool, err error) {
+		found, seen, err = hasEvent(ctx, r, eventType, reason)
+		return found, err
 	})
 	if err != nil {
 		t.Fatalf("no %s event %s on %s within %s; events on it: %q", eventType, reason, r, waitTimeout, seen)
 	}
+}
+
+// hasEvent reports whether r has an event of eventType and reason, and
+// every event on r as "type/reason".
+func hasEvent(ctx context.Context, r ref, eventType, reason string) (found bool, seen []string, err error) {
+	events, err := kubeClient.CoreV1().Events(r.namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, nil, err
+	}
+	for _, ev := range events.Items {
+		if ev.InvolvedObject.UID != r.uid {
+			continue
+		}
+		seen = append(seen, ev.Type+"/"+ev.Reason)
+		found = found || ev.Type == eventType && ev.Reason == reason
+	}
+	return found, seen, nil
 }
