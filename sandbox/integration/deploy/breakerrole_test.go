@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 
 	"github.com/kgc-dev/kgc/internal/app"
 	"github.com/kgc-dev/kgc/internal/breaker"
@@ -51,6 +52,11 @@ func TestBreakerResumeWithOperatorRole(t *testing.T) {
 	if _, err := bindings.Create(t.Context(), rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The binding is in the authorizer's cache once the operator may
+	// update kgc's Lease.
+	asOperator := rest.CopyConfig(adminConfig)
+	asOperator.Impersonate = rest.ImpersonationConfig{UserName: operator}
+	waitForAccess(t, asOperator, authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: kgcNamespace, Name: "kgc"}, true)
 	leases := kubeClient.CoordinationV1().Leases(kgcNamespace)
 	t.Cleanup(func() {
 		_ = bindings.Delete(context.Background(), rb.Name, metav1.DeleteOptions{})
