@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -241,13 +242,21 @@ func portForward(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, port in
 	if err != nil {
 		return "", nil, err
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- pf.ForwardPorts() }()
+	errc, done := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(done)
+		errc <- pf.ForwardPorts()
+	}()
+	var once sync.Once
+	halt := func() { once.Do(func() { close(stopCh) }) }
+	// stop returns once the forwarder closed its local listener (bounded,
+	// should it hang): a caller that stops it knows the port is free again,
+	// not about to be.
 	stop := func() {
+		halt()
 		select {
-		case <-stopCh:
-		default:
-			close(stopCh)
+		case <-done:
+		case <-time.After(10 * time.Second):
 		}
 	}
 	select {
@@ -255,7 +264,7 @@ func portForward(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, port in
 	case err := <-errc:
 		return "", nil, err
 	case <-ctx.Done():
-		stop()
+		halt() // the dial may still be on its way: do not wait for it
 		return "", nil, ctx.Err()
 	}
 	ports, err := pf.GetPorts()
