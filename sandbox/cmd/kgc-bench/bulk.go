@@ -425,6 +425,14 @@ func runBacklog(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, 
 		return err
 	}
 	res.Objects = n
+	return collectAtStart(ctx, e, s, w, res, "the backlog")
+}
+
+// collectAtStart starts the cell's collector on a cluster whose garbage
+// (the objects named dep-…) is already there, and measures from its start
+// until every dependent is collected; what names the work in errors. A
+// breaker trip that holds what is left ends the cell incomplete.
+func collectAtStart(ctx context.Context, e *env, s cellSpec, w *watcher, res *result, what string) error {
 	before := e.proxy.snapshot()
 	c, err := startChild(s.flags(e), e.logDir)
 	if err != nil {
@@ -436,11 +444,11 @@ func runBacklog(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, 
 			_, _ = c.stop()
 		}
 	}()
-	if res.Ready, err = c.waitSynced(ctx, o.timeout); err != nil {
+	if res.Ready, err = c.waitSynced(ctx, e.opts.timeout); err != nil {
 		return err
 	}
 	left := func() int { return countPrefix(w.objects(), "dep-") }
-	werr := waitCollected(ctx, e, w, c, c.start, "the backlog", res, func() bool { return left() == 0 }, left)
+	werr := waitCollected(ctx, e, w, c, c.start, what, res, func() bool { return left() == 0 }, left)
 	if werr != nil && !errors.Is(werr, errIncomplete) {
 		return werr
 	}

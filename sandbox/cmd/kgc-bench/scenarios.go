@@ -537,29 +537,7 @@ func runSweep(ctx context.Context, e *env, s cellSpec, ns string, w *watcher, re
 		return err
 	}
 	res.Objects = len(specs)
-	before := e.proxy.snapshot()
-	c, err := startChild(s.flags(e), e.logDir)
-	if err != nil {
-		return err
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_, _ = c.stop()
-		}
-	}()
-	if res.Ready, err = c.waitSynced(ctx, o.timeout); err != nil {
-		return err
-	}
-	// kgc's breaker may hold what is left (owners it never observed
-	// alive are the restore signature): the sweep then ends incomplete.
-	left := func() int { return countPrefix(w.objects(), "dep-") }
-	werr := waitCollected(ctx, e, w, c, c.start, "the startup sweep", res, func() bool { return left() == 0 }, left)
-	if werr != nil && !errors.Is(werr, errIncomplete) {
-		return werr
-	}
-	stopped = true
-	return errors.Join(werr, finishCell(e, c, before, time.Time{}, res))
+	return collectAtStart(ctx, e, s, w, res, "the startup sweep")
 }
 
 // runPopulated: first the collector's peak RSS on the empty cluster; then
