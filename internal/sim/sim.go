@@ -161,30 +161,39 @@ func (s *Sim) lostAnswer(c Call) error {
 	if c.Actor != ActorKGC {
 		return nil
 	}
-	s.mu.Lock()
-	rate := s.LostAnswerRate
-	key := "answer " + c.Verb + " " + c.Resource.String() + " " + c.Name
-	n := s.calls[key]
-	s.calls[key] = n + 1
-	s.mu.Unlock()
-	if rate == 0 {
-		return nil
-	}
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%d %s %d", s.Seed, key, n)
-	if float64(h.Sum64()%10000)/10000 >= rate {
+	h, hit := s.draw("answer "+c.Verb+" "+c.Resource.String()+" "+c.Name, func() float64 { return s.LostAnswerRate })
+	if !hit {
 		return nil
 	}
 	s.mu.Lock()
 	s.lostAnswers++
 	s.mu.Unlock()
-	switch (h.Sum64() / 10000) % 3 {
+	switch (h / 10000) % 3 {
 	case 0:
 		return apierrors.NewTimeoutError("the server was unable to return a response in the time allotted, but may still be processing the request", 0)
 	case 1:
 		return apierrors.NewInternalError(errors.New("injected after the write"))
 	}
 	return &url.Error{Op: "Patch", URL: "https://sim/" + c.Resource.String() + "/" + c.Name, Err: io.ErrUnexpectedEOF}
+}
+
+// draw counts one more call under key and decides whether it draws a
+// fault at the rate rateOf reads (under mu): the decision hashes the seed,
+// the key and how many such calls came before, so it does not depend on how
+// the collector's goroutines interleave. h is the hash, for the fault's kind.
+func (s *Sim) draw(key string, rateOf func() float64) (h uint64, hit bool) {
+	s.mu.Lock()
+	rate := rateOf()
+	n := s.calls[key]
+	s.calls[key] = n + 1
+	s.mu.Unlock()
+	if rate == 0 {
+		return 0, false
+	}
+	f := fnv.New64a()
+	fmt.Fprintf(f, "%d %s %d", s.Seed, key, n)
+	h = f.Sum64()
+	return h, float64(h%10000)/10000 < rate
 }
 
 // journalLeases is the resource of the orphan journal's Lease, for the
@@ -218,22 +227,13 @@ func (s *Sim) fault(c Call) error {
 	if c.Actor != ActorKGC {
 		return nil
 	}
-	s.mu.Lock()
-	rate := s.FaultRate
 	key := c.Verb + " " + c.Resource.String() + " " + c.Name
-	n := s.calls[key]
-	s.calls[key] = n + 1
-	s.mu.Unlock()
-	if rate == 0 {
-		return nil
-	}
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%d %s %d", s.Seed, key, n)
-	if float64(h.Sum64()%10000)/10000 >= rate {
+	h, hit := s.draw(key, func() float64 { return s.FaultRate })
+	if !hit {
 		return nil
 	}
 	var err error = apierrors.NewInternalError(errors.New("injected"))
-	if h.Sum64()%2 == 0 {
+	if h%2 == 0 {
 		err = apierrors.NewTooManyRequests("injected", 1)
 	}
 	s.Srv.trace("fault: kgc's %s answered %s", strings.TrimSpace(key), apierrors.ReasonForError(err))
