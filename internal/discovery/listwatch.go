@@ -51,6 +51,10 @@ type monitor struct {
 	// that for the monitors that replace this one.
 	fresh      bool
 	noteListed func()
+	// crdSeq returns how many times the resource's CRD was observed
+	// alive (Monitors.crdLiveSeq); notServedSeq (guarded by mu) is what
+	// it returned when the last list, which answered 404, started.
+	crdSeq func() uint64
 	// reconnecting: the last watch failed; before resuming from its
 	// resourceVersion, the monitor checks that the storage did not go
 	// back (storageWentBack).
@@ -79,15 +83,16 @@ type monitor struct {
 	// attempt's count is dropped when the next one starts); Progress.
 	initialObjects atomic.Int64
 
-	mu         sync.Mutex
-	synced     bool      // a list completed (a 404 counts: see Status.Synced)
-	served     bool      // the last list did not answer 404
-	progress   uint64    // successful list pages, watch starts and watch events
-	progressAt time.Time // when the monitor started or last progressed
-	lastErr    error     // the last list or watch error
-	errAt      uint64    // progress when lastErr happened
-	unverified bool
-	verifyGen  uint32
+	mu           sync.Mutex
+	synced       bool      // a list completed (a 404 counts: see Status.Synced)
+	served       bool      // the last list did not answer 404
+	notServedSeq uint64    // crdSeq when that list (answering 404) started
+	progress     uint64    // successful list pages, watch starts and watch events
+	progressAt   time.Time // when the monitor started or last progressed
+	lastErr      error     // the last list or watch error
+	errAt        uint64    // progress when lastErr happened
+	unverified   bool
+	verifyGen    uint32
 }
 
 func (mon *monitor) progressed() {
@@ -336,6 +341,10 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 	// real error (the webhook failure) at once. When the cache is ready, ""
 	// is served from it (consistent reads from cache), so the cost is small.
 	opts := metav1.ListOptions{Limit: monitorListPageSize}
+	var crdSeq uint64
+	if mon.crdSeq != nil {
+		crdSeq = mon.crdSeq()
+	}
 	initial := !mon.everListed()
 	if initial {
 		mon.initialObjects.Store(0)
@@ -361,9 +370,15 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 			mon.gen = gen
 			mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}}, Gen: gen, Resource: mon.resource.GVR.Resource})
 			mon.sweep = true
+			// Not served, as of the CRD observations made before this
+			// list started (servedAgain), before the Listed marker can
+			// make the resource count as listed.
+			mon.mu.Lock()
+			mon.served, mon.notServedSeq = false, crdSeq
+			mon.mu.Unlock()
 			mon.listed(gen)
 			mon.mu.Lock()
-			mon.synced, mon.served = true, false
+			mon.synced = true
 			mon.mu.Unlock()
 			return "", false, nil
 		}
@@ -405,9 +420,12 @@ func (mon *monitor) completed(gen uint32, rv string) {
 		mon.observe(graph.Event{Type: graph.Relisted, Object: rules.Object{Identity: rules.Identity{APIVersion: mon.apiVersion, Kind: mon.resource.Kind}, ResourceVersion: rv}, Gen: gen, Resource: mon.resource.GVR.Resource})
 	}
 	mon.sweep = true
+	mon.mu.Lock()
+	mon.served = true // before the marker: see servedAgain
+	mon.mu.Unlock()
 	mon.listed(gen)
 	mon.mu.Lock()
-	mon.synced, mon.served = true, true
+	mon.synced = true
 	mon.mu.Unlock()
 }
 

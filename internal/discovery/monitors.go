@@ -55,13 +55,18 @@ type Monitors struct {
 	provers map[schema.GroupKind]*prover
 	// proving counts the provers' goroutines (Stop waits for them).
 	proving sync.WaitGroup
-	// crdMu guards crdBacked (not mu: the CRD monitor's goroutine writes
-	// it, and Sync waits for monitors to end while it holds mu).
+	// crdMu guards crdBacked and crdLive (not mu: the CRD monitor's
+	// goroutine writes them, and Sync waits for monitors to end while it
+	// holds mu).
 	crdMu sync.Mutex
 	// crdBacked holds the resources a CRD was observed to serve (by the
 	// CRD monitor, from the CRDs' names). Only their objects are removed
 	// when they vanish: see prove.
 	crdBacked map[schema.GroupResource]bool
+	// crdLive counts, per resource, the observations of its CRD alive
+	// (not being deleted): a LIST of the resource that answered 404
+	// before the latest one is out of date (see monitor.servedAgain).
+	crdLive map[schema.GroupResource]uint64
 	// listedMu guards listed: the group kinds a list of which completed
 	// in this process (graph.Event.Fresh). Its own lock, as crdMu: the
 	// monitors' goroutines write it.
@@ -88,6 +93,7 @@ func NewMonitors(client metadata.Interface, observe func(graph.Event)) *Monitors
 		provers: make(map[schema.GroupKind]*prover),
 
 		crdBacked: make(map[schema.GroupResource]bool),
+		crdLive:   make(map[schema.GroupResource]uint64),
 		listed:    make(map[schema.GroupKind]bool),
 		watches:   make(map[schema.GroupKind]*watchState),
 	}
@@ -216,6 +222,7 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		sweep:      m.started[r.GroupKind()],
 		fresh:      m.wasListed(r.GroupKind()),
 		noteListed: func() { m.noteListed(r.GroupKind()) },
+		crdSeq:     func() uint64 { return m.crdLiveSeq(r.GVR.GroupResource()) },
 		// A monitor replacing one whose interruption was not verified
 		// yet verifies with its first list.
 		unverified:  m.isUnverified(r.GroupKind()),
@@ -231,7 +238,9 @@ func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 		// Only this monitor pays for the check.
 		mon.observe = func(ev graph.Event) {
 			if ev.Type == graph.Upsert {
-				m.noteCRD(ev.Object.Identity.Name)
+				// Before the graph sees the event: a decision that sees
+				// the CRD sees its resource unlisted if it must be.
+				m.noteCRD(ev.Object.Identity.Name, !ev.Object.Deleting)
 			}
 			m.observe(ev)
 		}

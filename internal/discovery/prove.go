@@ -17,15 +17,27 @@ import (
 // crdResource is the resource of CustomResourceDefinitions.
 var crdResource = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
 
-// noteCRD records the resource a CRD named <plural>.<group> serves.
-func (m *Monitors) noteCRD(name string) {
+// noteCRD records the resource a CRD named <plural>.<group> serves, and
+// counts an observation of the CRD alive (not being deleted).
+func (m *Monitors) noteCRD(name string, alive bool) {
 	plural, group, ok := strings.Cut(name, ".")
 	if !ok {
 		return
 	}
+	gr := schema.GroupResource{Group: group, Resource: plural}
 	m.crdMu.Lock()
-	m.crdBacked[schema.GroupResource{Group: group, Resource: plural}] = true
+	m.crdBacked[gr] = true
+	if alive {
+		m.crdLive[gr]++
+	}
 	m.crdMu.Unlock()
+}
+
+// crdLiveSeq returns how many times gr's CRD was observed alive.
+func (m *Monitors) crdLiveSeq(gr schema.GroupResource) uint64 {
+	m.crdMu.Lock()
+	defer m.crdMu.Unlock()
+	return m.crdLive[gr]
 }
 
 func (m *Monitors) wasCRDBacked(gr schema.GroupResource) bool {

@@ -117,10 +117,36 @@ func (m *Monitors) Unlisted() []Resource {
 }
 
 // isListed reports whether the graph builder applied the Listed marker of
-// the monitor's last complete list (see Unlisted).
+// the monitor's last complete list (see Unlisted), and that list still
+// stands: one that answered 404 no longer does once the resource's CRD was
+// observed alive after the list started (servedAgain).
 func (mon *monitor) isListed() bool {
 	g := mon.listGen.Load()
-	return g != 0 && mon.appliedGen.Load() == g
+	return g != 0 && mon.appliedGen.Load() == g && !mon.servedAgain()
+}
+
+// servedAgain reports whether the monitor's last list answered 404 and the
+// resource's CRD was observed alive since that list started: the resource
+// may be served again, and objects created since are not in the graph
+// until the monitor lists it again (the CRD's change restarts it at once:
+// Monitors.RestartFailing). Without this, a CRD deleted and created again
+// while discovery kept listing its resource leaves the resource counting
+// as listed and empty, and a finalizer decision could miss a dependent
+// created there before kgc relists it.
+//
+// The observation is counted in the CRD monitor before the graph sees the
+// CRD's event, so every decision made on a graph holding the live CRD
+// sees the resource unlisted. A CRD's instances can be created only once
+// it is alive, so the only earlier window is the CRD monitor lagging the
+// instances' (watch lag, as for any other resource).
+func (mon *monitor) servedAgain() bool {
+	if mon.crdSeq == nil {
+		return false
+	}
+	mon.mu.Lock()
+	notServed, seq := !mon.served, mon.notServedSeq
+	mon.mu.Unlock()
+	return notServed && mon.crdSeq() != seq
 }
 
 // Listing reports whether the resource of gk is being listed for the first

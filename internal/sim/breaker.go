@@ -48,7 +48,7 @@ var crdNames = map[schema.GroupResource]string{Widgets: "widgets.example.com", G
 
 // SetBreaker runs every collector Start starts with a deletion breaker of
 // cfg (its clock the Sim's), reports every trip as a violation, and
-// models the CRD-like resources' CRDs (see above). Call it before the
+// models the CRD-like resources' CRDs (ModelCRDs). Call it before the
 // first Start and before objects are created.
 func (s *Sim) SetBreaker(cfg breaker.Config) {
 	cfg.Clock = s.Clock
@@ -64,7 +64,18 @@ func (s *Sim) SetBreaker(cfg breaker.Config) {
 		}
 		return err
 	}
+	s.ModelCRDs()
+}
+
+// ModelCRDs models the CRD-like resources' CRDs as objects of a resource
+// kgc monitors (see above). Call it before the first Start and before
+// objects are created; calling it again does nothing.
+func (s *Sim) ModelCRDs() {
 	s.Srv.mu.Lock()
+	if s.Srv.modelsCRDs() {
+		s.Srv.mu.Unlock()
+		return
+	}
 	s.Srv.kinds[CRDs] = &resource{Kind: &Kind{Group: CRDs.Group, Resource: CRDs.Resource, Kind: "CustomResourceDefinition",
 		Versions: []string{"v1"}, Preferred: "v1"}, served: true}
 	s.Srv.mu.Unlock()

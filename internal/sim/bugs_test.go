@@ -304,6 +304,28 @@ delete clusterroles.rbac.authorization.k8s.io o3 policy=Foreground
 	}
 }
 
+// Found by the random schedules (seed 2157181, as a watch-lag instance;
+// this is its variant with the CRD's event delivered): a CRD-like
+// resource's list answered 404 (its CRD deleted while discovery still
+// listed it), so kgc counted it listed and empty; its CRD was created
+// again and kgc saw it, a dependent was created there, and its owner
+// deleted with Orphan. kgc removed the orphan finalizer before listing the
+// resource again: a CRD observed alive now makes a resource whose list
+// answered 404 unlisted until it is listed again.
+func TestCRDCreatedAgainIsListedBeforeAFinalizer(t *testing.T) {
+	s := newScripted(t)
+	s.ModelCRDs()
+	o := s.create(Obj{GR: ClusterRoles, Name: "o"})
+	s.Unserve(Gadgets, true)
+	s.start() // the gadgets list answers 404: listed, empty
+	s.Serve(Gadgets)
+	s.must(s.Deliver(CRDs)) // kgc sees the CRD created again
+	s.create(Obj{GR: Gadgets, Name: "d"}, s.OwnerRef(o, false))
+	s.must(s.Delete(o, metav1.DeletePropagationOrphan))
+	s.must(s.Deliver(ClusterRoles))
+	s.finish()
+}
+
 // ghostOwner creates the ClusterRoles a, b, c and d (a first list of
 // them fails or is held after its first three objects) and the ConfigMap
 // a/d whose only owner is b, and returns b (the owner the tests delete

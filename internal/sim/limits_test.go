@@ -316,3 +316,31 @@ delete deployments.apps a/o7 policy=Orphan
 		t.Fatalf("%s\ntrace:\n%s", out, s.Trace())
 	}
 }
+
+// TestCRDServedAgainLagIsWatchLag: the schedule the random schedules found
+// (seed 2157181, shrunk) where a CRD-like resource's list answered 404,
+// its CRD was created again and a dependent created there, and the owner
+// deleted with Orphan, while the CRD's event was still on kgc's CRD watch:
+// kgc's orphan finalizer removal is an instance of the watch-lag limit
+// (kgc cannot know the resource is served again before it sees the CRD),
+// and the dependent is still orphaned once kgc sees it.
+func TestCRDServedAgainLagIsWatchLag(t *testing.T) {
+	seed, acts, err := ParseSchedule(`seed 2157181
+create clusterroles.rbac.authorization.k8s.io o5
+unserve gadgets.gadgets.example.org
+restart stream
+serve gadgets.gadgets.example.org
+create gadgets.gadgets.example.org o12 refs=clusterroles.rbac.authorization.k8s.io:o5
+delete clusterroles.rbac.authorization.k8s.io o5 policy=Orphan
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, out := Replay(seed, acts, world())
+	if out.Failed() {
+		t.Fatalf("%s\ntrace:\n%s", out, s.Trace())
+	}
+	if len(out.Limits) != 1 || out.Limits[0].Limit != LimitWatchLag {
+		t.Fatalf("want one instance of the watch-lag limit (the CRD's event still on the watch), got %v\ntrace:\n%s", out.Limits, s.Trace())
+	}
+}

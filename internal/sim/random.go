@@ -123,6 +123,11 @@ func newSim(seed uint64, w World) *Sim {
 	if w.Breaker != nil {
 		s.SetBreaker(*w.Breaker)
 	}
+	if w.Discovery {
+		// A CRD-like resource deleted and served again is a CRD deleted
+		// and created again, which kgc watches.
+		s.ModelCRDs()
+	}
 	return s
 }
 

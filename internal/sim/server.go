@@ -175,6 +175,10 @@ type Server struct {
 	// never listed does not: negative facts need every resource listed (S4).
 	seen   map[types.UID]*metav1.ObjectMeta
 	listed map[schema.GroupResource]bool
+	// listed404: resources a list of which (not a probe) answered the
+	// collector 404; it counts them listed and empty, and the event of
+	// their CRD created again tells it to list them again.
+	listed404 map[schema.GroupResource]bool
 	// relisted: the versions served by relists (lists of resources the
 	// collector had listed already) during the current step, which count
 	// as seen from the next step on (CommitSeen): a relist in progress
@@ -230,6 +234,7 @@ func NewServer(clk *Clock, kinds ...*Kind) *Server {
 		objects: make(map[objKey]*metav1.ObjectMeta), snapshots: make(map[int][]metav1.ObjectMeta),
 		clock: clk, orphaned: make(map[types.UID]bool), orphanReleased: make(map[types.UID]bool), excused: make(map[[2]types.UID]excuse),
 		seen: make(map[types.UID]*metav1.ObjectMeta), listed: make(map[schema.GroupResource]bool),
+		listed404: make(map[schema.GroupResource]bool),
 		relisted: make(map[types.UID]*metav1.ObjectMeta),
 		kgcWrote: make(map[types.UID]int64), streamed: make(map[schema.GroupResource][]int),
 	}
@@ -409,6 +414,11 @@ func (s *Server) checkFinalizers(actor Actor, old, now *metav1.ObjectMeta) {
 			case !s.couldSee(k, d.UID, ref, fgGone && !orphanGone):
 				// Upstream's informers have the same lag.
 				note, limit = " (kgc could not have seen that reference yet: its event is still on the watch)", LimitWatchLag
+			case !s.listed[k.gr] && s.listed404[k.gr] && !s.crdShown(k.gr):
+				// kgc's list answered 404 (listed and empty for kgc);
+				// the CRD that serves the resource again, whose event
+				// tells kgc to list it again, is on the CRD watch.
+				note, limit = " (its resource answered kgc's list 404, and the event of the CRD serving it again is still on the watch)", LimitWatchLag
 			case !s.listed[k.gr]:
 				note = " (kgc never listed its resource)"
 			default:
@@ -429,6 +439,17 @@ func (s *Server) checkFinalizers(actor Actor, old, now *metav1.ObjectMeta) {
 			}
 		}
 	}
+}
+
+// crdShown reports whether gr's CRD exists and the collector was shown
+// it (callers hold mu); false for a resource without a modeled CRD.
+func (s *Server) crdShown(gr schema.GroupResource) bool {
+	name, ok := crdNames[gr]
+	if !ok || !s.modelsCRDs() {
+		return false
+	}
+	crd := s.objects[objKey{gr: CRDs, name: name}]
+	return crd != nil && s.seen[crd.UID] != nil
 }
 
 // couldSee reports whether the running collector could know that the
@@ -456,6 +477,7 @@ func (s *Server) ResetSeen() {
 	defer s.mu.Unlock()
 	clear(s.seen)
 	clear(s.listed)
+	clear(s.listed404)
 	clear(s.relisted)
 	s.starts++
 }
@@ -694,6 +716,9 @@ func (s *Server) list(ctx context.Context, actor Actor, gvr schema.GroupVersionR
 	if err != nil {
 		if r := s.kinds[gvr.GroupResource()]; r != nil {
 			s.backsOff(r)
+		}
+		if actor == ActorKGC && ns == "" && !(opts.Limit == 1 && opts.Continue == "") && apierrors.IsNotFound(err) {
+			s.listed404[gvr.GroupResource()] = true
 		}
 		return nil, err
 	}
