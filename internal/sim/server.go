@@ -235,8 +235,8 @@ func NewServer(clk *Clock, kinds ...*Kind) *Server {
 		clock: clk, orphaned: make(map[types.UID]bool), orphanReleased: make(map[types.UID]bool), excused: make(map[[2]types.UID]excuse),
 		seen: make(map[types.UID]*metav1.ObjectMeta), listed: make(map[schema.GroupResource]bool),
 		listed404: make(map[schema.GroupResource]bool),
-		relisted: make(map[types.UID]*metav1.ObjectMeta),
-		kgcWrote: make(map[types.UID]int64), streamed: make(map[schema.GroupResource][]int),
+		relisted:  make(map[types.UID]*metav1.ObjectMeta),
+		kgcWrote:  make(map[types.UID]int64), streamed: make(map[schema.GroupResource][]int),
 	}
 	for _, k := range kinds {
 		s.kinds[k.GR()] = &resource{Kind: k, served: true}
