@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -25,11 +24,11 @@ import (
 // ClusterRole must be a deliberate change of this test too.
 var wantClusterRoleRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch", "patch", "update", "delete"}},
-	{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+	{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}},
 }
 
 var wantLeaderElectionRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
 }
 
 var (
@@ -52,11 +51,9 @@ type installed struct {
 	clusterRoleBinding *rbacv1.ClusterRoleBinding // grants them
 	role               *rbacv1.Role               // leader election
 	roleBinding        *rbacv1.RoleBinding
-	// authDelegator and authReader let kgc authenticate and authorize the
-	// requests to its HTTPS port (TokenReview, SubjectAccessReview, the
-	// client CAs).
+	// authDelegator lets kgc authenticate and authorize the requests to
+	// its HTTPS port (TokenReview, SubjectAccessReview).
 	authDelegator *rbacv1.ClusterRoleBinding
-	authReader    *rbacv1.RoleBinding
 	// The readers' roles, bound by operators.
 	metricsReader *rbacv1.ClusterRole
 	debugReader   *rbacv1.ClusterRole
@@ -118,10 +115,6 @@ func decodeInstalled(t *testing.T, manifests []manifest) installed {
 			switch name {
 			case "kgc-leader-election":
 				set(&in.roleBinding, m, typed[rbacv1.RoleBinding](t, m))
-			case "kgc-auth-reader":
-				// The Role it binds lives in kube-system with the ConfigMap it reads.
-				wantNamespace = metav1.NamespaceSystem
-				set(&in.authReader, m, typed[rbacv1.RoleBinding](t, m))
 			default:
 				unknown(m)
 			}
@@ -140,8 +133,8 @@ func decodeInstalled(t *testing.T, manifests []manifest) installed {
 		"Namespace": in.namespace, "ServiceAccount": in.serviceAccount,
 		"ClusterRole kgc": in.clusterRole, "ClusterRoleBinding kgc": in.clusterRoleBinding,
 		"Role kgc-leader-election": in.role, "RoleBinding kgc-leader-election": in.roleBinding,
-		"ClusterRoleBinding kgc:system:auth-delegator": in.authDelegator, "RoleBinding kgc-auth-reader": in.authReader,
-		"ClusterRole kgc-metrics-reader": in.metricsReader, "ClusterRole kgc-debug-reader": in.debugReader,
+		"ClusterRoleBinding kgc:system:auth-delegator": in.authDelegator,
+		"ClusterRole kgc-metrics-reader":               in.metricsReader, "ClusterRole kgc-debug-reader": in.debugReader,
 		"Role kgc-inspector": in.inspector,
 		"Deployment":         in.deployment, "Service": in.service,
 	} {
@@ -215,13 +208,8 @@ func checkCoherent(t *testing.T, manifests []manifest, wantImage *regexp.Regexp)
 	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"}); in.authDelegator.RoleRef != want {
 		t.Errorf("ClusterRoleBinding %s roleRef = %+v, want %+v", in.authDelegator.Name, in.authDelegator.RoleRef, want)
 	}
-	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"}); in.authReader.RoleRef != want {
-		t.Errorf("RoleBinding %s roleRef = %+v, want %+v", in.authReader.Name, in.authReader.RoleRef, want)
-	}
-	for name, subjects := range map[string][]rbacv1.Subject{in.authDelegator.Name: in.authDelegator.Subjects, in.authReader.Name: in.authReader.Subjects} {
-		if !reflect.DeepEqual(subjects, []rbacv1.Subject{sa}) {
-			t.Errorf("%s subjects = %+v, want only %+v", name, subjects, sa)
-		}
+	if !reflect.DeepEqual(in.authDelegator.Subjects, []rbacv1.Subject{sa}) {
+		t.Errorf("%s subjects = %+v, want only %+v", in.authDelegator.Name, in.authDelegator.Subjects, sa)
 	}
 	// The readers' roles are pinned too: each grants one class of paths.
 	if !reflect.DeepEqual(in.metricsReader.Rules, wantMetricsReaderRules) {

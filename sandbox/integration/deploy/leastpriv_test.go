@@ -38,7 +38,8 @@ func (g grant) String() string {
 	return fmt.Sprintf("%s rule %d group %q", g.role, g.rule, g.group)
 }
 
-// without returns rules with g's verb or group removed from its rule.
+// without returns rules with g's verb or group removed from its rule (the
+// rule removed when nothing is left of it).
 func (g grant) without(rules []rbacv1.PolicyRule) []rbacv1.PolicyRule {
 	out := make([]rbacv1.PolicyRule, 0, len(rules))
 	for i, r := range rules {
@@ -49,6 +50,9 @@ func (g grant) without(rules []rbacv1.PolicyRule) []rbacv1.PolicyRule {
 			} else {
 				r.APIGroups = slices.DeleteFunc(r.APIGroups, func(v string) bool { return v == g.group })
 			}
+			if len(r.Verbs) == 0 || len(r.APIGroups) == 0 {
+				continue // the API server refuses an empty rule: the rule goes
+			}
 		}
 		out = append(out, r)
 	}
@@ -58,14 +62,11 @@ func (g grant) without(rules []rbacv1.PolicyRule) []rbacv1.PolicyRule {
 // need is what a grant is for: probe runs kgc (or its leader election) as
 // the identity without it and returns what broke ("" when nothing did);
 // forbidden is the request ("verb code", as kgc_api_requests_total counts)
-// that must have been refused for the breakage to be the grant's. A grant
-// with unneeded set is one kgc was found to work without: its subtest shows
-// that and is skipped with the reason, so that it is reported, not lost.
+// that must have been refused for the breakage to be the grant's.
 type need struct {
-	lost      *authorizationv1.ResourceAttributes // what the identity loses; nil when another grant still covers it
+	lost      *authorizationv1.ResourceAttributes // what the identity loses
 	probe     func(t *testing.T, cfg *rest.Config) string
 	forbidden string
-	unneeded  string
 }
 
 // grantNeeds covers every verb and API group of deploy/'s two roles:
@@ -97,7 +98,7 @@ var grantNeeds = map[grant]need{
 	{role: "ClusterRole", rule: 0, verb: "update"}: {
 		lost: &authorizationv1.ResourceAttributes{Verb: "update", Resource: "namespaces", Subresource: "finalize", Name: "any"},
 		// Not a cascade: kgc writes objects with PATCH. Its PUTs are on
-		// its Leases (the Role grants update there too) and, with
+		// its Leases (leader election, the breaker, the orphan journal) and, with
 		// --namespace-lifecycle, on namespaces/status and /finalize, which
 		// deploy/ alone grants through this wildcard (deploy/optional
 		// grants them again, by name).
@@ -111,36 +112,9 @@ var grantNeeds = map[grant]need{
 		lost:  &authorizationv1.ResourceAttributes{Verb: "create", Resource: "events", Namespace: "default"},
 		probe: probeEvent, forbidden: "create 403",
 	},
-	// Rule 0 grants patch and update on every resource, events included:
-	// these two are redundant, whatever kgc does with events.
-	{role: "ClusterRole", rule: 1, verb: "patch"}: {
-		probe:    probeEvent,
-		unneeded: "redundant: rule 0 grants patch on */*, events included (client-go's recorder patches an event that repeats)",
-	},
-	{role: "ClusterRole", rule: 1, verb: "update"}: {
-		probe:    probeAllCascades,
-		unneeded: "redundant: rule 0 grants update on */*, events included; and unused: kgc records events with client-go's record.EventBroadcaster to a core/v1 EventSinkImpl, which creates and patches events, never updates them",
-	},
-	{role: "ClusterRole", rule: 1, group: ""}: {
-		lost:  &authorizationv1.ResourceAttributes{Verb: "create", Resource: "events", Namespace: "default"},
-		probe: probeEvent, forbidden: "create 403",
-	},
-	{role: "ClusterRole", rule: 1, group: "events.k8s.io"}: {
-		lost:     &authorizationv1.ResourceAttributes{Verb: "create", Group: "events.k8s.io", Resource: "events", Namespace: "default"},
-		probe:    probeAllCascades,
-		unneeded: "kgc records events through core/v1 only (record.EventBroadcaster with a core/v1 EventSinkImpl); it never writes events.k8s.io Events",
-	},
-	{role: "Role", rule: 0, verb: "get"}: {
-		probe:    probeLeaderElection,
-		unneeded: "redundant: the ClusterRole's get on */* grants get on every Lease, kgc-system's included",
-	},
 	{role: "Role", rule: 0, verb: "create"}: {
 		lost:  &authorizationv1.ResourceAttributes{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: kgcNamespace},
 		probe: probeLeaderElection, forbidden: "create 403",
-	},
-	{role: "Role", rule: 0, verb: "update"}: {
-		probe:    probeLeaderElection,
-		unneeded: "redundant: the ClusterRole's update on */* (needed for --namespace-lifecycle's namespaces/status and /finalize) grants update on every Lease, kgc-system's included",
 	},
 }
 
@@ -149,8 +123,8 @@ var grantNeeds = map[grant]need{
 // rule naming several), binds what is left to a fresh service account, and
 // shows something kgc needs break as that account: a cascade left undone,
 // kgc not syncing, a warning event not recorded, the Lease not acquired or
-// renewed — and the request kgc was refused. Grants kgc was found to work
-// without are skipped, with the reason.
+// renewed — and the request kgc was refused. A grant kgc works without
+// fails the test: it should not be in deploy/.
 func TestRBACEachRuleIsNeeded(t *testing.T) {
 	in := applyRBAC(t)
 	var grants []grant
@@ -194,15 +168,6 @@ func TestRBACEachRuleIsNeeded(t *testing.T) {
 			got := calls()
 			t.Logf("%s (%s): requests %v", g, time.Since(began).Round(time.Millisecond), got)
 			switch {
-			case n.unneeded != "" && broke != "":
-				t.Fatalf("marked unneeded, but without %s: %s", g, broke)
-			case n.unneeded != "":
-				for k, v := range got {
-					if strings.HasSuffix(k, " 403") && v > 0 {
-						t.Errorf("marked unneeded, but without %s kgc was refused %v %s", g, v, k)
-					}
-				}
-				t.Skipf("%s not shown to be needed: %s", g, n.unneeded)
 			case broke == "":
 				t.Fatalf("kgc worked without %s: the grant looks unneeded", g)
 			case got[n.forbidden] == 0:
@@ -366,20 +331,6 @@ func probeEvent(t *testing.T, cfg *rest.Config) string {
 		return err == nil && found
 	}) {
 		return fmt.Sprintf("no OwnerRefInvalidNamespace event on %s within %s (events on it: %q)", dep, negativeWindow, seen)
-	}
-	return ""
-}
-
-// probeAllCascades runs TestRBACSufficient's cascades: for grants kgc is
-// found not to need, where each must complete.
-func probeAllCascades(t *testing.T, cfg *rest.Config) string {
-	gc, broke := startWithin(t, cfg, kgc.Options{})
-	if broke != "" {
-		return broke
-	}
-	cascades(t, gc)
-	if t.Failed() {
-		return "a cascade failed"
 	}
 	return ""
 }

@@ -273,8 +273,8 @@ func grantAs(t *testing.T, name string, clusterRules, roleRules []rbacv1.PolicyR
 }
 
 // leaderElection runs client-go's leader election, as kgc --leader-elect
-// does, on the Lease the Role grants: acquire (get, create), renew and
-// release (update).
+// does, on its Lease: acquire (get; create, which the Role grants), renew
+// and release (update, which the ClusterRole grants).
 func leaderElection(t *testing.T, cfg *rest.Config) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)

@@ -176,3 +176,35 @@ func serviceAccountToken(t *testing.T, name string, clusterRoles ...string) saTo
 	}
 	return saToken{user: user, token: tr.Status.Token}
 }
+
+// TestAuthDelegationBindingIsNeeded runs the kgc binary as the Deployment
+// runs it, as an identity granted all of deploy/'s RBAC but the binding of
+// deploy/25-auth-delegation.yaml: kgc starts (it reads the cluster's
+// client and front-proxy CAs through its ClusterRole, with no
+// extension-apiserver-authentication-reader binding), but cannot ask the
+// API server who a bearer token is (TokenReview), so a Prometheus scrape
+// with a valid token is refused.
+func TestAuthDelegationBindingIsNeeded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the kgc binary")
+	}
+	in := applyRBAC(t)
+	c := deploymentContainer(t)
+	bin := buildAsDockerfile(t)
+	scraper := serviceAccountToken(t, "scraper", "kgc-metrics-reader")
+	const name = "kgc-test-no-auth-delegator"
+	cfg := grantAs(t, name, in.clusterRole.Rules, in.role.Rules)
+	// The bindings are in the authorizer's cache once these are allowed.
+	waitForAccess(t, cfg, authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: metav1.NamespaceSystem, Name: "extension-apiserver-authentication"}, true)
+	waitForAccess(t, cfg, authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"}, false)
+	kubeconfig := impersonatingKubeconfig(t, cfg.Impersonate.UserName, cfg.Impersonate.Groups)
+	addr := freeAddress(t)
+	args := append(withSecurePort(c.Args, addr), "--kubeconfig="+kubeconfig, "--leader-elect=false")
+	p := startProcess(t, "kgc", bin, addr, args)
+	p.waitStatus(t, "/readyz", http.StatusOK)
+	code, body := p.requestWith("/metrics", bearer(scraper.token))
+	if code != http.StatusUnauthorized {
+		t.Fatalf("a scrape with a metrics reader's valid token, kgc without %s: %d, want 401 (kgc cannot review tokens): %.300s", in.authDelegator.RoleRef.Name, code, body)
+	}
+	t.Logf("without %s: a scrape with a valid token is refused (%d)", in.authDelegator.RoleRef.Name, code)
+}
