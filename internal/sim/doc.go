@@ -156,7 +156,8 @@
 //     the TTL, is a violation: the dependent must be orphaned;
 //   - LimitStaleCycle: blockOwnerDeletion cleared to break a cycle of
 //     blocking references that no longer exists but did in the versions of
-//     its objects the collector was shown.
+//     its objects the collector was shown (by watches and lists, the
+//     relists of the step itself included).
 //
 // Anything else is a violation. A dependent deleted while it also
 // references an owner that is gone without Orphan (or in Foreground

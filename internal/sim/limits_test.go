@@ -344,3 +344,34 @@ delete clusterroles.rbac.authorization.k8s.io o5 policy=Orphan
 		t.Fatalf("want one instance of the watch-lag limit (the CRD's event still on the watch), got %v\ntrace:\n%s", out.Limits, s.Trace())
 	}
 }
+
+// TestStaleCycleFromARelist: the random schedules' seed 4247285, shrunk. A
+// cycle of blocking references (o3 owned by o6, o6 by o5, o5 by o3)
+// whose owner o3 is deleted Foreground, after a client deleted o6 (its
+// event still on kgc's gadgets watch), when kgc relists clusterroles: the
+// relist shows o3 with its reference to o6, and kgc breaks the cycle its
+// graph still holds. That is the stale-cycle limit (the cycle is in what
+// kgc was shown, here partly by the relist of the step itself), not a
+// false cycle.
+func TestStaleCycleFromARelist(t *testing.T) {
+	seed, acts, err := ParseSchedule(`seed 4247285
+create clusterroles.rbac.authorization.k8s.io o3
+create clusterroles.rbac.authorization.k8s.io o5 refs=clusterroles.rbac.authorization.k8s.io:o3!
+create gadgets.gadgets.example.org o6 refs=clusterroles.rbac.authorization.k8s.io:o5!
+restart stream
+set-refs clusterroles.rbac.authorization.k8s.io o3 refs=gadgets.gadgets.example.org:o6!
+delete clusterroles.rbac.authorization.k8s.io o3 policy=Foreground
+delete gadgets.gadgets.example.org o6 policy=Background
+expire clusterroles.rbac.authorization.k8s.io
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, out := Replay(seed, acts, world())
+	if out.Failed() {
+		t.Fatalf("%s\ntrace:\n%s", out, s.Trace())
+	}
+	if len(out.Limits) != 1 || out.Limits[0].Limit != LimitStaleCycle {
+		t.Fatalf("want one instance of the stale-cycle limit, got %v\ntrace:\n%s", out.Limits, s.Trace())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -538,13 +539,23 @@ func (s *Server) checkRefs(k objKey, old, now *metav1.ObjectMeta) {
 		case i < 0 && !solidLeft:
 			s.violate("S3", "kgc removed the blocking reference of %s to %s/%s[%s] (Foreground) while no solid owner remains: the dependent must go first", describe(k, old), o.Namespace, o.Name, o.UID)
 		case i >= 0 && !blocks(now.OwnerReferences[i]) && !inBlockingCycle(old.UID, s.objects):
-			if inBlockingCycle(old.UID, s.seen) {
+			if inBlockingCycle(old.UID, s.seen) || inBlockingCycle(old.UID, s.shownWithRelists()) {
 				s.violateLimit("S3", LimitStaleCycle, "kgc cleared blockOwnerDeletion of %s on %s/%s[%s] (Foreground) but no cycle of blocking references runs through it any more (one did in what kgc was shown)", describe(k, old), o.Namespace, o.Name, o.UID)
 				continue
 			}
 			s.violate("S3", "kgc cleared blockOwnerDeletion of %s on %s/%s[%s] (Foreground) but no cycle of blocking references runs through it", describe(k, old), o.Namespace, o.Name, o.UID)
 		}
 	}
+}
+
+// shownWithRelists returns the versions the collector was shown, with
+// those the relists of the current step served in place of older ones: a
+// decision of this step may rest on either (relisted).
+func (s *Server) shownWithRelists() map[types.UID]*metav1.ObjectMeta {
+	out := make(map[types.UID]*metav1.ObjectMeta, len(s.seen)+len(s.relisted))
+	maps.Copy(out, s.seen)
+	maps.Copy(out, s.relisted)
+	return out
 }
 
 // inBlockingCycle reports whether uid is, through blocking references, a
