@@ -96,8 +96,8 @@ func renderChart(t *testing.T, vals map[string]any) []manifest {
 }
 
 // chartObjects splits a rendering into the objects checkCoherent knows —
-// with deploy/'s Namespace first, which the chart leaves to `helm install
-// --create-namespace` or to deploy/00-namespace.yaml — and the rest.
+// with deploy/'s Namespace first, which the chart leaves to
+// deploy/00-namespace.yaml — and the rest.
 func chartObjects(t *testing.T, rendered []manifest) (core, extra []manifest) {
 	t.Helper()
 	inBase := map[string]bool{}
@@ -110,7 +110,7 @@ func chartObjects(t *testing.T, rendered []manifest) (core, extra []manifest) {
 	}
 	for _, m := range rendered {
 		if m.obj.GetKind() == "Namespace" {
-			t.Errorf("%s: the chart renders a Namespace; helm install --create-namespace makes it", m)
+			t.Errorf("%s: the chart renders a Namespace; deploy/00-namespace.yaml makes it, with its Pod Security label", m)
 		}
 		if inBase[objectID(m.obj)] {
 			core = append(core, m)
@@ -214,7 +214,7 @@ func containerArgs(t *testing.T, d *unstructured.Unstructured) []string {
 
 // TestHelmChart checks the chart's metadata and that its default rendering
 // is the kustomize base's install: the same objects (but the Namespace,
-// which helm install --create-namespace makes, and the breaker operator's
+// which deploy/00-namespace.yaml makes, and the breaker operator's
 // Role of deploy/operators/, which the chart adds), each RBAC object with
 // the base's rules, role and subjects, and a Deployment running the base's
 // image with exactly the base's arguments. The labels differ, by design:
