@@ -325,24 +325,14 @@ delete deployments.apps a/o7 policy=Orphan
 // (kgc cannot know the resource is served again before it sees the CRD),
 // and the dependent is still orphaned once kgc sees it.
 func TestCRDServedAgainLagIsWatchLag(t *testing.T) {
-	seed, acts, err := ParseSchedule(`seed 2157181
+	replayWantLimit(t, `seed 2157181
 create clusterroles.rbac.authorization.k8s.io o5
 unserve gadgets.gadgets.example.org
 restart stream
 serve gadgets.gadgets.example.org
 create gadgets.gadgets.example.org o12 refs=clusterroles.rbac.authorization.k8s.io:o5
 delete clusterroles.rbac.authorization.k8s.io o5 policy=Orphan
-`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, out := Replay(seed, acts, world())
-	if out.Failed() {
-		t.Fatalf("%s\ntrace:\n%s", out, s.Trace())
-	}
-	if len(out.Limits) != 1 || out.Limits[0].Limit != LimitWatchLag {
-		t.Fatalf("want one instance of the watch-lag limit (the CRD's event still on the watch), got %v\ntrace:\n%s", out.Limits, s.Trace())
-	}
+`, LimitWatchLag)
 }
 
 // TestStaleCycleFromARelist: the random schedules' seed 4247285, shrunk. A
@@ -354,7 +344,7 @@ delete clusterroles.rbac.authorization.k8s.io o5 policy=Orphan
 // kgc was shown, here partly by the relist of the step itself), not a
 // false cycle.
 func TestStaleCycleFromARelist(t *testing.T) {
-	seed, acts, err := ParseSchedule(`seed 4247285
+	replayWantLimit(t, `seed 4247285
 create clusterroles.rbac.authorization.k8s.io o3
 create clusterroles.rbac.authorization.k8s.io o5 refs=clusterroles.rbac.authorization.k8s.io:o3!
 create gadgets.gadgets.example.org o6 refs=clusterroles.rbac.authorization.k8s.io:o5!
@@ -363,7 +353,15 @@ set-refs clusterroles.rbac.authorization.k8s.io o3 refs=gadgets.gadgets.example.
 delete clusterroles.rbac.authorization.k8s.io o3 policy=Foreground
 delete gadgets.gadgets.example.org o6 policy=Background
 expire clusterroles.rbac.authorization.k8s.io
-`)
+`, LimitStaleCycle)
+}
+
+// replayWantLimit replays a schedule (ParseSchedule's text) on the random
+// schedules' world and fails unless it passes with exactly one instance of
+// a documented limit, limit.
+func replayWantLimit(t *testing.T, schedule, limit string) {
+	t.Helper()
+	seed, acts, err := ParseSchedule(schedule)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +369,7 @@ expire clusterroles.rbac.authorization.k8s.io
 	if out.Failed() {
 		t.Fatalf("%s\ntrace:\n%s", out, s.Trace())
 	}
-	if len(out.Limits) != 1 || out.Limits[0].Limit != LimitStaleCycle {
-		t.Fatalf("want one instance of the stale-cycle limit, got %v\ntrace:\n%s", out.Limits, s.Trace())
+	if len(out.Limits) != 1 || out.Limits[0].Limit != limit {
+		t.Fatalf("want one instance of the %s limit, got %v\ntrace:\n%s", limit, out.Limits, s.Trace())
 	}
 }
