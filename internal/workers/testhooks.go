@@ -22,7 +22,31 @@ type hooks struct {
 	processing atomic.Int64
 }
 
-// track wraps q so that Idle sees the items being processed.
+// store returns the item store of a work queue (order; client-go's
+// default when nil) that counts an item as processing the moment it
+// leaves the store: client-go's queue pops it under its own lock, in Get,
+// so no instant exists in which an item handed out is neither waiting
+// (Len) nor processing. Counting it in Get after the queue returned it
+// left such an instant, in which Idle was wrongly true: a quiescence probe
+// could pass while a worker was about to decide.
+func (h *hooks) store(order workqueue.Queue[types.UID]) workqueue.Queue[types.UID] {
+	if order == nil {
+		order = workqueue.DefaultQueue[types.UID]()
+	}
+	return countingStore{Queue: order, processing: &h.processing}
+}
+
+type countingStore struct {
+	workqueue.Queue[types.UID]
+	processing *atomic.Int64
+}
+
+func (s countingStore) Pop() types.UID {
+	s.processing.Add(1)
+	return s.Queue.Pop()
+}
+
+// track wraps q so that an item stops counting as processing once Done.
 func (h *hooks) track(q workqueue.TypedRateLimitingInterface[types.UID]) workqueue.TypedRateLimitingInterface[types.UID] {
 	return &trackedQueue{TypedRateLimitingInterface: q, processing: &h.processing}
 }
@@ -30,14 +54,6 @@ func (h *hooks) track(q workqueue.TypedRateLimitingInterface[types.UID]) workque
 type trackedQueue struct {
 	workqueue.TypedRateLimitingInterface[types.UID]
 	processing *atomic.Int64
-}
-
-func (q *trackedQueue) Get() (types.UID, bool) {
-	uid, shutdown := q.TypedRateLimitingInterface.Get()
-	if !shutdown {
-		q.processing.Add(1)
-	}
-	return uid, shutdown
 }
 
 func (q *trackedQueue) Done(uid types.UID) {

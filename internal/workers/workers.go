@@ -237,7 +237,7 @@ func New(cfg Config, g *graph.Graph) *Workers {
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: name, MetricsProvider: provider, Clock: clk,
 				DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[types.UID]{
 					Name: name, MetricsProvider: provider, Clock: clk,
-					Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[types.UID]{Name: name, MetricsProvider: provider, Clock: clk, Queue: order}),
+					Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[types.UID]{Name: name, MetricsProvider: provider, Clock: clk, Queue: w.hooks.store(order)}),
 				})},
 		)
 	}
