@@ -47,6 +47,14 @@ import (
 // in the lagging resource, which S2's and S3's order checks report
 // (docs/correctness.md, "Known limits"); the outcome checks still hold.
 
+// journalTTL is the orphan journal's TTL in the model, `kgc run`'s default
+// (--orphan-journal-ttl): longer than any seed runs, so that no owner is
+// forgotten during one.
+const journalTTL = 10 * time.Minute
+
+// clock formats a wall time for the logs (the watcher's traces use it too).
+func clock(t time.Time) string { return t.Format("15:04:05.000") }
+
 // chaosPlan is one seed's chaos.
 type chaosPlan struct {
 	// delayed are the resources whose watches lag, by delayMin..delayMax.
@@ -171,8 +179,17 @@ type chaos struct {
 	plan chaosPlan
 	ft   *faultproxy.Transport
 
+	// journal is the orphan journal every collector of the seed keeps,
+	// on one Lease in the seed's namespace, as `kgc run` does by default:
+	// a restarted collector remembers the owners its predecessors
+	// orphaned.
+	journal *kgc.OrphanJournalOptions
+
 	gc     *testenv.Collector // nil while stopped
 	starts int
+	// When each collector started and stopped, for placing a failing
+	// seed's history relative to the restarts.
+	stops, startTimes []time.Time
 
 	mu     sync.Mutex
 	timers []*time.Timer
@@ -181,8 +198,9 @@ type chaos struct {
 
 // startChaos sets up the fault proxy for plan and starts the first
 // collector. A cleanup stops the collector and heals what is still failing.
-func startChaos(t *testing.T, seed int64, plan chaosPlan) *chaos {
-	c := &chaos{t: t, seed: seed, plan: plan, ft: faultproxy.New(faultproxy.Config{Seed: seed})}
+func startChaos(t *testing.T, seed int64, plan chaosPlan, namespace string) *chaos {
+	c := &chaos{t: t, seed: seed, plan: plan, ft: faultproxy.New(faultproxy.Config{Seed: seed}),
+		journal: &kgc.OrphanJournalOptions{LeaseNamespace: namespace, LeaseName: "kgc-orphans", TTL: journalTTL}}
 	for _, k := range plan.delayed {
 		c.ft.DelayWatches(faultproxy.ResourcePath(k.gvr.Group, k.gvr.Version, k.gvr.Resource), plan.delayMin, plan.delayMax)
 	}
@@ -216,13 +234,16 @@ func (c *chaos) start() {
 		Burst:                 2000,
 		Logger:                testenv.Logger(fmt.Sprintf("kgc[seed %d #%d]", c.seed, n)),
 		PagedLists:            c.plan.listsByPages(n),
+		OrphanJournal:         c.journal,
 	}, 90*time.Second)
 	if err != nil {
 		c.t.Fatalf("seed %d: start collector #%d: %v", c.seed, n, err)
 	}
 	c.gc = gc
+	c.startTimes = append(c.startTimes, began)
 	if n > 0 {
-		c.t.Logf("chaos: collector #%d started, synced after %s", n, time.Since(began).Round(time.Millisecond))
+		c.t.Logf("chaos: collector #%d started at %s (the watcher had seen up to rv %d), synced after %s",
+			n, clock(began), watcher.maxRV(), time.Since(began).Round(time.Millisecond))
 	}
 }
 
@@ -244,8 +265,10 @@ func (c *chaos) stop() {
 func (c *chaos) beforeOp(i int) {
 	for _, r := range c.plan.restarts {
 		if r.stopAt == i && c.gc != nil {
-			c.t.Logf("chaos: collector #%d stopped before op %d", c.starts-1, i)
 			c.stop()
+			now := time.Now()
+			c.stops = append(c.stops, now)
+			c.t.Logf("chaos: collector #%d stopped before op %d at %s (the watcher had seen up to rv %d)", c.starts-1, i, clock(now), watcher.maxRV())
 		}
 		if r.startAt == i && c.gc == nil {
 			c.start()

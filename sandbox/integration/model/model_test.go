@@ -114,7 +114,7 @@ func runSeed(t *testing.T, seed int64, objects, ops int, plan chaosPlan) {
 	start := time.Now()
 	// After the namespace's cleanup is registered: the collector stops
 	// before the run's objects are cleaned up.
-	chaos := startChaos(t, seed, plan)
+	chaos := startChaos(t, seed, plan, r.ns)
 	for range objects {
 		r.createRandom()
 	}

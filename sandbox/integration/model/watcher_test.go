@@ -43,6 +43,14 @@ type safetyWatcher struct {
 	mu       sync.Mutex
 	objects  map[types.UID]*history
 	unknowns map[string]int // run → deletions seen only as DeletedFinalStateUnknown
+	maxSeen  uint64         // the highest resourceVersion seen, of any object
+}
+
+// maxRV returns the highest resourceVersion the watcher has seen.
+func (w *safetyWatcher) maxRV() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.maxSeen
 }
 
 // history is what the watcher knows about one object.
@@ -54,7 +62,10 @@ type history struct {
 
 // objState is one observed state of an object.
 type objState struct {
-	rv         uint64
+	rv uint64
+	// seen is when the watcher received the state: after the write that
+	// made it, so an upper bound of its time.
+	seen       time.Time
 	gone       bool
 	deleting   bool
 	refs       []metav1.OwnerReference
@@ -66,7 +77,7 @@ func (s objState) String() string {
 	for _, r := range s.refs {
 		refs = append(refs, fmt.Sprintf("%s/%s(uid %s, block=%v)", r.Kind, r.Name, r.UID, r.BlockOwnerDeletion != nil && *r.BlockOwnerDeletion))
 	}
-	return fmt.Sprintf("{rv %d gone=%v deleting=%v finalizers=%v refs=[%s]}", s.rv, s.gone, s.deleting, s.finalizers, strings.Join(refs, ", "))
+	return fmt.Sprintf("{rv %d seen %s gone=%v deleting=%v finalizers=%v refs=[%s]}", s.rv, clock(s.seen), s.gone, s.deleting, s.finalizers, strings.Join(refs, ", "))
 }
 
 func startSafetyWatcher(ctx context.Context, client metadata.Interface) (*safetyWatcher, error) {
@@ -112,6 +123,7 @@ func (w *safetyWatcher) observe(ev safety.Event) {
 	if err != nil {
 		return
 	}
+	w.maxSeen = max(w.maxSeen, rv)
 	h := w.objects[m.UID]
 	if h == nil {
 		h = &history{id: ident{kind: k, namespace: m.Namespace, name: m.Name, uid: m.UID}, run: run}
@@ -119,6 +131,7 @@ func (w *safetyWatcher) observe(ev safety.Event) {
 	}
 	h.states = append(h.states, objState{
 		rv:         rv,
+		seen:       time.Now(),
 		gone:       ev.Type == safety.Deleted,
 		deleting:   m.DeletionTimestamp != nil,
 		refs:       m.OwnerReferences,
