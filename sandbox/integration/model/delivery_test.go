@@ -417,23 +417,22 @@ func (d *delivery) watchingAt(gvr schema.GroupVersionResource, t time.Time) bool
 // (the finalizer's removal): by the resourceVersion it answered with, or,
 // for an owner that went with it, the last write to its path sent before
 // the watcher saw it go.
-func (d *delivery) removal(owner ident, at objState) (write, bool) {
+// exact says it was found by its resourceVersion.
+func (d *delivery) removal(owner ident, at objState) (w write, exact, ok bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if w, ok := d.writes[at.rv]; ok && w.path == objectPath(owner) {
-		return w, true
+		return w, true, true
 	}
 	if !at.gone {
-		return write{}, false
+		return write{}, false, false
 	}
-	var out write
-	found := false
-	for _, w := range d.byPath[objectPath(owner)] {
-		if w.sent.Before(at.seen) && (!found || w.sent.After(out.sent)) {
-			out, found = w, true
+	for _, x := range d.byPath[objectPath(owner)] {
+		if x.sent.Before(at.seen) && (!ok || x.sent.After(w.sent)) {
+			w, ok = x, true
 		}
 	}
-	return out, found
+	return w, false, ok
 }
 
 func (d *delivery) String() string {
