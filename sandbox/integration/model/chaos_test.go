@@ -331,7 +331,7 @@ func (c *chaos) watchLag(owner ident, end objState, dep ident, since uint64) (st
 		delayed = delayed || k.gvr == dep.kind.gvr
 	}
 	if !delayed {
-		return "", false
+		return fmt.Sprintf("kgc's watch of %s is not delayed", dep.kind.gvr.Resource), false
 	}
 	// The removal: the write that answered with the owner's state, or,
 	// for an owner that went with it, the last write to it before the
@@ -347,13 +347,17 @@ func (c *chaos) watchLag(owner ident, end objState, dep ident, since uint64) (st
 			}
 		}
 	}
-	if d == nil || !d.watchingAt(dep.kind.gvr, w.sent) {
-		return "", false
+	if d == nil {
+		return "no write of a collector's produced the owner's state", false
 	}
-	known := d.knownAt(dep.kind.gvr, w.sent)
+	if !d.watchingAt(dep.kind.gvr, w.sent) {
+		return fmt.Sprintf("collector #%d sent the removal (%s) at %s, when no watch of %s was open", d.collector, w.method, clock(w.sent), dep.kind.gvr.Resource), false
+	}
+	known, at := d.knownAt(dep.kind.gvr, w.sent)
 	if known == 0 || known >= since {
 		// Never listed (not a lag), or the reference had reached it.
-		return "", false
+		return fmt.Sprintf("collector #%d sent the removal (%s) at %s, when its watch of %s had delivered changes up to rv %d (since %s), and the dependent's reference dates from rv %d",
+			d.collector, w.method, clock(w.sent), dep.kind.gvr.Resource, known, clock(at), since), false
 	}
 	return fmt.Sprintf("collector #%d sent the removal (%s) at %s, when its delayed watch of %s had delivered changes up to rv %d only, and the dependent's reference dates from rv %d",
 		d.collector, w.method, clock(w.sent), dep.kind.gvr.Resource, known, since), true

@@ -387,18 +387,20 @@ func (s *deliveryStream) event(frame []byte) {
 }
 
 // knownAt returns the highest resourceVersion up to which the collector had
-// received gvr's changes at t (0: none yet, or gvr is not followed).
-func (d *delivery) knownAt(gvr schema.GroupVersionResource, t time.Time) uint64 {
+// received gvr's changes at t (0: none yet, or gvr is not followed), and
+// since when.
+func (d *delivery) knownAt(gvr schema.GroupVersionResource, t time.Time) (uint64, time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var rv uint64
+	var since time.Time
 	for _, m := range d.known[gvr] {
 		if m.at.After(t) {
 			break
 		}
-		rv = m.rv
+		rv, since = m.rv, m.at
 	}
-	return rv
+	return rv, since
 }
 
 // watchingAt says whether a watch stream of gvr was open at t.

@@ -339,7 +339,8 @@ func (w *safetyWatcher) judge(run string, testDeleted map[types.UID]bool, lim li
 						"%s: %s lost its %s finalizer at rv %d while "+what+" (dependent state %s)\n  owner history: %v\n  dependent history: %v",
 						rule.name, o.id, rule.finalizer, p.end, d.id, ds, o.states, d.states)
 					if lim != nil {
-						if why, ok := lim.watchLag(o.id, end, d.id, d.refersSince(o.id.uid, ds.rv, rule.blocking)); ok {
+						why, ok := lim.watchLag(o.id, end, d.id, d.refersSince(o.id.uid, ds.rv, rule.blocking))
+						if ok {
 							out.limited[limitWatchLag]++
 							out.excused = append(out.excused, fmt.Sprintf("%s: %s\n  %s", limitWatchLag, why, finding))
 							if !rule.blocking {
@@ -347,6 +348,7 @@ func (w *safetyWatcher) judge(run string, testDeleted map[types.UID]bool, lim li
 							}
 							continue
 						}
+						finding += "\n  not the watch-lag limit: " + why
 					}
 					out.violations = append(out.violations, finding)
 				}
