@@ -38,11 +38,15 @@ type delivery struct {
 	delayed map[schema.GroupVersionResource]func(string) bool
 
 	mu sync.Mutex
-	// known: per delayed resource, each rise of the highest
-	// resourceVersion up to which the collector had received every change
-	// (a list's resourceVersion, a watch event's after a streaming list's
-	// initial events), with the time it was read.
+	// known: per delayed resource, each resourceVersion up to which the
+	// collector had received every change (a monitor's list's, a watch
+	// event's after a streaming list's initial events), with the time it
+	// was read.
 	known map[schema.GroupVersionResource][]mark
+	// lists: per delayed resource, the LIST answers (their
+	// resourceVersion and when they were read), of which only a
+	// monitor's counts (the one a watch then resumes from).
+	lists map[schema.GroupVersionResource][]mark
 	// streams: per delayed resource, the watch streams opened, with when
 	// they opened and (zero while open) closed.
 	streams map[schema.GroupVersionResource][]*span
@@ -77,6 +81,7 @@ func newDelivery(collector int, delayed []kindInfo) *delivery {
 		collector: collector,
 		delayed:   map[schema.GroupVersionResource]func(string) bool{},
 		known:     map[schema.GroupVersionResource][]mark{},
+		lists:     map[schema.GroupVersionResource][]mark{},
 		streams:   map[schema.GroupVersionResource][]*span{},
 		writes:    map[uint64]write{},
 		byPath:    map[string][]write{},
@@ -165,7 +170,23 @@ func (rt deliveryRT) RoundTrip(req *http.Request) (*http.Response, error) {
 			// legacy watch from "" or "0" sends them without the
 			// bookmark that ends them, so it is not followed at all.
 			initial := q.Get("sendInitialEvents") == "true"
-			follow := initial || (q.Get("resourceVersion") != "" && q.Get("resourceVersion") != "0")
+			from := q.Get("resourceVersion")
+			follow := initial || (from != "" && from != "0")
+			if rv, err := strconv.ParseUint(from, 10, 64); err == nil && !initial {
+				// A watch resuming from a list's resourceVersion: the
+				// collector had that list when its last page came.
+				d.mu.Lock()
+				var last time.Time
+				for _, l := range d.lists[gvr] {
+					if l.rv == rv {
+						last = l.at
+					}
+				}
+				d.mu.Unlock()
+				if !last.IsZero() {
+					d.raiseAt(gvr, rv, last)
+				}
+			}
 			resp.Body = &deliveryStream{d: d, gvr: gvr, span: s, rc: resp.Body, initial: initial, follow: follow,
 				proto: strings.Contains(resp.Header.Get("Content-Type"), "protobuf")}
 			return resp, nil
@@ -179,10 +200,14 @@ func (rt deliveryRT) RoundTrip(req *http.Request) (*http.Response, error) {
 		case !ok:
 			d.count()
 		case strings.HasSuffix(kind, "List"):
-			// A page of a paged list counts from the first page: the
-			// collector knows less until the last, so this only makes
-			// the excuse harder to get.
-			d.raise(gvr, rv)
+			// Not every LIST feeds the graph: the workers list a
+			// namespace to look owners up, and a monitor probes its
+			// storage with a one-item LIST before it resumes a watch.
+			// A monitor's list is the one its next watch resumes from
+			// (see deliveryRT's watch case), so it is only noted here.
+			d.mu.Lock()
+			d.lists[gvr] = append(d.lists[gvr], mark{at: time.Now(), rv: rv})
+			d.mu.Unlock()
 		}
 	}
 	return resp, nil
@@ -204,14 +229,13 @@ func (d *delivery) count() {
 }
 
 // raise records that the collector now knows gvr up to rv.
-func (d *delivery) raise(gvr schema.GroupVersionResource, rv uint64) {
+func (d *delivery) raise(gvr schema.GroupVersionResource, rv uint64) { d.raiseAt(gvr, rv, time.Now()) }
+
+// raiseAt records that the collector knew gvr up to rv from time at on.
+func (d *delivery) raiseAt(gvr schema.GroupVersionResource, rv uint64, at time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	ms := d.known[gvr]
-	if len(ms) > 0 && ms[len(ms)-1].rv >= rv {
-		return
-	}
-	d.known[gvr] = append(ms, mark{at: time.Now(), rv: rv})
+	d.known[gvr] = append(d.known[gvr], mark{at: at, rv: rv})
 }
 
 // readBody reads resp's body and puts an unread copy back.
@@ -392,13 +416,14 @@ func (s *deliveryStream) event(frame []byte) {
 func (d *delivery) knownAt(gvr schema.GroupVersionResource, t time.Time) (uint64, time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// Marks are appended in time order but for a list's, noted when the
+	// watch resuming from it opened: the highest of those made by t.
 	var rv uint64
 	var since time.Time
 	for _, m := range d.known[gvr] {
-		if m.at.After(t) {
-			break
+		if !m.at.After(t) && m.rv > rv {
+			rv, since = m.rv, m.at
 		}
-		rv, since = m.rv, m.at
 	}
 	return rv, since
 }
