@@ -189,9 +189,8 @@ type chaos struct {
 
 	gc     *testenv.Collector // nil while stopped
 	starts int
-	// When each collector started and stopped, for placing a failing
-	// seed's history relative to the restarts.
-	stops, startTimes []time.Time
+	// startTimes: when each collector started (restartMemory).
+	startTimes []time.Time
 	// deliveries[n] is what reached collector n (see delivery).
 	deliveries []*delivery
 
@@ -273,9 +272,7 @@ func (c *chaos) beforeOp(i int) {
 	for _, r := range c.plan.restarts {
 		if r.stopAt == i && c.gc != nil {
 			c.stop()
-			now := time.Now()
-			c.stops = append(c.stops, now)
-			c.t.Logf("chaos: collector #%d stopped before op %d at %s (the watcher had seen up to rv %d)", c.starts-1, i, clock(now), watcher.maxRV())
+			c.t.Logf("chaos: collector #%d stopped before op %d at %s (the watcher had seen up to rv %d)", c.starts-1, i, clock(time.Now()), watcher.maxRV())
 		}
 		if r.startAt == i && c.gc == nil {
 			c.start()

@@ -58,7 +58,10 @@
 //     resource's changes only up to a revision older than the one that
 //     gave the dependent its reference. The record (delivery_test.go) sits
 //     between each collector and the fault proxy and reads what reached
-//     the collector: each list's resourceVersion, each watch event's (a
+//     the collector: the resourceVersion of each monitor's list (the one
+//     its next watch resumes from; the workers' owner-lookup LISTs and a
+//     monitor's one-item probe never reach the graph, and counting them
+//     once refused the excuse for true lags), each watch event's (a
 //     streaming list's only from its closing bookmark on), and the
 //     resourceVersion each of its writes produced, which identifies the
 //     write that removed the finalizer. A resource the collector had not
