@@ -25,7 +25,7 @@ BULK_TESTS = DoesNotTrip|TestOwnersGoWithTheirNamespace|TestBacklogAfterLeaderCh
 test-bulk: ## The bulk deletions that must never trip the deletion breaker, at full size (a CRD with 10,000 instances, 5,000 owners in one DeleteCollection, namespaces of 5,000 owners, start-up backlogs of 5,000), without the race detector (CI runs them smaller, with it).
 	KGC_BULK_FULL=1 $(GO) test -count=1 -timeout 2h -v -run '$(BULK_TESTS)' ./sandbox/integration/breaker/ ./sandbox/integration/namespaces/ ./sandbox/integration/leaderelection/
 
-soak: ## Run the randomized model-based safety test for many seeds (env: KGC_MODEL_SEEDS=50, KGC_MODEL_OBJECTS=400, KGC_SEED, KGC_MODEL_CHAOS=restart,fail,pages (add delay to see the watch-lag limit of docs/correctness.md), KGC_MODEL_RESTARTS=4).
+soak: ## Run the randomized model-based safety test for many seeds (env: KGC_MODEL_SEEDS=50, KGC_MODEL_OBJECTS=400, KGC_SEED, KGC_MODEL_CHAOS=restart,fail,pages (add delay for delayed watches: the watch-lag findings of docs/correctness.md's known limits are then counted, not failed, where the record shows the lag), KGC_MODEL_RESTARTS=4).
 	KGC_MODEL_SEEDS=$${KGC_MODEL_SEEDS:-50} KGC_MODEL_OBJECTS=$${KGC_MODEL_OBJECTS:-400} KGC_MODEL_RESTARTS=$${KGC_MODEL_RESTARTS:-4} \
 		$(GO) test -race -count=1 -timeout 4h -v -run '^TestModel$$' ./sandbox/integration/model/
 

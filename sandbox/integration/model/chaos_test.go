@@ -41,11 +41,21 @@ import (
 //     listing meet the other kinds of chaos.
 //
 // KGC_MODEL_CHAOS selects the kinds ("restart,fail,pages", the default;
-// "delay,restart,fail,pages" adds the delays; "none" for none). The delays are
-// not on by default: under a watch that lags behind another resource's,
-// kgc (like upstream) can release an owner before it has seen a dependent
-// in the lagging resource, which S2's and S3's order checks report
-// (docs/correctness.md, "Known limits"); the outcome checks still hold.
+// "delay,restart,fail,pages" adds the delays; "none" for none). Under a
+// watch that lags behind another resource's, kgc (like upstream) can
+// release an owner before it has seen a dependent in the lagging resource,
+// which S2's and S3's order checks find (docs/correctness.md, "Known
+// limits"); the judge counts such a finding as the watch-lag limit only
+// where the record of what reached the collector shows the lag (see
+// watchLag), and the outcome checks still hold.
+
+// journalTTL is the orphan journal's TTL in the model, `kgc run`'s default
+// (--orphan-journal-ttl): longer than any seed runs, so that no owner is
+// forgotten during one.
+const journalTTL = 10 * time.Minute
+
+// clock formats a wall time for the logs (the watcher's traces use it too).
+func clock(t time.Time) string { return t.Format("15:04:05.000") }
 
 // chaosPlan is one seed's chaos.
 type chaosPlan struct {
@@ -171,8 +181,18 @@ type chaos struct {
 	plan chaosPlan
 	ft   *faultproxy.Transport
 
+	// journal is the orphan journal every collector of the seed keeps,
+	// on one Lease in the seed's namespace, as `kgc run` does by default:
+	// a restarted collector remembers the owners its predecessors
+	// orphaned.
+	journal *kgc.OrphanJournalOptions
+
 	gc     *testenv.Collector // nil while stopped
 	starts int
+	// startTimes: when each collector started (restartMemory).
+	startTimes []time.Time
+	// deliveries[n] is what reached collector n (see delivery).
+	deliveries []*delivery
 
 	mu     sync.Mutex
 	timers []*time.Timer
@@ -181,8 +201,9 @@ type chaos struct {
 
 // startChaos sets up the fault proxy for plan and starts the first
 // collector. A cleanup stops the collector and heals what is still failing.
-func startChaos(t *testing.T, seed int64, plan chaosPlan) *chaos {
-	c := &chaos{t: t, seed: seed, plan: plan, ft: faultproxy.New(faultproxy.Config{Seed: seed})}
+func startChaos(t *testing.T, seed int64, plan chaosPlan, namespace string) *chaos {
+	c := &chaos{t: t, seed: seed, plan: plan, ft: faultproxy.New(faultproxy.Config{Seed: seed}),
+		journal: &kgc.OrphanJournalOptions{LeaseNamespace: namespace, LeaseName: "kgc-orphans", TTL: journalTTL}}
 	for _, k := range plan.delayed {
 		c.ft.DelayWatches(faultproxy.ResourcePath(k.gvr.Group, k.gvr.Version, k.gvr.Resource), plan.delayMin, plan.delayMax)
 	}
@@ -206,8 +227,11 @@ func (c *chaos) start() {
 	}
 	cfg := rest.CopyConfig(envConfig)
 	// kgc keeps the caller's WrapTransport and wraps more around it, so
-	// the fault proxy sits right before the network.
-	cfg.WrapTransport = c.ft.Wrap
+	// the fault proxy sits right before the network, and the record of
+	// what reached the collector right after the proxy's delays.
+	d := newDelivery(n, c.plan.delayed)
+	c.deliveries = append(c.deliveries, d)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return d.wrap(c.ft.Wrap(rt)) }
 	began := time.Now()
 	gc, err := testenv.StartCollector(cfg, kgc.Options{
 		Workers:               10,
@@ -216,13 +240,16 @@ func (c *chaos) start() {
 		Burst:                 2000,
 		Logger:                testenv.Logger(fmt.Sprintf("kgc[seed %d #%d]", c.seed, n)),
 		PagedLists:            c.plan.listsByPages(n),
+		OrphanJournal:         c.journal,
 	}, 90*time.Second)
 	if err != nil {
 		c.t.Fatalf("seed %d: start collector #%d: %v", c.seed, n, err)
 	}
 	c.gc = gc
+	c.startTimes = append(c.startTimes, began)
 	if n > 0 {
-		c.t.Logf("chaos: collector #%d started, synced after %s", n, time.Since(began).Round(time.Millisecond))
+		c.t.Logf("chaos: collector #%d started at %s (the watcher had seen up to rv %d), synced after %s",
+			n, clock(began), watcher.maxRV(), time.Since(began).Round(time.Millisecond))
 	}
 }
 
@@ -244,8 +271,8 @@ func (c *chaos) stop() {
 func (c *chaos) beforeOp(i int) {
 	for _, r := range c.plan.restarts {
 		if r.stopAt == i && c.gc != nil {
-			c.t.Logf("chaos: collector #%d stopped before op %d", c.starts-1, i)
 			c.stop()
+			c.t.Logf("chaos: collector #%d stopped before op %d at %s (the watcher had seen up to rv %d)", c.starts-1, i, clock(time.Now()), watcher.maxRV())
 		}
 		if r.startAt == i && c.gc == nil {
 			c.start()
@@ -272,4 +299,77 @@ func (c *chaos) close() {
 		h() // idempotent
 	}
 	c.stop()
+}
+
+// Known limits (docs/correctness.md) that the judge excuses, where the
+// run's own record shows the limit's conditions held.
+const (
+	// limitWatchLag: an owner's orphan or foregroundDeletion finalizer
+	// went while a dependent referred to it, and when the collector sent
+	// the removal, its watch of the dependent's resource was one the
+	// chaos delays and had not yet delivered the change that gave the
+	// dependent its reference.
+	limitWatchLag = "watch-lag"
+	// limitRestartMemory: a dependent deleted while it referred to an
+	// owner deleted with Orphan whose finalizer went under the watch-lag
+	// limit, after a collector restart that came more than the orphan
+	// journal's TTL after the release: the journal had forgotten the
+	// owner. No seed runs that long, so this is never excused in
+	// practice.
+	limitRestartMemory = "restart-memory"
+)
+
+// watchLag says whether the removal of owner's finalizer, which produced
+// owner's state end, is an instance of limitWatchLag for dependent dep,
+// whose reference to owner dates from revision since; if so it says why.
+func (c *chaos) watchLag(owner ident, end objState, dep ident, since uint64) (string, bool) {
+	delayed := false
+	for _, k := range c.plan.delayed {
+		delayed = delayed || k.gvr == dep.kind.gvr
+	}
+	if !delayed {
+		return fmt.Sprintf("kgc's watch of %s is not delayed", dep.kind.gvr.Resource), false
+	}
+	// The removal: the write that answered with the owner's state, or,
+	// for an owner that went with it, the last write to it before the
+	// watcher saw it go, whichever collector sent it.
+	var d *delivery
+	var w write
+	for _, dd := range c.deliveries {
+		ww, exact, ok := dd.removal(owner, end)
+		if ok && (exact || d == nil || ww.sent.After(w.sent)) {
+			d, w = dd, ww
+			if exact {
+				break
+			}
+		}
+	}
+	if d == nil {
+		return "no write of a collector's produced the owner's state", false
+	}
+	if !d.watchingAt(dep.kind.gvr, w.sent) {
+		return fmt.Sprintf("collector #%d sent the removal (%s) at %s, when no watch of %s was open", d.collector, w.method, clock(w.sent), dep.kind.gvr.Resource), false
+	}
+	known, at := d.knownAt(dep.kind.gvr, w.sent)
+	if known == 0 || known >= since {
+		// Never listed (not a lag), or the reference had reached it.
+		return fmt.Sprintf("collector #%d sent the removal (%s) at %s, when its watch of %s had delivered changes up to rv %d (since %s), and the dependent's reference dates from rv %d",
+			d.collector, w.method, clock(w.sent), dep.kind.gvr.Resource, known, clock(at), since), false
+	}
+	return fmt.Sprintf("collector #%d sent the removal (%s) at %s, when its delayed watch of %s had delivered changes up to rv %d only, and the dependent's reference dates from rv %d",
+		d.collector, w.method, clock(w.sent), dep.kind.gvr.Resource, known, since), true
+}
+
+// restartMemory says whether a dependent's deletion, seen at deleted, on
+// account of an owner whose orphan finalizer went under limitWatchLag and
+// was seen gone at released, is an instance of limitRestartMemory: a
+// collector started after the release, more than the journal's TTL after
+// it, and before the deletion.
+func (c *chaos) restartMemory(released, deleted time.Time) (string, bool) {
+	for n, s := range c.startTimes {
+		if s.After(released) && s.Sub(released) > journalTTL && s.Before(deleted) {
+			return fmt.Sprintf("collector #%d started at %s, %s after the release (journal TTL %s)", n, clock(s), s.Sub(released).Round(time.Millisecond), journalTTL), true
+		}
+	}
+	return "", false
 }

@@ -30,6 +30,9 @@ import (
 // Totals over the whole package run, for the final summary.
 var totalSeeds, totalOps, totalJudged, totalOrphans, totalForegrounds, totalViolations atomic.Int64
 
+// Totals of the findings excused as known limits, by limit.
+var totalWatchLag, totalRestartMemory atomic.Int64
+
 func envInt(t *testing.T, name string, def int64) int64 {
 	v := os.Getenv(name)
 	if v == "" {
@@ -60,8 +63,9 @@ func TestModel(t *testing.T) {
 				seed, seed, objects, ops, strings.Join(slices.Sorted(maps.Keys(kinds)), ","), maxRestarts)
 		}
 	}
-	t.Logf("summary: %d seeds, %d operations, %d collector deletions judged (S1, S2), %d orphaning owners judged (S2), %d foreground owners judged (S3), %d violations",
-		totalSeeds.Load(), totalOps.Load(), totalJudged.Load(), totalOrphans.Load(), totalForegrounds.Load(), totalViolations.Load())
+	t.Logf("summary: %d seeds, %d operations, %d collector deletions judged (S1, S2), %d orphaning owners judged (S2), %d foreground owners judged (S3), %d violations; known limits: %d %s, %d %s",
+		totalSeeds.Load(), totalOps.Load(), totalJudged.Load(), totalOrphans.Load(), totalForegrounds.Load(), totalViolations.Load(),
+		totalWatchLag.Load(), limitWatchLag, totalRestartMemory.Load(), limitRestartMemory)
 }
 
 // recObj is the test's record of one object: what it created and what its
@@ -114,7 +118,7 @@ func runSeed(t *testing.T, seed int64, objects, ops int, plan chaosPlan) {
 	start := time.Now()
 	// After the namespace's cleanup is registered: the collector stops
 	// before the run's objects are cleaned up.
-	chaos := startChaos(t, seed, plan)
+	chaos := startChaos(t, seed, plan, r.ns)
 	for range objects {
 		r.createRandom()
 	}
@@ -155,7 +159,10 @@ func runSeed(t *testing.T, seed int64, objects, ops int, plan chaosPlan) {
 			}
 		}
 	}
-	j := watcher.judge(r.id, r.deleted)
+	j := watcher.judge(r.id, r.deleted, chaos)
+	for _, e := range j.excused {
+		t.Logf("known limit (seed %d) %s", seed, e)
+	}
 	for _, v := range j.violations {
 		t.Errorf("SAFETY VIOLATION (seed %d) %s", seed, v)
 	}
@@ -172,9 +179,17 @@ func runSeed(t *testing.T, seed int64, objects, ops int, plan chaosPlan) {
 	totalOrphans.Add(int64(j.orphans))
 	totalForegrounds.Add(int64(j.foregrounds))
 	totalViolations.Add(int64(len(j.violations)))
-	t.Logf("seed %d: %d objects created in %s, %d operations applied %v (%d skipped: target changed or gone), %d collector starts, settled at %s with %d survivors; judged %d collector deletions, %d orphaning and %d foreground owners; %d violations; fault proxy: %s",
+	totalWatchLag.Add(int64(j.limited[limitWatchLag]))
+	totalRestartMemory.Add(int64(j.limited[limitRestartMemory]))
+	t.Logf("seed %d: %d objects created in %s, %d operations applied %v (%d skipped: target changed or gone), %d collector starts, settled at %s with %d survivors; judged %d collector deletions, %d orphaning and %d foreground owners; %d violations; known limits: %d %s, %d %s; fault proxy: %s",
 		seed, len(r.objs), created.Round(time.Millisecond), applied, r.counts, r.skipped, chaos.starts,
-		settled.Round(time.Millisecond), len(got), j.judged, j.orphans, j.foregrounds, len(j.violations), chaos.ft)
+		settled.Round(time.Millisecond), len(got), j.judged, j.orphans, j.foregrounds, len(j.violations),
+		j.limited[limitWatchLag], limitWatchLag, j.limited[limitRestartMemory], limitRestartMemory, chaos.ft)
+	for _, d := range chaos.deliveries {
+		if len(d.delayed) > 0 {
+			t.Logf("seed %d: delivery record of %s", seed, d)
+		}
+	}
 }
 
 // ---- creating objects ----

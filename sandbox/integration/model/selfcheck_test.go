@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -154,7 +155,7 @@ func TestJudgeRules(t *testing.T) {
 		"v2": hist("v2", objState{rv: 40, refs: refTo("~u")}),
 		"v3": hist("v3", objState{rv: 40, refs: refTo("u"), finalizers: hold}, objState{rv: 43, deleting: true, refs: refTo("u"), finalizers: hold}),
 	}, unknowns: map[string]int{}}
-	j := w.judge("r", map[types.UID]bool{"h": true, "o": true, "p": true, "q": true, "k": true, "m": true, "q2": true, "u": true})
+	j := w.judge("r", map[types.UID]bool{"h": true, "o": true, "p": true, "q": true, "k": true, "m": true, "q2": true, "u": true}, nil)
 	// d, e (start and removal), f, g, l, n3, n4, n5, v (start and removal), v3
 	if j.judged != 12 {
 		t.Errorf("judged %d deletion events, want 12", j.judged)
@@ -177,6 +178,71 @@ func TestJudgeRules(t *testing.T) {
 		}
 		if strings.HasPrefix(v, "S3: ") && !strings.Contains(v, "ns/v3") {
 			t.Errorf("the S3 violation names the wrong dependent: %s", v)
+		}
+	}
+}
+
+// fakeLimits excuses watch lag for references given since a revision, and
+// restart memory when told to; it records what the judge asked.
+type fakeLimits struct {
+	lagSince uint64
+	memory   bool
+	asked    map[string]uint64 // dependent name → the since it was asked with
+}
+
+func (f *fakeLimits) watchLag(owner ident, end objState, dep ident, since uint64) (string, bool) {
+	f.asked[dep.name] = since
+	return "lag", since >= f.lagSince
+}
+
+func (f *fakeLimits) restartMemory(released, deleted time.Time) (string, bool) {
+	return "forgot", f.memory
+}
+
+// TestJudgeLimits pins what the judge asks the known limits and what it
+// still reports: only S2 (a) and S3 findings are asked about watch lag, with
+// the revision that gave the dependent its (blocking) reference, and a
+// dependent's deletion is asked about restart memory only if its owner's
+// release was excused as watch lag.
+func TestJudgeLimits(t *testing.T) {
+	block := true
+	ref := func(uid string) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{Kind: "ConfigMap", Name: uid, UID: types.UID(uid), BlockOwnerDeletion: &block}}
+	}
+	hist := func(uid string, states ...objState) *history {
+		return &history{id: ident{kind: configMapKind, namespace: "ns", name: uid, uid: types.UID(uid)}, run: "r", states: states}
+	}
+	orphan := []string{finalizerOrphan}
+	newWatcher := func() *safetyWatcher {
+		return &safetyWatcher{objects: map[types.UID]*history{
+			// Owner o is deleted with Orphan at rv 10 and its finalizer
+			// goes with it at rv 15.
+			"o": hist("o", objState{rv: 1}, objState{rv: 10, deleting: true, finalizers: orphan}, objState{rv: 15, gone: true}),
+			// a has referred to o since rv 2: not a lag.
+			"a": hist("a", objState{rv: 2, refs: ref("o")}),
+			// b got its reference at rv 8 (lost and got back), kept it at
+			// rv 9, and is deleted at rv 20 while still referring to o.
+			"b": hist("b", objState{rv: 3, refs: ref("o")}, objState{rv: 4}, objState{rv: 8, refs: ref("o")}, objState{rv: 9, refs: ref("o")}, objState{rv: 20, gone: true, refs: ref("o")}),
+		}, unknowns: map[string]int{}}
+	}
+	for _, memory := range []bool{false, true} {
+		f := &fakeLimits{lagSince: 8, memory: memory, asked: map[string]uint64{}}
+		j := newWatcher().judge("r", map[types.UID]bool{"o": true}, f)
+		if f.asked["a"] != 2 || f.asked["b"] != 8 {
+			t.Errorf("asked watch lag with since a=%d b=%d, want 2 and 8", f.asked["a"], f.asked["b"])
+		}
+		wantViolations, wantMemory := 2, 0 // a's S2 (a), b's S2 (b)
+		if memory {
+			wantViolations, wantMemory = 1, 1
+		}
+		if len(j.violations) != wantViolations || j.limited[limitWatchLag] != 1 || j.limited[limitRestartMemory] != wantMemory {
+			t.Errorf("memory %v: %d violations, limits %v; want %d, 1 watch lag and %d restart memory:\n%s",
+				memory, len(j.violations), j.limited, wantViolations, wantMemory, strings.Join(j.violations, "\n"))
+		}
+		for _, v := range j.violations {
+			if !strings.Contains(v, "ns/a ") && !strings.HasPrefix(v, "S2: ConfigMap ns/b ") {
+				t.Errorf("memory %v: unexpected violation %s", memory, v)
+			}
 		}
 	}
 }
