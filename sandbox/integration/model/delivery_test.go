@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kgc-dev/kgc/sandbox/internal/faultproxy"
 )
 
 // delivery records, for one collector, what reached it over the network:
@@ -87,28 +89,9 @@ func newDelivery(collector int, delayed []kindInfo) *delivery {
 		byPath:    map[string][]write{},
 	}
 	for _, k := range delayed {
-		d.delayed[k.gvr] = resourcePath(k.gvr)
+		d.delayed[k.gvr] = faultproxy.ResourcePath(k.gvr.Group, k.gvr.Version, k.gvr.Resource)
 	}
 	return d
-}
-
-// resourcePath matches a resource's collection and object paths.
-func resourcePath(gvr schema.GroupVersionResource) func(string) bool {
-	base := "/apis/" + gvr.Group + "/" + gvr.Version + "/"
-	if gvr.Group == "" {
-		base = "/api/" + gvr.Version + "/"
-	}
-	return func(path string) bool {
-		rest, ok := strings.CutPrefix(path, base)
-		if !ok {
-			return false
-		}
-		parts := strings.Split(rest, "/")
-		if len(parts) >= 3 && parts[0] == "namespaces" {
-			parts = parts[2:]
-		}
-		return parts[0] == gvr.Resource
-	}
 }
 
 // objectPath is the URL path of o's object, as the collector writes it.
