@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -17,10 +18,11 @@ type Clock struct {
 	mu      sync.Mutex
 	now     time.Time
 	waiters []*waiter
-	// fired holds the channels the last Step sent on, and when (real
-	// time): until their readers took the tick, someone is about to wake.
-	fired   []chan time.Time
-	firedAt time.Time
+	// fired holds the channels of one-shot timers the last Step sent on,
+	// ticked those of tickers, and when (real time): until their readers
+	// took the tick, someone is about to wake.
+	fired, ticked []chan time.Time
+	firedAt       time.Time
 	// seq numbers the timers in the order they were armed.
 	seq uint64
 }
@@ -100,12 +102,14 @@ func (w *waiter) Stop() bool {
 	was := !w.stopped
 	w.stopped = true
 	w.c.prune()
+	w.c.abandoned(w.ch)
 	return was
 }
 
 func (w *waiter) Reset(d time.Duration) bool {
 	w.c.mu.Lock()
 	defer w.c.mu.Unlock()
+	w.c.abandoned(w.ch)
 	was := !w.stopped
 	if !was {
 		w.c.waiters = append(w.c.waiters, w)
@@ -113,6 +117,13 @@ func (w *waiter) Reset(d time.Duration) bool {
 	w.stopped = false
 	w.at = w.c.now.Add(d)
 	return was
+}
+
+// abandoned forgets ch as a pending wake-up: its timer was stopped or
+// reset, so whatever it fired is not waited for (a select that took
+// another case, then stopped the timer). Callers hold mu.
+func (c *Clock) abandoned(ch chan time.Time) {
+	c.fired = slices.DeleteFunc(c.fired, func(f chan time.Time) bool { return f == ch })
 }
 
 // prune drops stopped waiters; callers hold mu.
@@ -185,14 +196,18 @@ func (c *Clock) Step(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
-	c.fired, c.firedAt = c.fired[:0], time.Now()
+	c.fired, c.ticked, c.firedAt = c.fired[:0], c.ticked[:0], time.Now()
 	for _, w := range c.waiters {
 		if w.stopped || w.at.After(c.now) {
 			continue
 		}
 		select {
 		case w.ch <- c.now:
-			c.fired = append(c.fired, w.ch)
+			if w.period == 0 {
+				c.fired = append(c.fired, w.ch)
+			} else {
+				c.ticked = append(c.ticked, w.ch)
+			}
 		default: // a ticker nobody drained drops ticks, like time.Ticker
 		}
 		if w.period == 0 {
@@ -206,21 +221,36 @@ func (c *Clock) Step(d time.Duration) {
 	c.prune()
 }
 
-// undrainedGrace bounds how long a fired channel nobody reads (a timer
-// that lost its select, stopped after firing) counts as a pending wake-up.
-const undrainedGrace = 20 * time.Millisecond
+// A fired channel nobody reads does not count as a pending wake-up for
+// ever: a timer that lost its select (After) is never read, a ticker's
+// reader may be busy elsewhere. How long it counts is real time, which is
+// what a loaded machine stretches: a reader not scheduled within the
+// grace looked idle, and a step could begin, or the run end, before it
+// woke. One-shot timers get the longer grace (their reader almost always
+// wakes; one that stopped or reset the timer is forgotten at once), the
+// tickers the shorter (their ticks are often left for the next round).
+const (
+	firedGrace  = 100 * time.Millisecond
+	tickedGrace = 20 * time.Millisecond
+)
 
 // Undrained reports whether a channel the last Step fired has not been read
-// yet (within undrainedGrace of real time): its reader is about to wake.
+// yet (within its grace of real time): its reader is about to wake.
 func (c *Clock) Undrained() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.fired) == 0 || time.Since(c.firedAt) > undrainedGrace {
-		return false
-	}
-	for _, ch := range c.fired {
-		if len(ch) > 0 {
-			return true
+	since := time.Since(c.firedAt)
+	for _, set := range []struct {
+		chs   []chan time.Time
+		grace time.Duration
+	}{{c.fired, firedGrace}, {c.ticked, tickedGrace}} {
+		if since > set.grace {
+			continue
+		}
+		for _, ch := range set.chs {
+			if len(ch) > 0 {
+				return true
+			}
 		}
 	}
 	return false
