@@ -305,8 +305,8 @@ func (c *chaos) close() {
 // run's own record shows the limit's conditions held.
 const (
 	// limitWatchLag: an owner's orphan or foregroundDeletion finalizer
-	// went while a dependent referred to it, and when the collector sent
-	// the removal, its watch of the dependent's resource was one the
+	// went while a dependent referred to it, and when the collector
+	// decided the removal, its watch of the dependent's resource was one the
 	// chaos delays and had not yet delivered the change that gave the
 	// dependent its reference.
 	limitWatchLag = "watch-lag"
@@ -322,7 +322,9 @@ const (
 // watchLag says whether the removal of owner's finalizer, which produced
 // owner's state end, is an instance of limitWatchLag for dependent dep,
 // whose reference to owner dates from revision since; if so it says why.
-func (c *chaos) watchLag(owner ident, end objState, dep ident, since uint64) (string, bool) {
+// journaled says the removal was of the orphan finalizer, which kgc sends
+// only after its journal entry for the owner is written (see decided).
+func (c *chaos) watchLag(owner ident, end objState, dep ident, since uint64, journaled bool) (string, bool) {
 	delayed := false
 	for _, k := range c.plan.delayed {
 		delayed = delayed || k.gvr == dep.kind.gvr
@@ -347,17 +349,28 @@ func (c *chaos) watchLag(owner ident, end objState, dep ident, since uint64) (st
 	if d == nil {
 		return "no write of a collector's produced the owner's state", false
 	}
-	if !d.watchingAt(dep.kind.gvr, w.sent) {
-		return fmt.Sprintf("collector #%d sent the removal (%s) at %s, when no watch of %s was open", d.collector, w.method, clock(w.sent), dep.kind.gvr.Resource), false
+	when, what := w.sent, fmt.Sprintf("sent the removal (%s)", w.method)
+	if journaled {
+		if t, ok := d.journalWriteBefore(c.journalPath(), w.sent); ok {
+			when, what = t, fmt.Sprintf("decided the removal (%s) by %s, its journal write", w.method, clock(t))
+		}
 	}
-	known, at := d.knownAt(dep.kind.gvr, w.sent)
+	if !d.watchingAt(dep.kind.gvr, when) {
+		return fmt.Sprintf("collector #%d %s at %s, when no watch of %s was open", d.collector, what, clock(when), dep.kind.gvr.Resource), false
+	}
+	known, at := d.knownAt(dep.kind.gvr, when)
 	if known == 0 || known >= since {
 		// Never listed (not a lag), or the reference had reached it.
-		return fmt.Sprintf("collector #%d sent the removal (%s) at %s, when its watch of %s had delivered changes up to rv %d (since %s), and the dependent's reference dates from rv %d",
-			d.collector, w.method, clock(w.sent), dep.kind.gvr.Resource, known, clock(at), since), false
+		return fmt.Sprintf("collector #%d %s at %s, when its watch of %s had delivered changes up to rv %d (since %s), and the dependent's reference dates from rv %d",
+			d.collector, what, clock(when), dep.kind.gvr.Resource, known, clock(at), since), false
 	}
-	return fmt.Sprintf("collector #%d sent the removal (%s) at %s, when its delayed watch of %s had delivered changes up to rv %d only, and the dependent's reference dates from rv %d",
-		d.collector, w.method, clock(w.sent), dep.kind.gvr.Resource, known, since), true
+	return fmt.Sprintf("collector #%d %s at %s, when its delayed watch of %s had delivered changes up to rv %d only, and the dependent's reference dates from rv %d",
+		d.collector, what, clock(when), dep.kind.gvr.Resource, known, since), true
+}
+
+// journalPath is the URL path of the orphan journal's Lease.
+func (c *chaos) journalPath() string {
+	return "/apis/coordination.k8s.io/v1/namespaces/" + c.journal.LeaseNamespace + "/leases/" + c.journal.LeaseName
 }
 
 // restartMemory says whether a dependent's deletion, seen at deleted, on

@@ -445,6 +445,30 @@ func (d *delivery) removal(owner ident, at objState) (w write, exact, ok bool) {
 	return w, false, ok
 }
 
+// journalWriteBefore returns when the collector sent its last successful
+// write of the orphan journal's Lease (at path) before t.
+//
+// It dates an orphan finalizer removal's decision from above: kgc reads
+// the graph for the last time, then records the owner in the journal
+// (Journal.Record bumps the journal's generation and waits until a Lease
+// write that began after the bump has succeeded), and only then sends the
+// removal. The last successful journal write sent before the removal is
+// that write or a later one, so it was sent after the decision; what the
+// collector had received by then bounds what the decision saw. (A write
+// sent before the decision could not date it: knowing less then proves
+// nothing about the decision.)
+func (d *delivery) journalWriteBefore(path string, t time.Time) (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var last time.Time
+	for _, x := range d.byPath[path] {
+		if x.method == http.MethodPut && x.sent.Before(t) && x.sent.After(last) {
+			last = x.sent
+		}
+	}
+	return last, !last.IsZero()
+}
+
 func (d *delivery) String() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +9,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kgc-dev/kgc/pkg/kgc"
 )
 
 // The reference model and the judge are test code that could be wrong in
@@ -188,10 +191,13 @@ type fakeLimits struct {
 	lagSince uint64
 	memory   bool
 	asked    map[string]uint64 // dependent name → the since it was asked with
+	// journaled: what the last question said of the finalizer.
+	journaled bool
 }
 
-func (f *fakeLimits) watchLag(owner ident, end objState, dep ident, since uint64) (string, bool) {
+func (f *fakeLimits) watchLag(owner ident, end objState, dep ident, since uint64, journaled bool) (string, bool) {
 	f.asked[dep.name] = since
+	f.journaled = journaled
 	return "lag", since >= f.lagSince
 }
 
@@ -228,6 +234,9 @@ func TestJudgeLimits(t *testing.T) {
 	for _, memory := range []bool{false, true} {
 		f := &fakeLimits{lagSince: 8, memory: memory, asked: map[string]uint64{}}
 		j := newWatcher().judge("r", map[types.UID]bool{"o": true}, f)
+		if !f.journaled {
+			t.Errorf("an orphan finalizer's removal asked about watch lag as not journaled")
+		}
 		if f.asked["a"] != 2 || f.asked["b"] != 8 {
 			t.Errorf("asked watch lag with since a=%d b=%d, want 2 and 8", f.asked["a"], f.asked["b"])
 		}
@@ -272,5 +281,44 @@ func TestPlanChaos(t *testing.T) {
 		if s := planChaos(seed, 150, map[string]bool{}, 3).String(); s != "none" {
 			t.Errorf("seed %d: no chaos kinds gave plan %s", seed, s)
 		}
+	}
+}
+
+// TestWatchLagJudgedAtTheJournalWrite pins when the watch-lag limit is
+// judged: an orphan finalizer's removal at the instant of the journal
+// write that preceded it (the decision came before that write), any other
+// removal at the instant it was sent. The dependent's reference (rv 30)
+// reaches the collector between the journal write and the removal: an
+// orphan removal is still the limit, a foregroundDeletion removal sent
+// then is not.
+func TestWatchLagJudgedAtTheJournalWrite(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	c := &chaos{
+		plan:    chaosPlan{delayed: []kindInfo{secretKind}},
+		journal: &kgc.OrphanJournalOptions{LeaseNamespace: "ns", LeaseName: "kgc-orphans"},
+	}
+	d := newDelivery(0, c.plan.delayed)
+	c.deliveries = []*delivery{d}
+	owner := ident{kind: configMapKind, namespace: "ns", name: "o", uid: "o"}
+	dep := ident{kind: secretKind, namespace: "ns", name: "d", uid: "d"}
+	d.streams[secretKind.gvr] = []*span{{open: at(0)}}
+	d.raiseAt(secretKind.gvr, 20, at(1))
+	journal := write{method: http.MethodPut, path: c.journalPath(), sent: at(10), rv: 40}
+	removal := write{method: http.MethodPatch, path: objectPath(owner), sent: at(30), rv: 41}
+	for _, w := range []write{journal, removal} {
+		d.writes[w.rv] = w
+		d.byPath[w.path] = append(d.byPath[w.path], w)
+	}
+	d.raiseAt(secretKind.gvr, 30, at(20)) // the reference, after the journal write
+	end := objState{rv: 41}
+	if why, ok := c.watchLag(owner, end, dep, 30, true); !ok {
+		t.Errorf("orphan removal decided before its journal write at rv 20 known: not excused: %s", why)
+	}
+	if why, ok := c.watchLag(owner, end, dep, 30, false); ok {
+		t.Errorf("removal sent when rv 30 had been delivered: excused: %s", why)
+	}
+	if why, ok := c.watchLag(owner, end, dep, 10, true); ok {
+		t.Errorf("reference at rv 10 delivered before the decision: excused: %s", why)
 	}
 }

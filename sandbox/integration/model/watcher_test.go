@@ -221,7 +221,9 @@ type judgement struct {
 type limits interface {
 	// watchLag: owner's finalizer went (owner's state end) while dep
 	// referred to it, a reference dep has carried since revision since.
-	watchLag(owner ident, end objState, dep ident, since uint64) (string, bool)
+	// journaled: the finalizer was orphan, whose removal kgc sends only
+	// after writing the owner to its orphan journal.
+	watchLag(owner ident, end objState, dep ident, since uint64, journaled bool) (string, bool)
 	// restartMemory: a dependent of an owner orphaned under the watch-lag
 	// limit (the release seen at released) was deleted (seen at deleted).
 	restartMemory(released, deleted time.Time) (string, bool)
@@ -339,7 +341,7 @@ func (w *safetyWatcher) judge(run string, testDeleted map[types.UID]bool, lim li
 						"%s: %s lost its %s finalizer at rv %d while "+what+" (dependent state %s)\n  owner history: %v\n  dependent history: %v",
 						rule.name, o.id, rule.finalizer, p.end, d.id, ds, o.states, d.states)
 					if lim != nil {
-						why, ok := lim.watchLag(o.id, end, d.id, d.refersSince(o.id.uid, ds.rv, rule.blocking))
+						why, ok := lim.watchLag(o.id, end, d.id, d.refersSince(o.id.uid, ds.rv, rule.blocking), rule.finalizer == finalizerOrphan)
 						if ok {
 							out.limited[limitWatchLag]++
 							out.excused = append(out.excused, fmt.Sprintf("%s: %s\n  %s", limitWatchLag, why, finding))
