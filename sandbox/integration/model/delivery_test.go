@@ -59,6 +59,9 @@ type delivery struct {
 	// answered with a resourceVersion the watcher never saw (the last
 	// finalizer went and the object with it).
 	byPath map[string][]write
+	// leasePuts: the collector's successful PUTs of Leases (the orphan
+	// journal's, the leader's), by URL path, when each was sent.
+	leasePuts map[string][]time.Time
 	// undecoded counts bodies and frames it could not read.
 	undecoded int
 }
@@ -87,6 +90,7 @@ func newDelivery(collector int, delayed []kindInfo) *delivery {
 		streams:   map[schema.GroupVersionResource][]*span{},
 		writes:    map[uint64]write{},
 		byPath:    map[string][]write{},
+		leasePuts: map[string][]time.Time{},
 	}
 	for _, k := range delayed {
 		d.delayed[k.gvr] = faultproxy.ResourcePath(k.gvr.Group, k.gvr.Version, k.gvr.Resource)
@@ -125,6 +129,13 @@ func (rt deliveryRT) RoundTrip(req *http.Request) (*http.Response, error) {
 	q := req.URL.Query()
 	switch {
 	case req.Method == http.MethodPatch || req.Method == http.MethodPut:
+		if req.Method == http.MethodPut && strings.Contains(req.URL.Path, "/leases/") {
+			// Noted whether or not its answer decodes: journalWriteBefore
+			// must never miss one.
+			d.mu.Lock()
+			d.leasePuts[req.URL.Path] = append(d.leasePuts[req.URL.Path], sent)
+			d.mu.Unlock()
+		}
 		body, err := readBody(resp)
 		if err != nil {
 			return resp, nil
@@ -461,9 +472,9 @@ func (d *delivery) journalWriteBefore(path string, t time.Time) (time.Time, bool
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var last time.Time
-	for _, x := range d.byPath[path] {
-		if x.method == http.MethodPut && x.sent.Before(t) && x.sent.After(last) {
-			last = x.sent
+	for _, sent := range d.leasePuts[path] {
+		if sent.Before(t) && sent.After(last) {
+			last = sent
 		}
 	}
 	return last, !last.IsZero()

@@ -304,12 +304,10 @@ func TestWatchLagJudgedAtTheJournalWrite(t *testing.T) {
 	dep := ident{kind: secretKind, namespace: "ns", name: "d", uid: "d"}
 	d.streams[secretKind.gvr] = []*span{{open: at(0)}}
 	d.raiseAt(secretKind.gvr, 20, at(1))
-	journal := write{method: http.MethodPut, path: c.journalPath(), sent: at(10), rv: 40}
+	d.leasePuts[c.journalPath()] = []time.Time{at(10)}
 	removal := write{method: http.MethodPatch, path: objectPath(owner), sent: at(30), rv: 41}
-	for _, w := range []write{journal, removal} {
-		d.writes[w.rv] = w
-		d.byPath[w.path] = append(d.byPath[w.path], w)
-	}
+	d.writes[removal.rv] = removal
+	d.byPath[removal.path] = append(d.byPath[removal.path], removal)
 	d.raiseAt(secretKind.gvr, 30, at(20)) // the reference, after the journal write
 	end := objState{rv: 41}
 	if why, ok := c.watchLag(owner, end, dep, 30, true); !ok {
