@@ -81,7 +81,12 @@
 // no rediscovery round running) and every monitor at rest (watching,
 // backing off after a failed LIST or WATCH once it armed its backoff
 // timer, or waiting in a held list or stream; a streaming list is at rest
-// only once its monitor watches, as a paged list is). Time is fake (Clock, injected through
+// only once its monitor watches, as a paged list is; a watch the server
+// ended with 410 Gone is not at rest from the moment the server decides
+// to end it, before its monitor takes the 410, until the monitor watches
+// again: a monitor that took the 410 and was not yet scheduled to stop
+// its watch, let alone to relist, looked at rest, and a step ended with
+// the relist and the decisions on it still to come). Time is fake (Clock, injected through
 // collector.Config.Clock): the workqueues' backoff, the write log's TTLs,
 // foreground re-checks, periodic rediscovery, the monitors' backoff, the
 // unlisted hold (--unlisted-hold: a finalizer held for unlisted resources,
