@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -43,4 +45,36 @@ func TestExpireSettlesRelist(t *testing.T) {
 			s.finish()
 		})
 	}
+}
+
+// A step that fires a timer ends only once the timer's reader acted. The
+// workers' delaying queue waits for a retry's backoff on the fake clock;
+// when Advance fires its timer, the queue's goroutine takes the tick and
+// then queues the item. wakeDelay makes that goroutine slow between the
+// two, every time.
+func TestAdvanceSettlesRetry(t *testing.T) {
+	s := newScripted(t)
+	o := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "o"})
+	d := s.create(Obj{GR: ConfigMaps, Namespace: "a", Name: "d"}, s.OwnerRef(o, false))
+	s.must(s.Delete(o, metav1.DeletePropagationBackground))
+	var failed atomic.Bool
+	s.Srv.Fault = func(c Call) error {
+		if c.Actor == ActorKGC && c.Verb == "delete" && c.Name == "d" && failed.CompareAndSwap(false, true) {
+			s.Srv.trace("fault: kgc's delete of d answered TooManyRequests")
+			return apierrors.NewTooManyRequests("injected", 1)
+		}
+		return nil
+	}
+	s.start()
+	if !failed.Load() || s.Get(d) == nil {
+		t.Fatalf("the dependent's first deletion did not fail\n%s", s.Trace())
+	}
+	s.Clock.mu.Lock()
+	s.Clock.wakeDelay = 20 * time.Millisecond
+	s.Clock.mu.Unlock()
+	s.must(s.Advance(time.Second)) // the retry's backoff
+	if s.Get(d) != nil {
+		t.Fatalf("the step that fired the retry's timer ended before the retry\n%s", s.Trace())
+	}
+	s.finish()
 }
