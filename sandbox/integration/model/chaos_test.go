@@ -238,7 +238,7 @@ func (c *chaos) start() {
 		DiscoveryResyncPeriod: 5 * time.Second,
 		QPS:                   1000,
 		Burst:                 2000,
-		Logger:                testenv.Logger(fmt.Sprintf("kgc[seed %d #%d]", c.seed, n)),
+		Logger:                d.logger(testenv.Logger(fmt.Sprintf("kgc[seed %d #%d]", c.seed, n))),
 		PagedLists:            c.plan.listsByPages(n),
 		OrphanJournal:         c.journal,
 	}, 90*time.Second)
@@ -322,8 +322,11 @@ const (
 // watchLag says whether the removal of owner's finalizer, which produced
 // owner's state end, is an instance of limitWatchLag for dependent dep,
 // whose reference to owner dates from revision since; if so it says why.
-// journaled says the removal was of the orphan finalizer, which kgc sends
-// only after its journal entry for the owner is written (see decided).
+// It is judged at the latest instant known to follow kgc's decision: for
+// an orphan finalizer (journaled), the orphan journal write kgc makes
+// before the removal (journalWriteBefore); for foregroundDeletion, the
+// line kgc logs when it hands the removal to its write
+// (announcedBefore); failing both, the request's send.
 func (c *chaos) watchLag(owner ident, end objState, dep ident, since uint64, journaled bool) (string, bool) {
 	delayed := false
 	for _, k := range c.plan.delayed {
@@ -354,6 +357,8 @@ func (c *chaos) watchLag(owner ident, end objState, dep ident, since uint64, jou
 		if t, ok := d.journalWriteBefore(c.journalPath(), w.sent); ok {
 			when, what = t, fmt.Sprintf("decided the removal (%s) by %s, its journal write", w.method, clock(t))
 		}
+	} else if t, ok := d.announcedBefore(owner, w.sent); ok {
+		when, what = t, fmt.Sprintf("decided the removal (%s) by %s, its announcement (sent at %s)", w.method, clock(t), clock(w.sent))
 	}
 	if !d.watchingAt(dep.kind.gvr, when) {
 		return fmt.Sprintf("collector #%d %s at %s, when no watch of %s was open", d.collector, what, clock(when), dep.kind.gvr.Resource), false

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -62,6 +63,9 @@ type delivery struct {
 	// leasePuts: the collector's successful PUTs of Leases (the orphan
 	// journal's, the leader's), by URL path, when each was sent.
 	leasePuts map[string][]time.Time
+	// announced: the collector's announcements of foregroundDeletion
+	// finalizer removals (announcements).
+	announced []announcement
 	// undecoded counts bodies and frames it could not read.
 	undecoded int
 }
@@ -475,6 +479,89 @@ func (d *delivery) journalWriteBefore(path string, t time.Time) (time.Time, bool
 	for _, sent := range d.leasePuts[path] {
 		if sent.Before(t) && sent.After(last) {
 			last = sent
+		}
+	}
+	return last, !last.IsZero()
+}
+
+// announceForeground is the line kgc logs at V(2) when it hands a
+// foregroundDeletion finalizer's removal to its write, after the decision
+// and before the request (internal/workers, execute).
+const announceForeground = "Dependents gone; removing foregroundDeletion finalizer"
+
+// announcements is a logr sink that notes when the collector announced a
+// foregroundDeletion finalizer's removal, by the "object" it names, and
+// passes every line on to next.
+type announcements struct {
+	d    *delivery
+	next logr.LogSink
+}
+
+func (a announcements) Init(info logr.RuntimeInfo) { a.next.Init(info) }
+func (a announcements) Enabled(level int) bool     { return level <= 2 || a.next.Enabled(level) }
+func (a announcements) Error(err error, msg string, kv ...any) {
+	a.next.Error(err, msg, kv...)
+}
+func (a announcements) WithValues(kv ...any) logr.LogSink {
+	return announcements{d: a.d, next: a.next.WithValues(kv...)}
+}
+func (a announcements) WithName(name string) logr.LogSink {
+	return announcements{d: a.d, next: a.next.WithName(name)}
+}
+
+func (a announcements) Info(level int, msg string, kv ...any) {
+	if msg == announceForeground {
+		for i := 0; i+1 < len(kv); i += 2 {
+			if k, _ := kv[i].(string); k == "object" {
+				at := time.Now()
+				a.d.mu.Lock()
+				a.d.announced = append(a.d.announced, announcement{at: at, object: fmt.Sprint(kv[i+1])})
+				a.d.mu.Unlock()
+			}
+		}
+	}
+	if a.next.Enabled(level) {
+		a.next.Info(level, msg, kv...)
+	}
+}
+
+type announcement struct {
+	at     time.Time
+	object string // rules.Identity's String: "Kind.apiVersion ns/name (uid U)"
+}
+
+// logger returns next with the collector's announcements noted.
+func (d *delivery) logger(next logr.Logger) logr.Logger {
+	sink := next.GetSink()
+	if sink == nil { // logr.Discard
+		sink = discardSink{}
+	}
+	return logr.New(announcements{d: d, next: sink})
+}
+
+// discardSink drops every line.
+type discardSink struct{}
+
+func (discardSink) Init(logr.RuntimeInfo)            {}
+func (discardSink) Enabled(int) bool                 { return false }
+func (discardSink) Info(int, string, ...any)         {}
+func (discardSink) Error(error, string, ...any)      {}
+func (s discardSink) WithValues(...any) logr.LogSink { return s }
+func (s discardSink) WithName(string) logr.LogSink   { return s }
+
+// announcedBefore returns when the collector last announced, before t, the
+// removal of owner's foregroundDeletion finalizer. The announcement comes
+// after the decision (and before any wait for a write slot, the client's
+// rate limiter or the request): it dates the decision from above, closer
+// than the request's send.
+func (d *delivery) announcedBefore(owner ident, t time.Time) (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var last time.Time
+	suffix := " (uid " + string(owner.uid) + ")"
+	for _, x := range d.announced {
+		if strings.HasSuffix(x.object, suffix) && x.at.Before(t) && x.at.After(last) {
+			last = x.at
 		}
 	}
 	return last, !last.IsZero()

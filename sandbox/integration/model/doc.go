@@ -65,11 +65,12 @@
 //     streaming list's only from its closing bookmark on), and the
 //     resourceVersion each of its writes produced, which identifies the
 //     write that removed the finalizer. When it decided is bounded from
-//     above: a foregroundDeletion removal by when it was sent, an orphan
-//     removal by the orphan journal write kgc makes between the decision
-//     and the removal (the last one sent before the removal; an event
-//     that arrived between the journal write and the removal could not
-//     have been in the decision). A resource the collector had not listed
+//     above: an orphan removal by the orphan journal write kgc makes
+//     between the decision and the removal (the last one sent before the
+//     removal), a foregroundDeletion removal by the V(2) line kgc logs
+//     when it hands the removal to its write (read by a log sink), else
+//     by the request's send; an event that arrived after that instant
+//     could not have been in the decision. A resource the collector had not listed
 //     yet, an undelayed resource, or a reference delivered before the
 //     decision is no excuse.
 //   - restart-memory: a dependent deleted while it still referred to an
