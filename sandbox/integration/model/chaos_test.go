@@ -355,10 +355,10 @@ func (c *chaos) watchLag(owner ident, end objState, dep ident, since uint64, jou
 	when, what := w.sent, fmt.Sprintf("sent the removal (%s)", w.method)
 	if journaled {
 		if t, ok := d.journalWriteBefore(c.journalPath(), w.sent); ok {
-			when, what = t, fmt.Sprintf("decided the removal (%s) by %s, its journal write", w.method, clock(t))
+			when, what = t, fmt.Sprintf("decided the removal (%s, sent at %s) before its journal write", w.method, clock(w.sent))
 		}
 	} else if t, ok := d.announcedBefore(owner, w.sent); ok {
-		when, what = t, fmt.Sprintf("decided the removal (%s) by %s, its announcement (sent at %s)", w.method, clock(t), clock(w.sent))
+		when, what = t, fmt.Sprintf("announced the removal (%s, sent at %s)", w.method, clock(w.sent))
 	}
 	if !d.watchingAt(dep.kind.gvr, when) {
 		return fmt.Sprintf("collector #%d %s at %s, when no watch of %s was open", d.collector, what, clock(when), dep.kind.gvr.Resource), false
