@@ -21,36 +21,37 @@ import (
 )
 
 // delivery records, for one collector, what reached it over the network:
-// how far it had been told about each delayed resource (the highest
+// how far it had been told about each resource (the highest
 // resourceVersion up to which it had received that resource's changes,
-// and when), which of its watch streams of those resources were open, and
-// the writes it made (when each was sent and the resourceVersion it
-// produced). It sits between the collector and the fault proxy, so it sees
-// the delayed streams as the collector reads them.
+// and when), which of its watch streams were open, and the writes it made
+// (when each was sent and the resourceVersion it produced). It sits
+// between the collector and the fault proxy, so it sees the delayed
+// streams as the collector reads them.
 //
 // It is the evidence that tells the watch-lag limit (docs/correctness.md,
 // "Known limits") from a bug: an owner's finalizer removal while a
 // dependent still referred to it is excused only if, when the collector
-// sent that removal, its watch of the dependent's resource was a delayed
-// one and had not yet delivered the change that gave the dependent its
-// reference (see lagged).
+// decided that removal, its watch of the dependent's resource had not yet
+// delivered the change that gave the dependent its reference (see
+// chaos.watchLag).
 type delivery struct {
 	collector int
-	// delayed matches the URL paths of the resources whose watches the
-	// fault proxy delays; only those are followed.
-	delayed map[schema.GroupVersionResource]func(string) bool
+	// followed matches the URL paths of the resources it follows: every
+	// kind of the model, whether the fault proxy delays its watches or
+	// not (an undelayed watch lags too, by its own latency).
+	followed map[schema.GroupVersionResource]func(string) bool
 
 	mu sync.Mutex
-	// known: per delayed resource, each resourceVersion up to which the
+	// known: per resource, each resourceVersion up to which the
 	// collector had received every change (a monitor's list's, a watch
 	// event's after a streaming list's initial events), with the time it
 	// was read.
 	known map[schema.GroupVersionResource][]mark
-	// lists: per delayed resource, the LIST answers (their
+	// lists: per resource, the LIST answers (their
 	// resourceVersion and when they were read), of which only a
 	// monitor's counts (the one a watch then resumes from).
 	lists map[schema.GroupVersionResource][]mark
-	// streams: per delayed resource, the watch streams opened, with when
+	// streams: per resource, the watch streams opened, with when
 	// they opened and (zero while open) closed.
 	streams map[schema.GroupVersionResource][]*span
 	// writes: the collector's successful PATCH and PUT requests, by the
@@ -85,10 +86,10 @@ type write struct {
 	rv        uint64
 }
 
-func newDelivery(collector int, delayed []kindInfo) *delivery {
+func newDelivery(collector int, followed []kindInfo) *delivery {
 	d := &delivery{
 		collector: collector,
-		delayed:   map[schema.GroupVersionResource]func(string) bool{},
+		followed:  map[schema.GroupVersionResource]func(string) bool{},
 		known:     map[schema.GroupVersionResource][]mark{},
 		lists:     map[schema.GroupVersionResource][]mark{},
 		streams:   map[schema.GroupVersionResource][]*span{},
@@ -96,8 +97,8 @@ func newDelivery(collector int, delayed []kindInfo) *delivery {
 		byPath:    map[string][]write{},
 		leasePuts: map[string][]time.Time{},
 	}
-	for _, k := range delayed {
-		d.delayed[k.gvr] = faultproxy.ResourcePath(k.gvr.Group, k.gvr.Version, k.gvr.Resource)
+	for _, k := range followed {
+		d.followed[k.gvr] = faultproxy.ResourcePath(k.gvr.Group, k.gvr.Version, k.gvr.Resource)
 	}
 	return d
 }
@@ -212,7 +213,7 @@ func (rt deliveryRT) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (d *delivery) resourceOf(path string) (schema.GroupVersionResource, bool) {
-	for gvr, match := range d.delayed {
+	for gvr, match := range d.followed {
 		if match(path) {
 			return gvr, true
 		}
@@ -288,7 +289,7 @@ func decodeObject(contentType string, body []byte) (kind string, rv uint64, anno
 	return j.Kind, rv, j.Metadata.Annotations, err == nil
 }
 
-// deliveryStream is a delayed resource's watch stream as the collector
+// deliveryStream is a followed resource's watch stream as the collector
 // reads it: each event, once its last byte is read, raises what the
 // collector knows of the resource to the event's resourceVersion (after
 // the initial events of a streaming list, to their closing bookmark's).
