@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
+	"time"
 )
 
 // childPackage is the child's main package, built by childBinary.
@@ -61,21 +63,49 @@ func childBinary() (path string, release func(), err error) {
 	shared := filepath.Join(dir, "kgc-controlplane")
 	build := exec.Command(goCmd, "build", "-o", shared, childPackage)
 	build.Dir = srcDir
+	build.Env = append(os.Environ(), "GOFLAGS="+withoutRace(os.Getenv("GOFLAGS")))
 	var out bytes.Buffer
 	build.Stdout, build.Stderr = &out, &out
 	if err := build.Run(); err != nil {
 		return "", nil, fmt.Errorf("building kgc-controlplane (%s build -o %s %s in %s): %w\n%s", goCmd, shared, childPackage, srcDir, err, out.String())
 	}
-	private, err := os.CreateTemp(dir, "run-*")
+	removeStaleLinks(dir)
+	linkDir, err := os.MkdirTemp(dir, "run-")
 	if err != nil {
 		return "", nil, fmt.Errorf("building kgc-controlplane: %w", err)
 	}
-	private.Close()
-	if err := linkOrCopy(shared, private.Name()); err != nil {
-		os.Remove(private.Name())
+	private := filepath.Join(linkDir, "kgc-controlplane")
+	if err := linkOrCopy(shared, private); err != nil {
+		os.RemoveAll(linkDir)
 		return "", nil, fmt.Errorf("building kgc-controlplane: %w", err)
 	}
-	return private.Name(), func() { os.Remove(private.Name()) }, nil
+	return private, func() { os.RemoveAll(linkDir) }, nil
+}
+
+// withoutRace returns GOFLAGS without -race.
+func withoutRace(goflags string) string {
+	var kept []string
+	for _, f := range strings.Fields(goflags) {
+		switch strings.TrimLeft(f, "-") {
+		case "race", "race=true", "race=1":
+			continue
+		}
+		kept = append(kept, f)
+	}
+	return strings.Join(kept, " ")
+}
+
+// removeStaleLinks removes the links of callers that died between taking
+// theirs and removing it (a link is needed only until the child has
+// started): each may hold an old binary's disk space. A link's directory
+// is as old as the link.
+func removeStaleLinks(dir string) {
+	runs, _ := filepath.Glob(filepath.Join(dir, "run-*"))
+	for _, r := range runs {
+		if fi, err := os.Stat(r); err == nil && time.Since(fi.ModTime()) > time.Hour {
+			os.RemoveAll(r)
+		}
+	}
 }
 
 // goCommand returns the go command of the toolchain this binary was built
@@ -102,12 +132,9 @@ func sourceDir() string {
 	return dir
 }
 
-// linkOrCopy makes dst (an existing empty file) the file src is: a hard
-// link where the file system has them, a copy otherwise.
+// linkOrCopy makes dst the file src is: a hard link where the file system
+// has them, a copy otherwise.
 func linkOrCopy(src, dst string) error {
-	if err := os.Remove(dst); err != nil {
-		return err
-	}
 	if err := os.Link(src, dst); err == nil {
 		return nil
 	}

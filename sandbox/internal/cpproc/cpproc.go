@@ -252,7 +252,7 @@ func (c *ControlPlane) readMessages(r *os.File) {
 	defer close(c.replies)
 	defer r.Close()
 	scanner := bufio.NewScanner(r)
-	scanner.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	scanner.Buffer(make([]byte, 0, 64<<10), 256<<20)
 	for scanner.Scan() {
 		var m Message
 		if err := json.Unmarshal(scanner.Bytes(), &m); err != nil {

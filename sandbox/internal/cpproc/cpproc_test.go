@@ -200,3 +200,18 @@ func TestTail(t *testing.T) {
 		t.Errorf("tail %q, want %q", got, "short\n")
 	}
 }
+
+func TestWithoutRace(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                           "",
+		"-race":                      "",
+		"-buildvcs=false --race -v":  "-buildvcs=false -v",
+		"-race=true -mod=mod":        "-mod=mod",
+		"-race=false -trimpath":      "-race=false -trimpath",
+		"-tags=integration -race=1 ": "-tags=integration",
+	} {
+		if got := withoutRace(in); got != want {
+			t.Errorf("withoutRace(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

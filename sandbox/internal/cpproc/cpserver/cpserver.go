@@ -105,7 +105,7 @@ func (s *server) read(in io.Reader, requests chan<- cpproc.Request) error {
 	defer close(requests)
 	defer s.cancelUpTo(math.MaxInt64)
 	scanner := bufio.NewScanner(in)
-	scanner.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	scanner.Buffer(make([]byte, 0, 64<<10), 256<<20)
 	for scanner.Scan() {
 		var req cpproc.Request
 		if err := json.Unmarshal(scanner.Bytes(), &req); err != nil {
