@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
-	"github.com/kgc-dev/kgc/sandbox/controlplane"
+	"github.com/kgc-dev/kgc/sandbox/internal/cpproc"
 )
 
 var (
@@ -45,7 +45,7 @@ func controlPlane(tb testing.TB) {
 	tb.Helper()
 	cpOnce.Do(func() {
 		ctx, cancel := context.WithCancel(context.Background())
-		cp, err := controlplane.Start(ctx, controlplane.Options{})
+		cp, err := cpproc.Start(ctx, cpproc.Options{})
 		if err != nil {
 			cancel()
 			cpErr = fmt.Errorf("start control plane: %w", err)

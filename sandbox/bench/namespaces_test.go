@@ -19,13 +19,13 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
-	"github.com/kgc-dev/kgc/sandbox/controlplane"
+	"github.com/kgc-dev/kgc/sandbox/internal/cpproc"
 )
 
 // BenchmarkNamespaceDeletion times the deletion of a namespace holding n
 // ConfigMaps — from the namespace's DELETE to the Namespace being gone —
 // under the two implementations of the namespace lifecycle, each on the
-// same kind of sandbox: a whole cluster (controlplane.Options.Cluster:
+// same kind of sandbox: a whole cluster (cpproc.Options.Cluster:
 // kube-controller-manager v1.36.3 without its garbage collector,
 // kube-scheduler, one simulated node) with kgc as the garbage collector.
 //
@@ -39,7 +39,7 @@ import (
 // gives kube-controller-manager) and both wait 5 s before the namespace
 // may go (upstream before it starts, kgc before it removes the finalizer),
 // which is the floor of every time. The two clusters run one after the
-// other, never at once (one kube-controller-manager per process).
+// other, never at once.
 //
 // Each size is one iteration (run with -benchtime 1x; make bench-namespaces);
 // sizes are KGC_NS_BENCH_SIZES (default 1000,10000). Reported: s/namespace
@@ -119,19 +119,19 @@ type namespaceCluster struct {
 // kube-controller-manager; both stop when b ends.
 func startNamespaceCluster(b *testing.B, kgcLifecycle bool) namespaceCluster {
 	b.Helper()
-	opts := controlplane.Options{Cluster: true, Nodes: 1, Logf: b.Logf}
+	opts := cpproc.Options{Cluster: true, Nodes: 1, Logf: b.Logf}
 	if kgcLifecycle {
-		opts.ControllerManagerFlags = []string{"--controllers=" + controlplane.DefaultControllers + ",-namespace-controller"}
+		opts.ControllerManagerFlags = []string{"--controllers=" + cpproc.DefaultControllers + ",-namespace-controller"}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, opts)
+	cp, err := cpproc.Start(ctx, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
 		// Logged, not failed: the times are measured by then, and
-		// controlplane.Stop still reports kube-scheduler's ordinary exit
+		// cpproc's Stop still reports kube-scheduler's ordinary exit
 		// ("finished without leader elect") as an error.
 		if err := cp.Stop(); err != nil {
 			b.Logf("stopping the cluster: %v", err)

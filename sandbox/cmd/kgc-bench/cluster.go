@@ -21,8 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/utils/ptr"
-
-	"github.com/kgc-dev/kgc/sandbox/controlplane"
 )
 
 // The real-cluster scenarios run on a sandbox with the rest of a cluster
@@ -83,13 +81,9 @@ const (
 // cluster: every collector × budget cell in its own namespace, which is
 // empty before the next cell starts (emptyNamespace).
 func clusterRun(ctx context.Context, o *options, scenarios []string, run int, logDir string, out io.Writer) ([]result, error) {
-	cpOpts := controlplane.Options{Cluster: true, Nodes: o.nodes}
-	if o.verbose {
-		cpOpts.Logf = func(format string, args ...any) { fmt.Fprintf(out, "# cp: "+format+"\n", args...) }
-	}
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	began := time.Now()
-	cp, err := controlplane.Start(sctx, cpOpts)
+	cp, err := startRunControlPlane(sctx, o, out, true)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)

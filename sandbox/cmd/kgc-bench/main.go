@@ -102,6 +102,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kgc-dev/kgc/sandbox/controlplane"
+	"github.com/kgc-dev/kgc/sandbox/internal/cpproc"
 )
 
 type budget struct {
@@ -509,18 +510,57 @@ func orchestrate(ctx context.Context, o *options, out io.Writer) ([]result, erro
 
 // startControlPlane starts a bare control plane (etcd + kube-apiserver)
 // for one run, its log on out with --verbose.
-func startControlPlane(ctx context.Context, o *options, out io.Writer) (*controlplane.ControlPlane, error) {
-	cpOpts := controlplane.Options{}
-	if o.verbose {
-		cpOpts.Logf = func(format string, args ...any) { fmt.Fprintf(out, "# cp: "+format+"\n", args...) }
-	}
+func startControlPlane(ctx context.Context, o *options, out io.Writer) (*runControlPlane, error) {
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(sctx, cpOpts)
+	cp, err := startRunControlPlane(sctx, o, out, false)
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
 	return cp, nil
+}
+
+// runControlPlane is the control plane of a run, wherever it runs.
+type runControlPlane struct {
+	// Config is the control plane's admin config (Config of
+	// controlplane.ControlPlane).
+	Config *rest.Config
+	// Stop stops it.
+	Stop func() error
+}
+
+// inProcessControlPlane says where the control plane runs: in this process,
+// where the published numbers were measured (the benchmark's own clients,
+// the physical limit's among them, share it with kube-apiserver). The
+// tests, whose binary is built with -race, set it false: the control plane
+// then runs in a process of its own (package cpproc), built without the
+// race detector, which is there for the benchmark's code and the
+// collectors, not for kube-apiserver.
+var inProcessControlPlane = true
+
+// startRunControlPlane starts a control plane, with the rest of a cluster
+// if cluster, its log on out with --verbose.
+func startRunControlPlane(ctx context.Context, o *options, out io.Writer, cluster bool) (*runControlPlane, error) {
+	var logf func(format string, args ...any)
+	if o.verbose {
+		logf = func(format string, args ...any) { fmt.Fprintf(out, "# cp: "+format+"\n", args...) }
+	}
+	nodes := 0
+	if cluster {
+		nodes = o.nodes
+	}
+	if !inProcessControlPlane {
+		cp, err := cpproc.Start(ctx, cpproc.Options{Cluster: cluster, Nodes: nodes, Logf: logf})
+		if err != nil {
+			return nil, err
+		}
+		return &runControlPlane{Config: cp.Config, Stop: cp.Stop}, nil
+	}
+	cp, err := controlplane.Start(ctx, controlplane.Options{Cluster: cluster, Nodes: nodes, Logf: logf})
+	if err != nil {
+		return nil, err
+	}
+	return &runControlPlane{Config: cp.Config, Stop: cp.Stop}, nil
 }
 
 func scenarioRun(ctx context.Context, o *options, sc string, run int, logDir string, out io.Writer) ([]result, error) {
@@ -597,7 +637,7 @@ func scenarioRun(ctx context.Context, o *options, sc string, run int, logDir str
 // newEnv puts a counting proxy in front of cp's apiserver, for the
 // collectors alone, and makes the benchmark's own (direct, unthrottled)
 // clients. close stops the proxy.
-func newEnv(cp *controlplane.ControlPlane, o *options, logDir string) (e *env, close func(), err error) {
+func newEnv(cp *runControlPlane, o *options, logDir string) (e *env, close func(), err error) {
 	cfg := rest.CopyConfig(cp.Config)
 	cfg.QPS, cfg.Burst = -1, 0
 	cfg.WarningHandler = rest.NoWarnings{}

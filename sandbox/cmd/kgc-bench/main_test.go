@@ -14,11 +14,13 @@ import (
 )
 
 // TestMain lets the test binary serve as the collector child of the smoke
-// test, as the kgc-bench binary does for itself.
+// test, as the kgc-bench binary does for itself. The control plane runs in
+// a process of its own, built without -race (see inProcessControlPlane).
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "--role=collector" {
 		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
+	inProcessControlPlane = false
 	os.Exit(m.Run())
 }
 

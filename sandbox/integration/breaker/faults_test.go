@@ -22,7 +22,7 @@ import (
 	"github.com/kgc-dev/kgc/internal/breaker"
 	"github.com/kgc-dev/kgc/internal/graphapi"
 	"github.com/kgc-dev/kgc/pkg/kgc"
-	"github.com/kgc-dev/kgc/sandbox/controlplane"
+	"github.com/kgc-dev/kgc/sandbox/internal/cpproc"
 	"github.com/kgc-dev/kgc/sandbox/internal/faultproxy"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
@@ -212,7 +212,7 @@ func TestNotFoundListHoldsItsResource(t *testing.T) {
 func TestEtcdRollbackHoldsDeletions(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(dir, "cp"), Logf: t.Logf})
+	cp, err := cpproc.Start(ctx, cpproc.Options{Dir: filepath.Join(dir, "cp"), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,9 @@
 // Package cluster tests kgc beside the real controllers: a whole cluster runs
-// in-process (controlplane.Options.Cluster: kube-controller-manager with
-// every controller but its garbage collector, kube-scheduler, and simulated
-// nodes on which Pods run and terminate gracefully), and one in-process kgc
-// collector does the garbage collection for the whole package.
+// in the control plane's process (cpproc.Options.Cluster:
+// kube-controller-manager with every controller but its garbage collector,
+// kube-scheduler, and simulated nodes on which Pods run and terminate
+// gracefully), and one in-process kgc collector does the garbage collection
+// for the whole package.
 //
 // The controllers write the ownerReferences here — the Deployment
 // controller's ReplicaSets, the ReplicaSet controller adopting and releasing

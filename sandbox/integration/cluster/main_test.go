@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
-	"github.com/kgc-dev/kgc/sandbox/controlplane"
+	"github.com/kgc-dev/kgc/sandbox/internal/cpproc"
 	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
@@ -62,7 +62,7 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(testenv.Main(m, testenv.Options{
 		Name:         "cluster",
-		ControlPlane: controlplane.Options{Cluster: true, Nodes: 3},
+		ControlPlane: cpproc.Options{Cluster: true, Nodes: 3},
 	}, setup))
 }
 

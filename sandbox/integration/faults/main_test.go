@@ -9,14 +9,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
-	"github.com/kgc-dev/kgc/sandbox/controlplane"
+	"github.com/kgc-dev/kgc/sandbox/internal/cpproc"
 	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
 // Set up once by TestMain.
 var (
-	cp             *controlplane.ControlPlane
+	cp             *cpproc.ControlPlane
 	kgcBinary      string
 	kubeClient     kubernetes.Interface
 	dynamicClient  dynamic.Interface
@@ -27,7 +27,7 @@ var (
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, testenv.Options{
 		Name: "faults",
-		ControlPlane: controlplane.Options{
+		ControlPlane: cpproc.Options{
 			// Secrets are served by etcd directly: see TestWatchExpiry.
 			WatchCacheSizes: []string{"secrets#0"},
 		},

@@ -2,7 +2,7 @@
 // (kgc.Options{NamespaceLifecycle: true}) against a real kube-apiserver
 // without a controller manager, side by side with kube-controller-manager
 // v1.36.3's namespace controller in a whole sandbox cluster
-// (controlplane.Options.Cluster), and compares the two: every scenario runs
+// (cpproc.Options.Cluster), and compares the two: every scenario runs
 // on both, and the conditions (type, status, reason, message) and the
 // objects' states at each checkpoint must be the same, but for the known
 // differences docs/semantics.md documents (marked in the scenarios, and

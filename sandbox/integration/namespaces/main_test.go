@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
-	"github.com/kgc-dev/kgc/sandbox/controlplane"
+	"github.com/kgc-dev/kgc/sandbox/internal/cpproc"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
@@ -33,7 +33,7 @@ import (
 //   - "kgc": etcd + kube-apiserver without a controller manager (the
 //     audience of kgc's namespace lifecycle: envtest and the like), and kgc
 //     with NamespaceLifecycle on;
-//   - "kcm": a whole sandbox cluster (controlplane.Options.Cluster):
+//   - "kcm": a whole sandbox cluster (cpproc.Options.Cluster):
 //     kube-controller-manager v1.36.3 with its namespace controller and
 //     every other controller but its garbage collector, kube-scheduler,
 //     one simulated node; and kgc as the garbage collector, with
@@ -83,7 +83,7 @@ func TestMain(m *testing.M) {
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(env.Ctx, 5*time.Minute)
 		defer cancel()
-		cluster, err := controlplane.Start(ctx, controlplane.Options{
+		cluster, err := cpproc.Start(ctx, cpproc.Options{
 			Dir:     filepath.Join(env.Dir, "cluster"),
 			Logf:    testenv.Logf("cluster"),
 			Cluster: true,

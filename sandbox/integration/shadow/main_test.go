@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
-	"github.com/kgc-dev/kgc/sandbox/controlplane"
+	"github.com/kgc-dev/kgc/sandbox/internal/cpproc"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	os.Exit(testenv.Main(m, testenv.Options{
 		Name: "shadow",
-		ControlPlane: controlplane.Options{
+		ControlPlane: cpproc.Options{
 			Cluster: true, Nodes: 2,
 			// KGC_SHADOW_VERBOSE=1: kube-apiserver's and
 			// kube-controller-manager's own logs too.

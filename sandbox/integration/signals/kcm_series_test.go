@@ -23,7 +23,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
@@ -50,7 +49,7 @@ type series struct {
 
 // TestKGCExportsKCMCollectorSeries reads the series of
 // kube-controller-manager's collector from a real kube-controller-manager
-// (in this process, with the adapters its main loads) after it ran a
+// (in the control plane's process, with the adapters its main loads) after it ran a
 // Background and an Orphan cascade, checks them against the contract file,
 // then runs the kgc binary against the same apiserver, lets it run the same
 // cascades, and checks that its /metrics exports every series of the
@@ -62,7 +61,7 @@ func TestKGCExportsKCMCollectorSeries(t *testing.T) {
 	ns := createNamespace(ctx, t)
 
 	runCascades(ctx, t, ns, "kcm")
-	kcm, err := legacyregistry.DefaultGatherer.Gather()
+	kcm, err := controlPlane.GatherMetrics(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,20 +1,12 @@
 package signals
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
 
-	// kube-controller-manager's main loads these adapters: its client-go
-	// REST client, leader election and work queues then export their
-	// series on component-base's registry, which this process's
-	// kube-controller-manager shares.
-	_ "k8s.io/component-base/metrics/prometheus/clientgo"
-
-	"github.com/kgc-dev/kgc/sandbox/controlplane"
+	"github.com/kgc-dev/kgc/sandbox/internal/cpproc"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
 
@@ -22,24 +14,23 @@ import (
 var (
 	kgcBinary      string
 	kubeconfigPath string
+	controlPlane   *cpproc.ControlPlane
 	client         kubernetes.Interface
 )
 
 func TestMain(m *testing.M) {
-	// kube-controller-manager exits the process when its leader election
-	// stops (the control plane's stop), unless told to release the Lease
-	// and return; its code reads the process-wide gate.
-	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{"ControllerManagerReleaseLeaderElectionLockOnExit": true}); err != nil {
-		fmt.Fprintln(os.Stderr, "feature gate:", err)
-		os.Exit(1)
-	}
-	os.Exit(testenv.Main(m, testenv.Options{Name: "signals", ControlPlane: controlplane.Options{
+	os.Exit(testenv.Main(m, testenv.Options{Name: "signals", ControlPlane: cpproc.Options{
 		Cluster: true,
 		// kube-controller-manager with its garbage collector on, and
 		// leader election, as it runs in a cluster.
 		ControllerManagerFlags: []string{"--controllers=*", "--leader-elect=true"},
+		// kube-controller-manager exits its process when its leader
+		// election stops (the control plane's stop), unless told to
+		// release the Lease and return; its code reads the process-wide
+		// gate, set in the control plane's process.
+		FeatureGates: map[string]bool{"ControllerManagerReleaseLeaderElectionLockOnExit": true},
 	}}, func(env *testenv.Env) error {
-		kubeconfigPath, client = env.CP.KubeconfigPath, env.Kube
+		kubeconfigPath, client, controlPlane = env.CP.KubeconfigPath, env.Kube, env.CP
 		var err error
 		kgcBinary, err = testenv.BuildKGC(env.Dir)
 		return err

@@ -1,7 +1,9 @@
 // Package testenv is the bootstrap shared by the sandbox's integration test
 // packages: one control plane (etcd + kube-apiserver) per test package,
-// started in TestMain, with admin clients for it; kgc collectors run
-// in-process against it; and the few helpers the packages share.
+// started in TestMain in a child process (package cpproc: the test binary
+// is built with -race for kgc's code, the control plane without), with
+// admin clients for it; kgc collectors run in-process against it; and the
+// few helpers the packages share.
 //
 // A package's TestMain is
 //
@@ -33,7 +35,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kgc-dev/kgc/pkg/kgc"
-	"github.com/kgc-dev/kgc/sandbox/controlplane"
+	"github.com/kgc-dev/kgc/sandbox/internal/cpproc"
 )
 
 // Verbose is set by KGC_IT_VERBOSE=1: the control plane's progress, kgc's
@@ -66,11 +68,12 @@ type Options struct {
 	// Name names the package's temporary directory
 	// (kgc-integration-<Name>-*).
 	Name string
-	// StartTimeout bounds the control plane's startup; zero means 3 minutes.
+	// StartTimeout bounds the control plane's startup (not the build of
+	// its binary); zero means 3 minutes.
 	StartTimeout time.Duration
-	// ControlPlane is passed to controlplane.Start. An empty Dir means
+	// ControlPlane is passed to cpproc.Start. An empty Dir means
 	// Env.Dir/controlplane; a nil Logf means Logf("controlplane").
-	ControlPlane controlplane.Options
+	ControlPlane cpproc.Options
 }
 
 // Env is a test package's control plane and its admin clients.
@@ -78,7 +81,7 @@ type Env struct {
 	// Dir is a temporary directory removed after everything else stopped.
 	Dir string
 	// CP is the control plane.
-	CP *controlplane.ControlPlane
+	CP *cpproc.ControlPlane
 	// Config is a copy of CP.Config (admin, QPS and Burst raised): copy it
 	// again before changing it.
 	Config *rest.Config
@@ -131,7 +134,7 @@ func Main(m *testing.M, opts Options, setup func(*Env) error) (code int) {
 		timeout = 3 * time.Minute
 	}
 	startCtx, cancelStart := context.WithTimeout(ctx, timeout)
-	e.CP, err = controlplane.Start(startCtx, cpOpts)
+	e.CP, err = cpproc.Start(startCtx, cpOpts)
 	cancelStart()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start control plane:", err)

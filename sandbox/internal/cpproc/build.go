@@ -1,0 +1,152 @@
+package cpproc
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+)
+
+// childPackage is the child's main package, built by childBinary.
+const childPackage = "github.com/kgc-dev/kgc/sandbox/internal/cmd/kgc-controlplane"
+
+// buildMu serializes this process's builds; the file lock serializes
+// processes.
+var buildMu sync.Mutex
+
+// childBinary builds kgc-controlplane and returns a path to it that stays
+// valid until release is called. The build runs in the directory of this
+// package's sources when they exist (in the module and workspace the test
+// binary was built in), else in the working directory, with the
+// environment's go settings but never -race: the point of the child is
+// to run the control plane without the race detector.
+//
+// The binary is shared by every caller building from the same source tree
+// with the same toolchain and settings: its directory is keyed by them.
+// `go build -o` on it relinks only when the sources changed, and rename
+// replaces the file, so a hard link taken under the lock keeps the binary
+// this caller built even if another caller rebuilds it right after.
+func childBinary() (path string, release func(), err error) {
+	goCmd := goCommand()
+	srcDir := sourceDir()
+	if srcDir == "" {
+		if srcDir, err = os.Getwd(); err != nil {
+			return "", nil, fmt.Errorf("building kgc-controlplane: %w", err)
+		}
+	}
+	key := sha256.New()
+	for _, s := range []string{srcDir, goCmd, runtime.GOOS, runtime.GOARCH, runtime.Version(), os.Getenv("GOFLAGS"), os.Getenv("GOWORK"), os.Getenv("GOEXPERIMENT"), os.Getenv("CGO_ENABLED")} {
+		fmt.Fprintf(key, "%q\n", s)
+	}
+	dir := filepath.Join(os.TempDir(), "kgc-controlplane-"+hex.EncodeToString(key.Sum(nil))[:16])
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, fmt.Errorf("building kgc-controlplane: %w", err)
+	}
+
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	unlock, err := lockFile(filepath.Join(dir, "lock"))
+	if err != nil {
+		return "", nil, fmt.Errorf("building kgc-controlplane: %w", err)
+	}
+	defer unlock()
+
+	shared := filepath.Join(dir, "kgc-controlplane")
+	build := exec.Command(goCmd, "build", "-o", shared, childPackage)
+	build.Dir = srcDir
+	build.Env = append(os.Environ(), "GOFLAGS="+withoutRace(os.Getenv("GOFLAGS")))
+	var out bytes.Buffer
+	build.Stdout, build.Stderr = &out, &out
+	if err := build.Run(); err != nil {
+		return "", nil, fmt.Errorf("building kgc-controlplane (%s build -o %s %s in %s): %w\n%s", goCmd, shared, childPackage, srcDir, err, out.String())
+	}
+	removeStaleLinks(dir)
+	linkDir, err := os.MkdirTemp(dir, "run-")
+	if err != nil {
+		return "", nil, fmt.Errorf("building kgc-controlplane: %w", err)
+	}
+	private := filepath.Join(linkDir, "kgc-controlplane")
+	if err := linkOrCopy(shared, private); err != nil {
+		os.RemoveAll(linkDir)
+		return "", nil, fmt.Errorf("building kgc-controlplane: %w", err)
+	}
+	return private, func() { os.RemoveAll(linkDir) }, nil
+}
+
+// withoutRace returns GOFLAGS without -race.
+func withoutRace(goflags string) string {
+	var kept []string
+	for _, f := range strings.Fields(goflags) {
+		switch strings.TrimLeft(f, "-") {
+		case "race", "race=true", "race=1":
+			continue
+		}
+		kept = append(kept, f)
+	}
+	return strings.Join(kept, " ")
+}
+
+// removeStaleLinks removes the links of callers that died between taking
+// theirs and removing it (a link is needed only until the child has
+// started): each may hold an old binary's disk space. A link's directory
+// is as old as the link.
+func removeStaleLinks(dir string) {
+	runs, _ := filepath.Glob(filepath.Join(dir, "run-*"))
+	for _, r := range runs {
+		if fi, err := os.Stat(r); err == nil && time.Since(fi.ModTime()) > time.Hour {
+			os.RemoveAll(r)
+		}
+	}
+}
+
+// goCommand returns the go command of the toolchain this binary was built
+// with (go test runs its tests with it first in PATH; GOROOT says where
+// it is otherwise).
+func goCommand() string {
+	if path, err := exec.LookPath("go"); err == nil {
+		return path
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// sourceDir returns the directory of this package's sources, or "" when
+// the binary was built without them (-trimpath, or sources moved).
+func sourceDir() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok || !filepath.IsAbs(file) {
+		return ""
+	}
+	dir := filepath.Dir(file)
+	if _, err := os.Stat(filepath.Join(dir, "build.go")); err != nil {
+		return ""
+	}
+	return dir
+}
+
+// linkOrCopy makes dst the file src is: a hard link where the file system
+// has them, a copy otherwise.
+func linkOrCopy(src, dst string) error {
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o700)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	return errors.Join(err, out.Close())
+}
