@@ -124,6 +124,16 @@ func TestCancel(t *testing.T) {
 	if _, err := cp.CompactEtcd(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("CompactEtcd with a canceled context: %v, want %v", err, context.Canceled)
 	}
+	// The cancel may reach the child after its compaction ran: a write
+	// moves etcd past that revision, so the next compaction has one to do.
+	client, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-cancel"}}
+	if _, err := client.CoreV1().ConfigMaps("default").Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create a ConfigMap after the canceled compaction: %v", err)
+	}
 	if rev, err := cp.CompactEtcd(t.Context()); err != nil || rev <= 0 {
 		t.Fatalf("CompactEtcd after a canceled one: %d, %v", rev, err)
 	}
