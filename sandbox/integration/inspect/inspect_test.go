@@ -22,11 +22,14 @@ import (
 // the dependent and its finalizer, and says nothing in kgc removes it.
 func TestExplainStuckForeground(t *testing.T) {
 	tc := newTestCase(t)
-	startKGC(t)
+	gc := startKGC(t)
 	owner := tc.configMap("owner")
 	mid := tc.secret("mid", ownedBy(owner, true))
 	held := tc.configMap("held", ownedBy(mid, true), withFinalizers(holdFinalizer))
-	tc.configMap("loose", ownedBy(owner, false))
+	loose := tc.configMap("loose", ownedBy(owner, false))
+	// kgc deletes mid in the foreground only if it knows mid has a
+	// dependent: with held still on its way, mid would go at once.
+	tc.waitObserved(gc, owner, mid, held, loose)
 
 	tc.remove(owner, metav1.DeletePropagationForeground)
 	tc.waitFor("kgc to delete the held dependent", func() (bool, error) {
