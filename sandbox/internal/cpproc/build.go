@@ -62,8 +62,9 @@ func childBinary() (path string, release func(), err error) {
 
 	shared := filepath.Join(dir, "kgc-controlplane")
 	// Without DWARF: the link takes a third of the time, and stack traces
-	// and profiles do not need it.
-	build := exec.Command(goCmd, "build", "-ldflags=-w", "-o", shared, childPackage)
+	// and profiles do not need it. Without version control stamping: it
+	// would make every commit relink the binary.
+	build := exec.Command(goCmd, "build", "-ldflags=-w", "-buildvcs=false", "-o", shared, childPackage)
 	build.Dir = srcDir
 	build.Env = append(os.Environ(), "GOFLAGS="+withoutRace(os.Getenv("GOFLAGS")))
 	var out bytes.Buffer
