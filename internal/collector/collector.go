@@ -114,7 +114,7 @@ type Config struct {
 	OrphanTTL   time.Duration
 	// Clock drives the queues' backoff, the write log, foreground re-checks,
 	// periodic rediscovery and the monitors' backoff; nil is the real clock
-	// (tests inject a fake one: see testhooks.go).
+	// (the simulator, internal/sim, injects its fake one).
 	Clock clock.WithTicker
 	// DryRun is shadow mode: decide everything, write nothing, and compare
 	// the decisions with what the cluster's own collector does (package

@@ -25,6 +25,12 @@ type Clock struct {
 	firedAt       time.Time
 	// seq numbers the timers in the order they were armed.
 	seq uint64
+	// wakeDelay, when set (a test hook), is how long the goroutine that
+	// armed a one-shot timer the last Step fired waits in its next call of
+	// Now: a reader slow between waking and acting, as the Go scheduler or
+	// a loaded machine may make it. woken: those goroutines, not yet slowed.
+	wakeDelay time.Duration
+	woken     map[uint64]bool
 }
 
 type waiter struct {
@@ -47,6 +53,15 @@ func NewClock() *Clock {
 // Now returns the fake time.
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()
+	if len(c.woken) > 0 {
+		if g := goroutineID(); c.woken[g] {
+			delete(c.woken, g)
+			d := c.wakeDelay
+			c.mu.Unlock()
+			time.Sleep(d)
+			c.mu.Lock()
+		}
+	}
 	defer c.mu.Unlock()
 	return c.now
 }
@@ -212,6 +227,12 @@ func (c *Clock) Step(d time.Duration) {
 		}
 		if w.period == 0 {
 			w.stopped = true
+			if c.wakeDelay > 0 {
+				if c.woken == nil {
+					c.woken = map[uint64]bool{}
+				}
+				c.woken[w.g] = true
+			}
 			continue
 		}
 		for !w.at.After(c.now) {

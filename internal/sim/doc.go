@@ -78,10 +78,16 @@
 // a time and, between steps, waits until the collector is quiescent:
 // Collector.Idle (a test hook: workers started, event FIFO drained, no
 // queue item ready or being processed — which covers writes in flight —,
-// no rediscovery round running) and every monitor at rest (watching,
+// none whose retry backoff is over and that is not queued yet, no
+// rediscovery round running) and every monitor at rest (watching,
 // backing off after a failed LIST or WATCH once it armed its backoff
 // timer, or waiting in a held list or stream; a streaming list is at rest
-// only once its monitor watches, as a paged list is). Time is fake (Clock, injected through
+// only once its monitor watches, as a paged list is; a watch the server
+// ended with 410 Gone is not at rest from the moment the server decides
+// to end it, before its monitor takes the 410, until the monitor watches
+// again: a monitor that took the 410 and was not yet scheduled to stop
+// its watch, let alone to relist, looked at rest, and a step ended with
+// the relist and the decisions on it still to come). Time is fake (Clock, injected through
 // collector.Config.Clock): the workqueues' backoff, the write log's TTLs,
 // foreground re-checks, periodic rediscovery, the monitors' backoff, the
 // unlisted hold (--unlisted-hold: a finalizer held for unlisted resources,
@@ -102,7 +108,16 @@
 //     calls is the Go scheduler's;
 //   - quiescence is sampled, not proven: it must hold for four consecutive
 //     probes, which misses a goroutine that is between taking work and
-//     showing it for longer than that (possible on a loaded machine);
+//     showing it for longer than that (possible on a loaded machine). The
+//     windows closed so far: a worker's item counts from the queue's pop
+//     (workers' store), a delayed retry from its AddAfter until queued once
+//     due (workers' delays), a monitor from the moment its watch is ended
+//     (Server.Expire). Still open: a fake-clock timer that fires while its
+//     reader is parked on its channel is handed to the reader at once, so
+//     Clock.Undrained does not see it, and the rediscoverer's timers (until
+//     its round counts as busy), a parked dependent's stall timer (until it
+//     requeues) and a held stream's watchdog (until it cancels the stream)
+//     are invisible between their wake-up and its effect;
 //   - a streaming list's stall watchdog runs in its own goroutine, which
 //     takes a fake-clock timer when it starts and drops it when the list
 //     ends: if the Go scheduler runs it only after the step settled, the

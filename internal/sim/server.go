@@ -220,6 +220,11 @@ type Server struct {
 	OnViolation func(Violation)
 	// Trace receives one line per state change.
 	Trace func(string)
+	// stopDelay, when set (a test hook), is how long each watch's Stop
+	// waits before it takes effect: a reader slow between taking the end
+	// of its watch and stopping it, as the Go scheduler or a loaded
+	// machine may make the collector's monitor.
+	stopDelay time.Duration
 }
 
 // excuse is when an orphan finalizer went under a documented limit.
@@ -292,7 +297,7 @@ func (s *Server) emit(r *resource, typ watch.EventType, m *metav1.ObjectMeta) {
 	e := logEntry{rv: rv, typ: typ, meta: *m.DeepCopy()}
 	r.log = append(r.log, e)
 	for _, w := range r.watchers {
-		if !w.stopped {
+		if !w.stopped && !w.ended {
 			w.pending = append(w.pending, e)
 		}
 	}
@@ -886,7 +891,7 @@ func (s *Server) watch(actor Actor, gvr schema.GroupVersionResource, ns string, 
 		s.backsOff(r) // the monitor relists at once: not at rest until then
 		return nil, apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", from, r.compacted))
 	}
-	w := &watcher{gvr: gvr, res: r, ns: ns, ch: make(chan watch.Event), stop: make(chan struct{})}
+	w := &watcher{gvr: gvr, res: r, ns: ns, ch: make(chan watch.Event), stop: make(chan struct{}), stopDelay: s.stopDelay}
 	for _, e := range r.log {
 		if e.rv > from {
 			w.pending = append(w.pending, e)
@@ -1180,13 +1185,23 @@ type watcher struct {
 	ch      chan watch.Event
 	stop    chan struct{}
 	stopped bool
-	once    sync.Once
+	// ended: the server ended the watch (Expire); its reader is not at
+	// rest on it, though it may not have stopped it yet (Server.settled).
+	ended bool
+	once  sync.Once
+	// stopDelay: Server.stopDelay when the watch started.
+	stopDelay time.Duration
 }
 
 func (w *watcher) ResultChan() <-chan watch.Event { return w.ch }
 
 func (w *watcher) Stop() {
-	w.once.Do(func() { close(w.stop) })
+	w.once.Do(func() {
+		if w.stopDelay > 0 {
+			time.Sleep(w.stopDelay)
+		}
+		close(w.stop)
+	})
 }
 
 // sendTimeout bounds how long a delivery waits for a monitor to take it: a
@@ -1274,6 +1289,10 @@ func (s *Server) Expire(gr schema.GroupResource) error {
 	ws := slices.Clone(r.liveWatchers())
 	for _, w := range ws {
 		w.pending = nil
+		// Before the 410 is sent: once its reader took it, nothing else
+		// shows that the reader has a relist to make until it stops the
+		// watch, which the Go scheduler may put off past a settled step.
+		w.ended = true
 	}
 	s.mu.Unlock()
 	for _, w := range ws {
@@ -1302,10 +1321,12 @@ func (s *Server) Pending() []schema.GroupResource {
 	return out
 }
 
-// settled reports whether gvr's reader is at rest: watching, waiting in a
-// held list, or backing off after a failed list or watch. It backs off
-// once the goroutine its failed call was served on has armed a timer
-// since, until that timer fires (backingOff): before, the monitor is
+// settled reports whether gvr's reader is at rest: watching (a watch the
+// server did not end: the reader of an expired one has a relist to make,
+// whether or not it stopped that watch yet), waiting in a held list, or
+// backing off after a failed list or watch. It backs off once the
+// goroutine its failed call was served on has armed a timer since, until
+// that timer fires (backingOff): before, the monitor is
 // still recording and logging the error, and a scheduler that took it for
 // at rest could end the schedule before it lists again (its timer is not
 // there yet). This holds as well for a LIST answering 404, after which
@@ -1322,7 +1343,7 @@ func (s *Server) settled(gvr schema.GroupVersionResource) bool {
 		return true
 	}
 	for _, w := range r.liveWatchers() {
-		if w.gvr == gvr {
+		if w.gvr == gvr && !w.ended {
 			return true
 		}
 	}

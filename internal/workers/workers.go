@@ -232,17 +232,17 @@ func New(cfg Config, g *graph.Graph) *Workers {
 		}
 		// The rate-limiting queue's own delaying queue, over a queue in
 		// the given order.
-		return workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](5*time.Millisecond, 60*time.Second),
+		limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](5*time.Millisecond, 60*time.Second)
+		return w.hooks.track(workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: name, MetricsProvider: provider, Clock: clk,
 				DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[types.UID]{
 					Name: name, MetricsProvider: provider, Clock: clk,
 					Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[types.UID]{Name: name, MetricsProvider: provider, Clock: clk, Queue: w.hooks.store(order)}),
 				})},
-		)
+		), limiter, cfg.Clock)
 	}
-	w.attemptToDelete = w.hooks.track(newQueue(metrics.QueueAttemptToDelete, newAwaitedFirst(g.Awaited)))
-	w.attemptToOrphan = w.hooks.track(newQueue(metrics.QueueAttemptToOrphan, nil))
+	w.attemptToDelete = newQueue(metrics.QueueAttemptToDelete, newAwaitedFirst(g.Awaited))
+	w.attemptToOrphan = newQueue(metrics.QueueAttemptToOrphan, nil)
 	w.useClock(cfg.Clock)
 	return w
 }

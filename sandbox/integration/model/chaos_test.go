@@ -229,7 +229,7 @@ func (c *chaos) start() {
 	// kgc keeps the caller's WrapTransport and wraps more around it, so
 	// the fault proxy sits right before the network, and the record of
 	// what reached the collector right after the proxy's delays.
-	d := newDelivery(n, c.plan.delayed)
+	d := newDelivery(n, allKinds)
 	c.deliveries = append(c.deliveries, d)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return d.wrap(c.ft.Wrap(rt)) }
 	began := time.Now()
@@ -238,7 +238,7 @@ func (c *chaos) start() {
 		DiscoveryResyncPeriod: 5 * time.Second,
 		QPS:                   1000,
 		Burst:                 2000,
-		Logger:                testenv.Logger(fmt.Sprintf("kgc[seed %d #%d]", c.seed, n)),
+		Logger:                d.logger(testenv.Logger(fmt.Sprintf("kgc[seed %d #%d]", c.seed, n))),
 		PagedLists:            c.plan.listsByPages(n),
 		OrphanJournal:         c.journal,
 	}, 90*time.Second)
@@ -306,8 +306,8 @@ func (c *chaos) close() {
 const (
 	// limitWatchLag: an owner's orphan or foregroundDeletion finalizer
 	// went while a dependent referred to it, and when the collector
-	// decided the removal, its watch of the dependent's resource was one the
-	// chaos delays and had not yet delivered the change that gave the
+	// decided the removal, its watch of the dependent's resource (delayed
+	// by the chaos or not) had not yet delivered the change that gave the
 	// dependent its reference.
 	limitWatchLag = "watch-lag"
 	// limitRestartMemory: a dependent deleted while it referred to an
@@ -322,15 +322,17 @@ const (
 // watchLag says whether the removal of owner's finalizer, which produced
 // owner's state end, is an instance of limitWatchLag for dependent dep,
 // whose reference to owner dates from revision since; if so it says why.
-// journaled says the removal was of the orphan finalizer, which kgc sends
-// only after its journal entry for the owner is written (see decided).
+// It is judged at the latest instant known to follow kgc's decision: for
+// an orphan finalizer (journaled), the orphan journal write kgc makes
+// before the removal (journalWriteBefore); for foregroundDeletion, the
+// line kgc logs when it hands the removal to its write
+// (announcedBefore); failing both, the request's send.
 func (c *chaos) watchLag(owner ident, end objState, dep ident, since uint64, journaled bool) (string, bool) {
-	delayed := false
+	watch := "its watch"
 	for _, k := range c.plan.delayed {
-		delayed = delayed || k.gvr == dep.kind.gvr
-	}
-	if !delayed {
-		return fmt.Sprintf("kgc's watch of %s is not delayed", dep.kind.gvr.Resource), false
+		if k.gvr == dep.kind.gvr {
+			watch = "its delayed watch"
+		}
 	}
 	// The removal: the write that answered with the owner's state, or,
 	// for an owner that went with it, the last write to it before the
@@ -352,8 +354,10 @@ func (c *chaos) watchLag(owner ident, end objState, dep ident, since uint64, jou
 	when, what := w.sent, fmt.Sprintf("sent the removal (%s)", w.method)
 	if journaled {
 		if t, ok := d.journalWriteBefore(c.journalPath(), w.sent); ok {
-			when, what = t, fmt.Sprintf("decided the removal (%s) by %s, its journal write", w.method, clock(t))
+			when, what = t, fmt.Sprintf("decided the removal (%s, sent at %s) before its journal write", w.method, clock(w.sent))
 		}
+	} else if t, ok := d.announcedBefore(owner, w.sent); ok {
+		when, what = t, fmt.Sprintf("announced the removal (%s, sent at %s)", w.method, clock(w.sent))
 	}
 	if !d.watchingAt(dep.kind.gvr, when) {
 		return fmt.Sprintf("collector #%d %s at %s, when no watch of %s was open", d.collector, what, clock(when), dep.kind.gvr.Resource), false
@@ -364,8 +368,8 @@ func (c *chaos) watchLag(owner ident, end objState, dep ident, since uint64, jou
 		return fmt.Sprintf("collector #%d %s at %s, when its watch of %s had delivered changes up to rv %d (since %s), and the dependent's reference dates from rv %d",
 			d.collector, what, clock(when), dep.kind.gvr.Resource, known, clock(at), since), false
 	}
-	return fmt.Sprintf("collector #%d %s at %s, when its delayed watch of %s had delivered changes up to rv %d only, and the dependent's reference dates from rv %d",
-		d.collector, what, clock(when), dep.kind.gvr.Resource, known, since), true
+	return fmt.Sprintf("collector #%d %s at %s, when %s of %s had delivered changes up to rv %d only, and the dependent's reference dates from rv %d",
+		d.collector, what, clock(when), watch, dep.kind.gvr.Resource, known, since), true
 }
 
 // journalPath is the URL path of the orphan journal's Lease.

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,36 +21,37 @@ import (
 )
 
 // delivery records, for one collector, what reached it over the network:
-// how far it had been told about each delayed resource (the highest
+// how far it had been told about each resource (the highest
 // resourceVersion up to which it had received that resource's changes,
-// and when), which of its watch streams of those resources were open, and
-// the writes it made (when each was sent and the resourceVersion it
-// produced). It sits between the collector and the fault proxy, so it sees
-// the delayed streams as the collector reads them.
+// and when), which of its watch streams were open, and the writes it made
+// (when each was sent and the resourceVersion it produced). It sits
+// between the collector and the fault proxy, so it sees the delayed
+// streams as the collector reads them.
 //
 // It is the evidence that tells the watch-lag limit (docs/correctness.md,
 // "Known limits") from a bug: an owner's finalizer removal while a
 // dependent still referred to it is excused only if, when the collector
-// sent that removal, its watch of the dependent's resource was a delayed
-// one and had not yet delivered the change that gave the dependent its
-// reference (see lagged).
+// decided that removal, its watch of the dependent's resource had not yet
+// delivered the change that gave the dependent its reference (see
+// chaos.watchLag).
 type delivery struct {
 	collector int
-	// delayed matches the URL paths of the resources whose watches the
-	// fault proxy delays; only those are followed.
-	delayed map[schema.GroupVersionResource]func(string) bool
+	// followed matches the URL paths of the resources it follows: every
+	// kind of the model, whether the fault proxy delays its watches or
+	// not (an undelayed watch lags too, by its own latency).
+	followed map[schema.GroupVersionResource]func(string) bool
 
 	mu sync.Mutex
-	// known: per delayed resource, each resourceVersion up to which the
+	// known: per resource, each resourceVersion up to which the
 	// collector had received every change (a monitor's list's, a watch
 	// event's after a streaming list's initial events), with the time it
 	// was read.
 	known map[schema.GroupVersionResource][]mark
-	// lists: per delayed resource, the LIST answers (their
+	// lists: per resource, the LIST answers (their
 	// resourceVersion and when they were read), of which only a
 	// monitor's counts (the one a watch then resumes from).
 	lists map[schema.GroupVersionResource][]mark
-	// streams: per delayed resource, the watch streams opened, with when
+	// streams: per resource, the watch streams opened, with when
 	// they opened and (zero while open) closed.
 	streams map[schema.GroupVersionResource][]*span
 	// writes: the collector's successful PATCH and PUT requests, by the
@@ -59,6 +61,12 @@ type delivery struct {
 	// answered with a resourceVersion the watcher never saw (the last
 	// finalizer went and the object with it).
 	byPath map[string][]write
+	// leasePuts: the collector's successful PUTs of Leases (the orphan
+	// journal's, the leader's), by URL path, when each was sent.
+	leasePuts map[string][]time.Time
+	// announced: the collector's announcements of foregroundDeletion
+	// finalizer removals (announcements).
+	announced []announcement
 	// undecoded counts bodies and frames it could not read.
 	undecoded int
 }
@@ -78,18 +86,19 @@ type write struct {
 	rv        uint64
 }
 
-func newDelivery(collector int, delayed []kindInfo) *delivery {
+func newDelivery(collector int, followed []kindInfo) *delivery {
 	d := &delivery{
 		collector: collector,
-		delayed:   map[schema.GroupVersionResource]func(string) bool{},
+		followed:  map[schema.GroupVersionResource]func(string) bool{},
 		known:     map[schema.GroupVersionResource][]mark{},
 		lists:     map[schema.GroupVersionResource][]mark{},
 		streams:   map[schema.GroupVersionResource][]*span{},
 		writes:    map[uint64]write{},
 		byPath:    map[string][]write{},
+		leasePuts: map[string][]time.Time{},
 	}
-	for _, k := range delayed {
-		d.delayed[k.gvr] = faultproxy.ResourcePath(k.gvr.Group, k.gvr.Version, k.gvr.Resource)
+	for _, k := range followed {
+		d.followed[k.gvr] = faultproxy.ResourcePath(k.gvr.Group, k.gvr.Version, k.gvr.Resource)
 	}
 	return d
 }
@@ -125,6 +134,13 @@ func (rt deliveryRT) RoundTrip(req *http.Request) (*http.Response, error) {
 	q := req.URL.Query()
 	switch {
 	case req.Method == http.MethodPatch || req.Method == http.MethodPut:
+		if req.Method == http.MethodPut && strings.Contains(req.URL.Path, "/leases/") {
+			// Noted whether or not its answer decodes: journalWriteBefore
+			// must never miss one.
+			d.mu.Lock()
+			d.leasePuts[req.URL.Path] = append(d.leasePuts[req.URL.Path], sent)
+			d.mu.Unlock()
+		}
 		body, err := readBody(resp)
 		if err != nil {
 			return resp, nil
@@ -197,7 +213,7 @@ func (rt deliveryRT) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (d *delivery) resourceOf(path string) (schema.GroupVersionResource, bool) {
-	for gvr, match := range d.delayed {
+	for gvr, match := range d.followed {
 		if match(path) {
 			return gvr, true
 		}
@@ -273,7 +289,7 @@ func decodeObject(contentType string, body []byte) (kind string, rv uint64, anno
 	return j.Kind, rv, j.Metadata.Annotations, err == nil
 }
 
-// deliveryStream is a delayed resource's watch stream as the collector
+// deliveryStream is a followed resource's watch stream as the collector
 // reads it: each event, once its last byte is read, raises what the
 // collector knows of the resource to the event's resourceVersion (after
 // the initial events of a streaming list, to their closing bookmark's).
@@ -461,9 +477,92 @@ func (d *delivery) journalWriteBefore(path string, t time.Time) (time.Time, bool
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var last time.Time
-	for _, x := range d.byPath[path] {
-		if x.method == http.MethodPut && x.sent.Before(t) && x.sent.After(last) {
-			last = x.sent
+	for _, sent := range d.leasePuts[path] {
+		if sent.Before(t) && sent.After(last) {
+			last = sent
+		}
+	}
+	return last, !last.IsZero()
+}
+
+// announceForeground is the line kgc logs at V(2) when it hands a
+// foregroundDeletion finalizer's removal to its write, after the decision
+// and before the request (internal/workers, execute).
+const announceForeground = "Dependents gone; removing foregroundDeletion finalizer"
+
+// announcements is a logr sink that notes when the collector announced a
+// foregroundDeletion finalizer's removal, by the "object" it names, and
+// passes every line on to next.
+type announcements struct {
+	d    *delivery
+	next logr.LogSink
+}
+
+func (a announcements) Init(info logr.RuntimeInfo) { a.next.Init(info) }
+func (a announcements) Enabled(level int) bool     { return level <= 2 || a.next.Enabled(level) }
+func (a announcements) Error(err error, msg string, kv ...any) {
+	a.next.Error(err, msg, kv...)
+}
+func (a announcements) WithValues(kv ...any) logr.LogSink {
+	return announcements{d: a.d, next: a.next.WithValues(kv...)}
+}
+func (a announcements) WithName(name string) logr.LogSink {
+	return announcements{d: a.d, next: a.next.WithName(name)}
+}
+
+func (a announcements) Info(level int, msg string, kv ...any) {
+	if msg == announceForeground {
+		for i := 0; i+1 < len(kv); i += 2 {
+			if k, _ := kv[i].(string); k == "object" {
+				at := time.Now()
+				a.d.mu.Lock()
+				a.d.announced = append(a.d.announced, announcement{at: at, object: fmt.Sprint(kv[i+1])})
+				a.d.mu.Unlock()
+			}
+		}
+	}
+	if a.next.Enabled(level) {
+		a.next.Info(level, msg, kv...)
+	}
+}
+
+type announcement struct {
+	at     time.Time
+	object string // rules.Identity's String: "Kind.apiVersion ns/name (uid U)"
+}
+
+// logger returns next with the collector's announcements noted.
+func (d *delivery) logger(next logr.Logger) logr.Logger {
+	sink := next.GetSink()
+	if sink == nil { // logr.Discard
+		sink = discardSink{}
+	}
+	return logr.New(announcements{d: d, next: sink})
+}
+
+// discardSink drops every line.
+type discardSink struct{}
+
+func (discardSink) Init(logr.RuntimeInfo)            {}
+func (discardSink) Enabled(int) bool                 { return false }
+func (discardSink) Info(int, string, ...any)         {}
+func (discardSink) Error(error, string, ...any)      {}
+func (s discardSink) WithValues(...any) logr.LogSink { return s }
+func (s discardSink) WithName(string) logr.LogSink   { return s }
+
+// announcedBefore returns when the collector last announced, before t, the
+// removal of owner's foregroundDeletion finalizer. The announcement comes
+// after the decision (and before any wait for a write slot, the client's
+// rate limiter or the request): it dates the decision from above, closer
+// than the request's send.
+func (d *delivery) announcedBefore(owner ident, t time.Time) (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var last time.Time
+	suffix := " (uid " + string(owner.uid) + ")"
+	for _, x := range d.announced {
+		if strings.HasSuffix(x.object, suffix) && x.at.Before(t) && x.at.After(last) {
+			last = x.at
 		}
 	}
 	return last, !last.IsZero()

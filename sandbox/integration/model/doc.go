@@ -53,10 +53,11 @@
 //
 //   - watch-lag: an owner's orphan or foregroundDeletion finalizer went
 //     while a dependent referred to it (S2's first half, S3), and when the
-//     collector decided that removal its watch of the dependent's resource was
-//     one the delay chaos holds back, open, and had delivered that
-//     resource's changes only up to a revision older than the one that
-//     gave the dependent its reference. The record (delivery_test.go) sits
+//     collector decided that removal its watch of the dependent's resource
+//     was open and had delivered that resource's changes only up to a
+//     revision older than the one that gave the dependent its reference —
+//     a watch the delay chaos holds back, or any watch by its own latency
+//     (a reference written a revision before the release). The record (delivery_test.go) sits
 //     between each collector and the fault proxy and reads what reached
 //     the collector: the resourceVersion of each monitor's list (the one
 //     its next watch resumes from; the workers' owner-lookup LISTs and a
@@ -65,13 +66,14 @@
 //     streaming list's only from its closing bookmark on), and the
 //     resourceVersion each of its writes produced, which identifies the
 //     write that removed the finalizer. When it decided is bounded from
-//     above: a foregroundDeletion removal by when it was sent, an orphan
-//     removal by the orphan journal write kgc makes between the decision
-//     and the removal (the last one sent before the removal; an event
-//     that arrived between the journal write and the removal could not
-//     have been in the decision). A resource the collector had not listed
-//     yet, an undelayed resource, or a reference delivered before the
-//     decision is no excuse.
+//     above: an orphan removal by the orphan journal write kgc makes
+//     between the decision and the removal (the last one sent before the
+//     removal), a foregroundDeletion removal by the V(2) line kgc logs
+//     when it hands the removal to its write (read by a log sink), else
+//     by the request's send; an event that arrived after that instant
+//     could not have been in the decision. A resource the collector had
+//     not listed yet, or a reference delivered before the decision, is no
+//     excuse.
 //   - restart-memory: a dependent deleted while it still referred to an
 //     owner deleted with Orphan (S2's second half), where that owner's
 //     release was excused as watch lag and a collector started more than

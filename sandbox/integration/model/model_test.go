@@ -186,9 +186,7 @@ func runSeed(t *testing.T, seed int64, objects, ops int, plan chaosPlan) {
 		settled.Round(time.Millisecond), len(got), j.judged, j.orphans, j.foregrounds, len(j.violations),
 		j.limited[limitWatchLag], limitWatchLag, j.limited[limitRestartMemory], limitRestartMemory, chaos.ft)
 	for _, d := range chaos.deliveries {
-		if len(d.delayed) > 0 {
-			t.Logf("seed %d: delivery record of %s", seed, d)
-		}
+		t.Logf("seed %d: delivery record of %s", seed, d)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/go-logr/logr"
+
 	"github.com/kgc-dev/kgc/pkg/kgc"
 )
 
@@ -286,7 +288,8 @@ func TestPlanChaos(t *testing.T) {
 
 // TestWatchLagJudgedAtTheJournalWrite pins when the watch-lag limit is
 // judged: an orphan finalizer's removal at the instant of the journal
-// write that preceded it (the decision came before that write), any other
+// write that preceded it (the decision came before that write), a
+// foregroundDeletion finalizer's at kgc's announcement of it, any other
 // removal at the instant it was sent. The dependent's reference (rv 30)
 // reaches the collector between the journal write and the removal: an
 // orphan removal is still the limit, a foregroundDeletion removal sent
@@ -304,12 +307,10 @@ func TestWatchLagJudgedAtTheJournalWrite(t *testing.T) {
 	dep := ident{kind: secretKind, namespace: "ns", name: "d", uid: "d"}
 	d.streams[secretKind.gvr] = []*span{{open: at(0)}}
 	d.raiseAt(secretKind.gvr, 20, at(1))
-	journal := write{method: http.MethodPut, path: c.journalPath(), sent: at(10), rv: 40}
+	d.leasePuts[c.journalPath()] = []time.Time{at(10)}
 	removal := write{method: http.MethodPatch, path: objectPath(owner), sent: at(30), rv: 41}
-	for _, w := range []write{journal, removal} {
-		d.writes[w.rv] = w
-		d.byPath[w.path] = append(d.byPath[w.path], w)
-	}
+	d.writes[removal.rv] = removal
+	d.byPath[removal.path] = append(d.byPath[removal.path], removal)
 	d.raiseAt(secretKind.gvr, 30, at(20)) // the reference, after the journal write
 	end := objState{rv: 41}
 	if why, ok := c.watchLag(owner, end, dep, 30, true); !ok {
@@ -317,6 +318,24 @@ func TestWatchLagJudgedAtTheJournalWrite(t *testing.T) {
 	}
 	if why, ok := c.watchLag(owner, end, dep, 30, false); ok {
 		t.Errorf("removal sent when rv 30 had been delivered: excused: %s", why)
+	}
+	// A foregroundDeletion removal announced (decided) before rv 30 came
+	// is the limit; announced after it, it is not.
+	log := d.logger(logr.Discard())
+	d.announced = nil
+	log.V(2).Info(announceForeground, "object", "ConfigMap.v1 ns/o (uid o)")
+	d.announced[0].at = at(15)
+	if why, ok := c.watchLag(owner, end, dep, 30, false); !ok {
+		t.Errorf("foreground removal announced before rv 30 came: not excused: %s", why)
+	}
+	d.announced[0].at = at(25)
+	if why, ok := c.watchLag(owner, end, dep, 30, false); ok {
+		t.Errorf("foreground removal announced after rv 30 came: excused: %s", why)
+	}
+	d.announced[0].object = "ConfigMap.v1 ns/p (uid p)"
+	d.announced[0].at = at(15)
+	if why, ok := c.watchLag(owner, end, dep, 30, false); ok {
+		t.Errorf("another owner's announcement dated this removal: excused: %s", why)
 	}
 	if why, ok := c.watchLag(owner, end, dep, 10, true); ok {
 		t.Errorf("reference at rv 10 delivered before the decision: excused: %s", why)
