@@ -241,9 +241,10 @@ func TestEtcdRollbackHoldsDeletions(t *testing.T) {
 			t.Fatal(err)
 		}
 		dep := "dependent-" + tc.name
-		if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: dep,
+		depObj, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: dep,
 			Finalizers:      []string{"kgc.test/hold"},
-			OwnerReferences: []metav1.OwnerReference{testenv.OwnerRef("v1", "Secret", owner.Name, owner.UID, true)}}}, metav1.CreateOptions{}); err != nil {
+			OwnerReferences: []metav1.OwnerReference{testenv.OwnerRef("v1", "Secret", owner.Name, owner.UID, true)}}}, metav1.CreateOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
 		snapshot := filepath.Join(dir, "snapshot-"+tc.name)
@@ -260,6 +261,13 @@ func TestEtcdRollbackHoldsDeletions(t *testing.T) {
 		waitFor(t, tc.name+": kgc to delete the dependent (a finalizer keeps it)", func() (bool, error) {
 			cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, dep, metav1.GetOptions{})
 			return err == nil && cm.DeletionTimestamp != nil, nil
+		})
+		// The rollback is evidence only against what kgc observed: the
+		// dependent's deletion must have reached its graph before the
+		// restore takes it back (the writes below can take less time than
+		// the watch event).
+		waitFor(t, tc.name+": kgc to observe the dependent deleting", func() (bool, error) {
+			return gc.nodeState(t, depObj.UID) == graphapi.StateDeleting, nil
 		})
 		// Writes after the snapshot, so that the plain restore's revision
 		// is far behind kgc's watches: the restarted apiserver does not

@@ -195,7 +195,11 @@ func TestNonBlockingOwnerRefDoesNotBlock(t *testing.T) {
 
 // Scenario 7. Deleting in the foreground twice an owner that carries its own
 // finalizer: the second request changes nothing, kgc finishes the cascade and
-// removes foregroundDeletion, leaving only the custom finalizer.
+// removes foregroundDeletion, leaving only the custom finalizer. A blocking
+// dependent held by a finalizer keeps the cascade going until the second
+// request has been made: kgc can delete the other dependents and release
+// the owner within milliseconds of the first, before the test has seen the
+// owner in foreground deletion.
 func TestDoubleForegroundDeletionWithCustomFinalizer(t *testing.T) {
 	t.Parallel()
 	tc := newTestCase(t)
@@ -204,6 +208,7 @@ func TestDoubleForegroundDeletionWithCustomFinalizer(t *testing.T) {
 	for i, n := range names("pod", 4) {
 		pods = append(pods, tc.pod(n, withOwners(owner.ref(i%2 == 0))))
 	}
+	lingering := tc.pod("lingering", withOwners(owner.ref(true)), withFinalizers(holdFinalizer))
 
 	tc.del(owner, foreground())
 	tc.waitFor(owner, "in foreground deletion", func(m *metav1.PartialObjectMetadata) bool {
@@ -212,6 +217,9 @@ func TestDoubleForegroundDeletionWithCustomFinalizer(t *testing.T) {
 	tc.del(owner, foreground())
 
 	tc.waitGone(pods...)
+	tc.waitTerminating(lingering)
+	tc.release(lingering)
+	tc.waitGone(lingering)
 	tc.waitFor(owner, "present with only the custom finalizer", func(m *metav1.PartialObjectMetadata) bool {
 		return m != nil && slices.Equal(m.Finalizers, []string{holdFinalizer})
 	})

@@ -46,6 +46,13 @@ func TestMain(m *testing.M) {
 			Verbose: os.Getenv("KGC_SHADOW_VERBOSE") != "",
 			// Upstream's garbage collector on: it does the work here.
 			ControllerManagerFlags: []string{"--controllers=*"},
+			// Upstream's collector races kgc, which runs under the race
+			// detector in this binary, on every object: without it,
+			// upstream is several times faster and often acts before kgc
+			// has decided, where the comparison cannot tell (an owner kgc
+			// never observed, a finalizer removed before kgc saw its
+			// dependents go) and counts a disagreement.
+			Race: true,
 		},
 	}, setup))
 }

@@ -67,6 +67,12 @@ type Options struct {
 	// Command is the child's command line. Empty means kgc-controlplane,
 	// built on first use (see Start).
 	Command []string
+	// Race builds kgc-controlplane with -race after all. It is for a test
+	// whose outcome depends on how fast the control plane's components are
+	// next to the kgc under test, itself under the race detector: the
+	// shadow tests compare kgc with kube-controller-manager's collector
+	// racing it on the same objects.
+	Race bool
 }
 
 // ControlPlane is a control plane running in a child process. Create it
@@ -115,18 +121,18 @@ const (
 
 // Start starts the child and its control plane, and returns once the
 // apiserver is ready. Without Options.Command it first builds
-// kgc-controlplane, without -race, into a directory shared by the
-// packages of one source tree, under a file lock: the go command relinks
-// it only when its sources changed, and each caller runs the binary it
-// built (a hard link of it), never one another caller rebuilt meanwhile.
-// The first build on a machine compiles kube-apiserver and takes minutes;
-// ctx bounds the control plane's start, not the build. On error
-// everything started is stopped.
+// kgc-controlplane (without -race, unless Options.Race) into a directory
+// shared by the packages of one source tree, under a file lock: the go
+// command relinks it only when its sources changed, and each caller runs
+// the binary it built (a hard link of it), never one another caller
+// rebuilt meanwhile. The first build on a machine compiles kube-apiserver
+// and takes minutes; ctx bounds the control plane's start, not the build.
+// On error everything started is stopped.
 func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	command := opts.Command
 	if len(command) == 0 {
 		began := time.Now()
-		binary, release, err := childBinary()
+		binary, release, err := childBinary(opts.Race)
 		if err != nil {
 			return nil, err
 		}
