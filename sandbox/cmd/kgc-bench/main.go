@@ -509,9 +509,12 @@ func orchestrate(ctx context.Context, o *options, out io.Writer) ([]result, erro
 }
 
 // startControlPlane starts a bare control plane (etcd + kube-apiserver)
-// for one run, its log on out with --verbose.
+// for one run, its log on out with --verbose. It takes seconds on an idle
+// machine; the bound is generous because kgc-bench's own tests start it
+// in-process under the race detector, beside other packages' tests and
+// compiles, where etcd alone once took over two minutes to be ready.
 func startControlPlane(ctx context.Context, o *options, out io.Writer) (*runControlPlane, error) {
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cp, err := startRunControlPlane(sctx, o, out, false)
 	if err != nil {
