@@ -291,7 +291,11 @@ func (tc *testCase) waitObserved(c *testenv.Collector, objs ...obj) {
 		tc.waitFor("kgc to observe "+o.key(), func() (bool, error) {
 			rec := httptest.NewRecorder()
 			c.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/controllers/garbage-collector-controller/graph?format=json&uid="+string(o.uid), nil))
-			if rec.Code != http.StatusOK {
+			switch rec.Code {
+			case http.StatusNotFound: // not in the graph yet
+				return false, nil
+			case http.StatusOK:
+			default:
 				return false, fmt.Errorf("graph of %s: %d %s", o.key(), rec.Code, rec.Body)
 			}
 			var g graphapi.Graph
