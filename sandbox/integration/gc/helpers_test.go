@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/kgc-dev/kgc/internal/graphapi"
 	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
@@ -114,6 +115,7 @@ type testCase struct {
 	ns       string
 	extraNS  []string
 	cleanups []func(context.Context)
+	objs     []obj // every object the test created, in order
 }
 
 // newTestCase creates a fresh namespace for t and arranges for everything to
@@ -190,6 +192,7 @@ func (tc *testCase) objectMeta(ns, name string, opts []objOpt) metav1.ObjectMeta
 // finalizer is released at the end of the test.
 func (tc *testCase) created(k kindInfo, m metav1.Object) obj {
 	o := obj{kindInfo: k, namespace: m.GetNamespace(), name: m.GetName(), uid: m.GetUID()}
+	tc.objs = append(tc.objs, o)
 	if slices.Contains(m.GetFinalizers(), holdFinalizer) {
 		tc.cleanup(func(ctx context.Context) { releaseFinalizer(ctx, tc.t, o, holdFinalizer) })
 	}
@@ -291,12 +294,51 @@ func policy(p metav1.DeletionPropagation) metav1.DeleteOptions {
 	return metav1.DeleteOptions{PropagationPolicy: &p}
 }
 
-// del deletes o with opts (preconditioned on its UID).
+// del deletes o with opts (preconditioned on its UID). Before a Foreground
+// or Orphan deletion it waits until kgc's graph holds each object of the
+// test that references o, with that reference: kgc's watches of different
+// resources are not ordered, so a dependent created (or given its reference)
+// just before would otherwise race its owner's deletion event, and the order
+// those policies promise holds only for dependents kgc has seen when it
+// decides (docs/correctness.md, Known limits).
 func (tc *testCase) del(o obj, opts metav1.DeleteOptions) {
 	tc.t.Helper()
+	if p := opts.PropagationPolicy; p != nil && *p != metav1.DeletePropagationBackground {
+		tc.waitDependentsObserved(o)
+	}
 	opts.Preconditions = &metav1.Preconditions{UID: &o.uid}
 	if err := o.client().Delete(tc.ctx, o.name, opts); err != nil {
 		tc.t.Fatalf("delete %s: %v", o, err)
+	}
+}
+
+// waitDependentsObserved waits until kgc's graph holds every object of the
+// test that references owner, with its reference to owner (or the object no
+// longer references owner: kgc may delete it meanwhile).
+func (tc *testCase) waitDependentsObserved(owner obj) {
+	tc.t.Helper()
+	refersToOwner := func(refs []metav1.OwnerReference) bool {
+		return slices.ContainsFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == owner.uid })
+	}
+	for _, d := range tc.objs {
+		if d.uid == owner.uid {
+			continue
+		}
+		var last *graphapi.Node
+		err := wait.PollUntilContextTimeout(tc.ctx, pollInterval, waitTimeout, true, func(ctx context.Context) (bool, error) {
+			n, err := collector.GraphNode(d.uid)
+			if err != nil {
+				return false, err
+			}
+			if last = n; n != nil && refersToOwner(n.OwnerReferences) {
+				return true, nil
+			}
+			m, err := tc.get(ctx, d)
+			return m == nil || !refersToOwner(m.OwnerReferences), err
+		})
+		if err != nil {
+			tc.t.Fatalf("waiting for kgc to observe %s referencing %s: %v (graph node: %+v)", d, owner, err, last)
+		}
 	}
 }
 

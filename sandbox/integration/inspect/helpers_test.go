@@ -3,10 +3,8 @@ package inspect
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -280,29 +278,17 @@ func kgcCLI(t *testing.T, deps app.InspectDeps, args ...string) (stdout, stderr 
 	return out.String(), errb.String(), err
 }
 
-// waitObserved waits until c's graph holds every object of objs, with the
-// references it was created with: a decision made after that sees them.
-// (A test that deletes an owner right after creating its dependents would
-// otherwise race kgc's watches: a dependent still on its way is not among
-// the owner's dependents when kgc decides.)
+// waitObserved waits until c's graph holds every object of objs, live: a
+// decision made after that sees them. (A test that deletes an owner right
+// after creating its dependents would otherwise race kgc's watches: a
+// dependent still on its way is not among the owner's dependents when kgc
+// decides.)
 func (tc *testCase) waitObserved(c *testenv.Collector, objs ...obj) {
 	tc.t.Helper()
 	for _, o := range objs {
 		tc.waitFor("kgc to observe "+o.key(), func() (bool, error) {
-			rec := httptest.NewRecorder()
-			c.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/controllers/garbage-collector-controller/graph?format=json&uid="+string(o.uid), nil))
-			switch rec.Code {
-			case http.StatusNotFound: // not in the graph yet
-				return false, nil
-			case http.StatusOK:
-			default:
-				return false, fmt.Errorf("graph of %s: %d %s", o.key(), rec.Code, rec.Body)
-			}
-			var g graphapi.Graph
-			if err := json.Unmarshal(rec.Body.Bytes(), &g); err != nil {
-				return false, fmt.Errorf("graph of %s: %w", o.key(), err)
-			}
-			return slices.ContainsFunc(g.Nodes, func(n graphapi.Node) bool { return n.UID == o.uid && n.State == graphapi.StateLive }), nil
+			n, err := c.GraphNode(o.uid)
+			return n != nil && n.State == graphapi.StateLive, err
 		})
 	}
 }
