@@ -47,14 +47,15 @@ func TestDaemonSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods, revisions := tc.waitDaemonSet(name, 2)
+	dependents := append(pods, revisions...)
 
+	tc.waitObserved(d, dependents...)
 	tc.del(d, metav1.DeletePropagationForeground)
 	if !rec.sawDeletingWith(tc.ns, d.uid, metav1.FinalizerDeleteDependents) {
 		tc.poll("the DaemonSet seen deleting in the foreground", waitTimeout, func(context.Context) (bool, string, error) {
 			return rec.sawDeletingWith(tc.ns, d.uid, metav1.FinalizerDeleteDependents), "", nil
 		})
 	}
-	dependents := append(pods, revisions...)
 	tc.waitGone(append(dependents, d)...)
 	tc.assertDeletedBefore(d, dependents)
 	for _, o := range dependents {

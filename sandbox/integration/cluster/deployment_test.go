@@ -33,6 +33,10 @@ func TestDeploymentDeletion(t *testing.T) {
 			r := tc.waitRolledOut("web", 3)
 			dependents := append([]obj{r.rs}, r.pods...)
 
+			if p == metav1.DeletePropagationForeground {
+				tc.waitObserved(d, r.rs)
+				tc.waitObserved(r.rs, r.pods...)
+			}
 			tc.del(d, p)
 			switch p {
 			case metav1.DeletePropagationBackground:

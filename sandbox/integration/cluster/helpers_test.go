@@ -208,6 +208,21 @@ func (tc *testCase) del(o obj, p metav1.DeletionPropagation) {
 	}
 }
 
+// waitObserved waits until kgc has observed each of dependents with its
+// reference to owner (testenv's ObservedDependent says why a test that
+// asserts a Foreground deletion's order needs this).
+func (tc *testCase) waitObserved(owner obj, dependents ...obj) {
+	tc.t.Helper()
+	tc.poll(fmt.Sprintf("kgc to observe %d dependents of %s", len(dependents), owner), waitTimeout, func(ctx context.Context) (bool, string, error) {
+		for _, d := range dependents {
+			if ok, missing, err := collector.ObservedDependent(ctx, d.client(), d.name, d.uid, owner.uid); !ok || err != nil {
+				return false, missing, err
+			}
+		}
+		return true, "", nil
+	})
+}
+
 // assertDeletedBefore waits until the recorder has seen the removal of
 // owner and of each of dependents, and checks that each dependent was
 // removed at an earlier etcd revision than owner: while any of them

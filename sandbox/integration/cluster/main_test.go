@@ -34,6 +34,7 @@ var (
 	audit          *auditor
 	rec            *recorder
 	watcher        *safety.Watcher
+	collector      *testenv.Collector
 	// markerNamespace holds the safety watcher's barrier markers, so that a
 	// test can check its account after its own namespace is gone.
 	markerNamespace string
@@ -94,7 +95,7 @@ func setup(env *testenv.Env) error {
 	// kgc's requests go through the auditor.
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(audit.wrap)
-	_, err = env.StartCollector(cfg, kgc.Options{
+	collector, err = env.StartCollector(cfg, kgc.Options{
 		Workers: 10,
 		QPS:     -1, // unthrottled: the controllers are not throttled either
 		Logger:  testenv.Logger("kgc"),

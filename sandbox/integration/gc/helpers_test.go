@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/kgc-dev/kgc/internal/graphapi"
 	"github.com/kgc-dev/kgc/sandbox/internal/safety"
 	"github.com/kgc-dev/kgc/sandbox/internal/testenv"
 )
@@ -312,32 +311,22 @@ func (tc *testCase) del(o obj, opts metav1.DeleteOptions) {
 	}
 }
 
-// waitDependentsObserved waits until kgc's graph holds every object of the
-// test that references owner, with its reference to owner (or the object no
-// longer references owner: kgc may delete it meanwhile).
+// waitDependentsObserved waits until kgc has observed every object of the
+// test that references owner, with that reference (testenv's
+// ObservedDependent).
 func (tc *testCase) waitDependentsObserved(owner obj) {
 	tc.t.Helper()
-	refersToOwner := func(refs []metav1.OwnerReference) bool {
-		return slices.ContainsFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == owner.uid })
-	}
 	for _, d := range tc.objs {
 		if d.uid == owner.uid {
 			continue
 		}
-		var last *graphapi.Node
-		err := wait.PollUntilContextTimeout(tc.ctx, pollInterval, waitTimeout, true, func(ctx context.Context) (bool, error) {
-			n, err := collector.GraphNode(d.uid)
-			if err != nil {
-				return false, err
-			}
-			if last = n; n != nil && refersToOwner(n.OwnerReferences) {
-				return true, nil
-			}
-			m, err := tc.get(ctx, d)
-			return m == nil || !refersToOwner(m.OwnerReferences), err
+		var missing string
+		err := wait.PollUntilContextTimeout(tc.ctx, pollInterval, waitTimeout, true, func(ctx context.Context) (ok bool, err error) {
+			ok, missing, err = collector.ObservedDependent(ctx, d.client(), d.name, d.uid, owner.uid)
+			return ok, err
 		})
 		if err != nil {
-			tc.t.Fatalf("waiting for kgc to observe %s referencing %s: %v (graph node: %+v)", d, owner, err, last)
+			tc.t.Fatalf("waiting for kgc to observe %s referencing %s: %v (%s)", d, owner, err, missing)
 		}
 	}
 }

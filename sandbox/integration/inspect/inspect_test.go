@@ -203,7 +203,7 @@ func recordRefs(tc *testCase, objs []obj) {
 // nothing (no write request, every resourceVersion unchanged), and what kgc
 // then does when the object is really deleted is what the preview said.
 func TestPreviewMatchesDeletion(t *testing.T) {
-	startKGC(t)
+	gc := startKGC(t)
 	for _, mode := range []struct {
 		cascade string
 		policy  metav1.DeletionPropagation
@@ -276,7 +276,10 @@ func TestPreviewMatchesDeletion(t *testing.T) {
 				t.Errorf("preview blocks %v, want %v", got, sorted(mode.blocked))
 			}
 
-			// Now for real, with kgc running.
+			// Now for real, with kgc running, once it has observed the whole
+			// tree (the preview read it from the API server; kgc's watches
+			// of different resources are not ordered).
+			tc.waitObserved(gc, all...)
 			tc.remove(root, mode.policy)
 			var got outcome
 			err = pollOutcome(tc, all, want, &got)
@@ -389,6 +392,7 @@ func TestServerMode(t *testing.T) {
 	defer srv.Close()
 	owner := tc.configMap("owner")
 	dep := tc.secret("dep", ownedBy(owner, true), withFinalizers(holdFinalizer))
+	tc.waitObserved(c, owner, dep)
 	tc.remove(owner, metav1.DeletePropagationForeground)
 	tc.waitFor("kgc to delete the dependent", func() (bool, error) {
 		m, err := tc.get(dep)

@@ -128,10 +128,17 @@ func scenario(t *testing.T, ctx context.Context) {
 	}}, metav1.CreateOptions{})
 	must(err)
 
-	// Wait until kgc has seen the owners (so that deleting them cascades),
-	// then start the deletions.
+	// Wait until kgc has seen the owners (so that deleting them cascades)
+	// and api's chain of dependents down to the held pod (its watches of
+	// different resources are not ordered: a ReplicaSet still on its way
+	// when kgc decides about api would let api go at once), then start the
+	// deletions.
 	waitGraph(t, ctx, "the scenario in kgc's graph", func(g graphapi.Graph) bool {
-		return findNode(g, "Deployment", "api") != nil && findNode(g, "Secret", "old-token") != nil && findNode(g, "Pod", "api-7c9-x") != nil
+		observed := func(kind, name string) bool {
+			n := findNode(g, kind, name)
+			return n != nil && n.State != graphapi.StatePlaceholder
+		}
+		return observed("Deployment", "api") && observed("ReplicaSet", "api-7c9") && observed("Pod", "api-7c9-x") && observed("Secret", "old-token")
 	})
 	must(c.AppsV1().Deployments(ns).Delete(ctx, "api", metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationForeground)}))
 	must(c.CoreV1().Secrets(ns).Delete(ctx, "old-token", metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)}))
