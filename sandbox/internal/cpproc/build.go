@@ -66,12 +66,16 @@ func childBinary(race bool) (path string, release func(), err error) {
 	// and profiles do not need it. Without version control stamping: it
 	// would make every commit relink the binary.
 	args := []string{"build", "-ldflags=-w", "-buildvcs=false", "-o", shared}
+	env := append(os.Environ(), "GOFLAGS="+withoutRace(os.Getenv("GOFLAGS")))
 	if race {
 		args = append(args, "-race")
+	} else {
+		args = append(args, PlainBuildFlags...)
+		env = append(env, PlainBuildEnv...)
 	}
 	build := exec.Command(goCmd, append(args, childPackage)...)
 	build.Dir = srcDir
-	build.Env = append(os.Environ(), "GOFLAGS="+withoutRace(os.Getenv("GOFLAGS")))
+	build.Env = env
 	var out bytes.Buffer
 	build.Stdout, build.Stderr = &out, &out
 	if err := build.Run(); err != nil {
@@ -99,6 +103,18 @@ func cacheDir() string {
 	}
 	return os.TempDir()
 }
+
+// PlainBuildFlags and PlainBuildEnv are how the sandbox builds every
+// program it builds without -race (this child, kubectl, kgc): as a release
+// builds kgc (make dist, the Dockerfile: static, paths trimmed). Each of
+// them changes how every package compiles, so builds that differ in them
+// share no compiled package; alike, the child's build compiles kgc's
+// dependencies once for all of them, the release builds the deploy tests
+// make included.
+var (
+	PlainBuildFlags = []string{"-trimpath"}
+	PlainBuildEnv   = []string{"CGO_ENABLED=0"}
+)
 
 // withoutRace returns GOFLAGS without -race.
 func withoutRace(goflags string) string {

@@ -285,12 +285,13 @@ func (c *Collector) Stop() error {
 	}
 }
 
-// BuildKGC builds the kgc binary into dir, exactly as users build it, and
-// returns its path. The go command's output goes to stderr.
+// BuildKGC builds the kgc binary into dir, as a release builds it (static,
+// paths trimmed: cpproc.PlainBuildFlags says why), and returns its path. The
+// go command's output goes to stderr.
 func BuildKGC(dir string) (string, error) {
 	began := time.Now()
 	path := filepath.Join(dir, "kgc")
-	build := exec.Command("go", "build", "-o", path, "github.com/kgc-dev/kgc/cmd/kgc")
+	build := plainBuild("-o", path, "github.com/kgc-dev/kgc/cmd/kgc")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return "", fmt.Errorf("building kgc: %w", err)
@@ -310,11 +311,19 @@ func BuildKGC(dir string) (string, error) {
 func BuildKubectl(dir string) (string, error) {
 	began := time.Now()
 	path := filepath.Join(dir, "kubectl")
-	build := exec.Command("go", "build", "-o", path, "k8s.io/kubernetes/cmd/kubectl")
+	build := plainBuild("-o", path, "k8s.io/kubernetes/cmd/kubectl")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return "", fmt.Errorf("building kubectl: %w", err)
 	}
 	Logf("setup")("kubectl built in %s", time.Since(began).Round(time.Millisecond))
 	return path, nil
+}
+
+// plainBuild is `go build args...` without -race, with the sandbox's flags
+// for that (cpproc.PlainBuildFlags).
+func plainBuild(args ...string) *exec.Cmd {
+	build := exec.Command("go", append(append([]string{"build"}, cpproc.PlainBuildFlags...), args...)...)
+	build.Env = append(os.Environ(), cpproc.PlainBuildEnv...)
+	return build
 }
