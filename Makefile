@@ -25,8 +25,9 @@ BULK_TESTS = DoesNotTrip|TestOwnersGoWithTheirNamespace|TestBacklogAfterLeaderCh
 test-bulk: ## The bulk deletions that must never trip the deletion breaker, at full size (a CRD with 10,000 instances, 5,000 owners in one DeleteCollection, namespaces of 5,000 owners, start-up backlogs of 5,000), without the race detector (CI runs them smaller, with it).
 	KGC_BULK_FULL=1 $(GO) test -count=1 -timeout 2h -v -run '$(BULK_TESTS)' ./sandbox/integration/breaker/ ./sandbox/integration/namespaces/ ./sandbox/integration/leaderelection/
 
-soak: ## Run the randomized model-based safety test for many seeds (env: KGC_MODEL_SEEDS=50, KGC_MODEL_OBJECTS=400, KGC_SEED, KGC_MODEL_CHAOS=restart,fail,pages (add delay for delayed watches: the watch-lag findings of docs/correctness.md's known limits are then counted, not failed, where the record shows the lag), KGC_MODEL_RESTARTS=4).
-	KGC_MODEL_SEEDS=$${KGC_MODEL_SEEDS:-50} KGC_MODEL_OBJECTS=$${KGC_MODEL_OBJECTS:-400} KGC_MODEL_RESTARTS=$${KGC_MODEL_RESTARTS:-4} \
+soak: ## The randomized model-based safety test against the real apiserver, every chaos kind (100 seeds, ~30 min; env: KGC_MODEL_SEEDS=100, KGC_MODEL_OBJECTS=400, KGC_SEED, KGC_MODEL_CHAOS=delay,restart,fail,pages (delay: the watch-lag findings of docs/correctness.md's known limits are counted, not failed, where the record shows the lag), KGC_MODEL_RESTARTS=4). The simulator's soak is soak-sim.
+	KGC_MODEL_SEEDS=$${KGC_MODEL_SEEDS:-100} KGC_MODEL_OBJECTS=$${KGC_MODEL_OBJECTS:-400} KGC_MODEL_RESTARTS=$${KGC_MODEL_RESTARTS:-4} \
+		KGC_MODEL_CHAOS=$${KGC_MODEL_CHAOS:-delay,restart,fail,pages} \
 		$(GO) test -race -count=1 -timeout 4h -v -run '^TestModel$$' ./sandbox/integration/model/
 
 soak-sim: ## Run the deterministic interleaving simulator for many schedules, failing on any violation (CI runs 1000; env: KGC_SIM_SCHEDULES=1000000, KGC_SIM_BASE=1, KGC_SIM_MAXFAIL=5, KGC_SIM_SEED replays one).

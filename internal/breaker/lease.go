@@ -210,6 +210,9 @@ type Sync struct {
 	OnResume func(release []types.UID, resumed []Trip, overflowed bool)
 	// OnRecord is told the Lease a record wrote.
 	OnRecord func(lease *coordinationv1.Lease)
+	// StopTimeout bounds the attempts Run makes, once its context is
+	// done, to record the trips not recorded yet (DefaultStopTimeout).
+	StopTimeout time.Duration
 
 	kick chan struct{}
 }
@@ -262,9 +265,17 @@ func (s *Sync) Record(ctx context.Context) error {
 	return nil
 }
 
+// DefaultStopTimeout is how long Run, stopping, keeps trying to record a
+// trip not recorded yet: well within a Pod's default grace period (30 s).
+const DefaultStopTimeout = 10 * time.Second
+
+// stopRetryEvery is how often Run, stopping, tries the record again.
+const stopRetryEvery = 500 * time.Millisecond
+
 // Run records trips and polls for resumes until ctx is done. A trip is
 // written as soon as it is made (Kick), and retried every interval until
-// it is durable.
+// it is durable. When ctx is done with a trip not recorded yet, Run keeps
+// trying for StopTimeout before it returns (recordAtStop).
 func (s *Sync) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	interval := s.Interval
@@ -276,6 +287,7 @@ func (s *Sync) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			s.recordAtStop(ctx)
 			return
 		case <-s.kick:
 		case <-tick.C:
@@ -298,5 +310,51 @@ func (s *Sync) Run(ctx context.Context) {
 		if len(resumed) > 0 && s.OnResume != nil {
 			s.OnResume(release, resumed, overflowed)
 		}
+	}
+}
+
+// recordAtStop makes the last attempts to record the trips not recorded
+// yet, when Run stops: kgc stopping (a rollout, a SIGTERM) or losing its
+// leadership. The Lease is the only thing the next kgc, or the next
+// leader, reads to start tripped: it starts with an empty graph, so the
+// evidence behind a vanished-resource or unobserved-owners trip (objects
+// this kgc held that went, owners it never saw) is not there for it to
+// see again, and it would make the deletions this one held. The collector
+// returns, and kgc releases its leader-election Lease, only after Run has
+// returned, so a trip recorded here is there before the next leader's
+// first read. What is left is a crash (SIGKILL, OOM) between the trip and
+// its first write, which Kick makes at once: one read and one update of
+// the Lease. A trip that still cannot be written is logged with the
+// annotation an operator can write by hand.
+func (s *Sync) recordAtStop(ctx context.Context) {
+	if s.Breaker.Durable() {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	timeout := s.StopTimeout
+	if timeout <= 0 {
+		timeout = DefaultStopTimeout
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	lease := s.Store.Namespace + "/" + s.Store.Name
+	for {
+		err := s.Record(stopCtx)
+		if err == nil {
+			logger.Info("Recorded the deletion breaker's trip on the Lease while stopping", "lease", lease)
+			return
+		}
+		select {
+		case <-time.After(stopRetryEvery):
+			continue
+		case <-stopCtx.Done():
+		}
+		trips, _, _ := s.Breaker.Unrecorded()
+		value, _ := json.Marshal(trips)
+		logger.Error(err, "Stopping with a deletion breaker trip not recorded on the Lease: the next kgc, or the next leader, will not start tripped, and will make the deletions this one held",
+			"lease", lease, "triedFor", timeout, "annotation", AnnotationTrips, "value", string(value),
+			"whatToDo", "before kgc runs again, write these trips on the Lease as the annotation "+AnnotationTrips+
+				" (merged with any trips already there), or keep kgc stopped until the cause of the trip is fixed")
+		return
 	}
 }

@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -174,5 +175,73 @@ func TestRecordKeepsUnreadableState(t *testing.T) {
 	l, err := cs.CoordinationV1().Leases("ns").Get(ctx, "kgc", metav1.GetOptions{})
 	if err != nil || l.Annotations[AnnotationTrips] != broken {
 		t.Fatalf("annotation %q (%v), want it untouched", l.Annotations[AnnotationTrips], err)
+	}
+}
+
+// A trip that is not recorded yet when Run stops (kgc stopping, or losing
+// its leadership) is recorded before Run returns, if the Lease takes a
+// write within StopTimeout: the next kgc reads it and starts tripped.
+// When none does, Run still returns, and the trip is not reported durable.
+func TestSyncRecordsAtStop(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		healsAfter int // failed writes before the Lease takes one; -1: never
+		want       bool
+	}{
+		{name: "the Lease takes a write while stopping", healsAfter: 3, want: true},
+		{name: "the Lease takes no write", healsAfter: -1, want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			var mu sync.Mutex
+			failed, stopping := 0, false
+			attempted := make(chan struct{}, 100)
+			cs.PrependReactor("create", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				attempted <- struct{}{}
+				if !stopping || tc.healsAfter < 0 || failed < tc.healsAfter {
+					failed++
+					return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+				}
+				return false, nil, nil
+			})
+			store := &LeaseStore{Client: cs.CoordinationV1(), Namespace: "ns", Name: "kgc"}
+			b := New(Config{UnobservedLimit: 1})
+			s := NewSync(b, store)
+			s.Interval = time.Hour
+			s.StopTimeout = 3 * time.Second
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); s.Run(ctx) }()
+
+			owner := func(uid string) []Owner { return []Owner{{UID: types.UID(uid), NeverObserved: true}} }
+			b.Admit(Deletion{UID: "a", Arrived: true, Owners: owner("oa")})
+			if v := b.Admit(Deletion{UID: "b", Arrived: true, Owners: owner("ob")}); !v.Tripped {
+				t.Fatalf("verdict %+v: want a trip", v)
+			}
+			s.Kick()
+			select {
+			case <-attempted: // the write at the trip failed
+			case <-time.After(10 * time.Second):
+				t.Fatal("no attempt to record the trip")
+			}
+			mu.Lock()
+			stopping = true
+			mu.Unlock()
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run did not return within its StopTimeout")
+			}
+			if b.Durable() != tc.want {
+				t.Fatalf("durable %v after Run returned, want %v", b.Durable(), tc.want)
+			}
+			st, _, err := store.Load(context.Background())
+			if err != nil || (len(st.Active()) == 1) != tc.want {
+				t.Fatalf("the Lease after Run returned: %+v %v; want the trip recorded: %v", st, err, tc.want)
+			}
+		})
 	}
 }

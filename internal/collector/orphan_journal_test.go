@@ -1,13 +1,17 @@
 package collector
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientdiscovery "k8s.io/client-go/discovery"
 
+	"github.com/kgc-dev/kgc/internal/breaker"
 	"github.com/kgc-dev/kgc/internal/fakeapi"
 	"github.com/kgc-dev/kgc/internal/orphanlog"
 )
@@ -52,4 +56,37 @@ func TestWorkersWaitForTheOrphanJournal(t *testing.T) {
 	}
 	store.SetFail(nil)
 	e.waitFor(t, "workers to start once the journal is read", c.Synced)
+}
+
+// Nor until the breaker's trips an earlier kgc recorded have been read: a
+// Lease that cannot be read keeps the collector unsynced, with nothing
+// deleted, not even a dependent whose owner is gone (it may be what the
+// earlier kgc held); once the trips are read, it starts.
+func TestWorkersWaitForTheBreakersTrips(t *testing.T) {
+	srv := fakeapi.NewServer()
+	srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", "orphaned", "dep-uid", fakeapi.DeploymentRef("ghost", "ghost-uid")))
+	var unreadable atomic.Bool
+	unreadable.Store(true)
+	loads := atomic.Int32{}
+	load := func(context.Context) error {
+		loads.Add(1)
+		if unreadable.Load() {
+			return fmt.Errorf("%w %s: unexpected end of JSON input", breaker.ErrUnreadable, breaker.AnnotationTrips)
+		}
+		return nil
+	}
+	e := launchCollector(t, srv, func(c *Config) { c.LoadBreaker = load })
+	c := e.c
+	e.waitFor(t, "monitors to settle", c.builder.Settled)
+	e.waitFor(t, "a first read of the trips", func() bool { return loads.Load() > 0 })
+	time.Sleep(300 * time.Millisecond) // workers would start within milliseconds; the first retry is a second away
+	if c.Synced() {
+		t.Fatal("workers started although the breaker's trips could not be read")
+	}
+	if _, deletes, _ := srv.KGCActions(); len(deletes) != 0 {
+		t.Fatalf("kgc deleted %+v before reading the breaker's trips", deletes)
+	}
+	unreadable.Store(false)
+	e.waitFor(t, "workers to start once the trips are read", c.Synced)
+	e.waitFor(t, "the dependent of the gone owner to be collected", func() bool { return e.gone(fakeapi.ConfigMaps, "a", "orphaned") })
 }

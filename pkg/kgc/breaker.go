@@ -57,8 +57,10 @@ type BreakerOptions struct {
 	// the thresholds again) and resumes are read (the annotation
 	// kgc.dev/resume-deletions; `kgc breaker resume`). `kgc run` uses its
 	// leader-election Lease; it is created, without a holder, when a trip
-	// must be recorded and it does not exist. Empty LeaseName: the state
-	// lives in memory only, and Collector.ResumeDeletions resumes.
+	// must be recorded and it does not exist. A trip not recorded yet when
+	// Run's context ends is tried for 10 more seconds before Run returns.
+	// Empty LeaseName: the state lives in memory only, and
+	// Collector.ResumeDeletions resumes.
 	LeaseNamespace, LeaseName string
 	// PollInterval: how often the Lease is read for a resume. Default 5s.
 	PollInterval time.Duration
