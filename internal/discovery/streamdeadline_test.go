@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kgc-dev/kgc/internal/graph"
 )
 
 // A streaming list whose response never starts (no status line, no
@@ -479,5 +481,85 @@ func TestStreamListGateTimeIsNoStall(t *testing.T) {
 	}
 	if k := s.kinds(); !slices.Equal(k, []string{reqStream}) || cancelled.Load() {
 		t.Errorf("requests %q (stream cancelled: %v), want the one streaming list, going on as the watch", k, cancelled.Load())
+	}
+}
+
+// answerCount answers a LIST with limit 1 as kube-apiserver does: one
+// object and the count of the others (remainingItemCount).
+func answerCount(w http.ResponseWriter, count int64) {
+	rest := count - 1
+	l := &metav1.PartialObjectMetadataList{ListMeta: metav1.ListMeta{ResourceVersion: "42", Continue: "more", RemainingItemCount: &rest}, Items: []metav1.PartialObjectMetadata{*cm("a", "7")}}
+	w.Header().Set("Content-Type", contentTypeProtobuf)
+	_, _ = w.Write(protobufBody(nopTB{}, l))
+}
+
+// A server that ignores sendInitialEvents, sends no bookmark and creates
+// objects faster than any budget of waiting time notices: each batch of
+// 5,000 ADDED events renews the watchdog. Once the stream has sent
+// streamProbeAfter events, kgc reads the resource's count (100 objects)
+// and gives the stream up at twice that plus streamProbeAfter events,
+// however fast they come; the resource is listed by pages for good.
+func TestStreamListFloodBeyondTheCountGivesUp(t *testing.T) {
+	var sent atomic.Int64
+	s := &streamServer{
+		stream: func(w http.ResponseWriter, r *http.Request, n int) {
+			sw := startStream(w)
+			for i := 30; r.Context().Err() == nil; i++ {
+				sw.event(watch.Added, cm(fmt.Sprintf("o%d", i), strconv.Itoa(i)))
+				sent.Add(1)
+			}
+		},
+		list: func(w http.ResponseWriter, r *http.Request, n int) {
+			answerPage(w, "42", cm("a", "7"))
+		},
+		count: func(w http.ResponseWriter, r *http.Request, n int) { answerCount(w, 100) },
+		watch: expireFirstWatch,
+	}
+	m, rec := streamMonitor(t, s, streamMonitorOptions{})
+	waitUntil(t, "sync by pages", m.HasSynced)
+	waitRequests(t, s, reqWatch, 2)
+	if k := s.kinds(); !slices.Equal(k, []string{reqStream, reqList, reqWatch, reqList, reqWatch}) {
+		t.Fatalf("requests %q, want a streaming list given up, then pages only", k)
+	}
+	if n := len(s.requests(reqCount)); n != 1 {
+		t.Errorf("the count was read %d times, want once", n)
+	}
+	bound := streamCountBound(100)
+	handed := 0
+	for _, ev := range rec.get() {
+		if ev.Type == graph.Upsert && ev.Object.Identity.Name != "a" {
+			handed++
+		}
+	}
+	if handed != int(bound)+1 {
+		t.Errorf("the stream handed on %d objects (the server sent %d), want it given up at the first beyond %d", handed, sent.Load(), bound)
+	}
+}
+
+// An honest streaming list of a resource bigger than streamProbeAfter has
+// its count read once, and completes: its initial events are its objects.
+func TestStreamListBigHonestStreamCompletes(t *testing.T) {
+	const objects = 3 * streamBatch
+	s := &streamServer{
+		stream: func(w http.ResponseWriter, r *http.Request, n int) {
+			sw := startStream(w)
+			for i := range objects {
+				sw.event(watch.Added, cm(fmt.Sprintf("o%d", i), strconv.Itoa(30+i)))
+			}
+			sw.end(strconv.Itoa(30 + objects))
+			<-r.Context().Done()
+		},
+		count: func(w http.ResponseWriter, r *http.Request, n int) { answerCount(w, objects) },
+	}
+	m, rec := streamMonitor(t, s, streamMonitorOptions{})
+	waitUntil(t, "sync by streaming", m.HasSynced)
+	if k := s.kinds(); !slices.Equal(k, []string{reqStream}) {
+		t.Fatalf("requests %q, want the one streaming list", k)
+	}
+	if n := len(s.requests(reqCount)); n != 1 {
+		t.Errorf("the count was read %d times, want once", n)
+	}
+	if n := rec.upserts(); n != objects {
+		t.Errorf("%d objects handed on, want %d", n, objects)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/kgc-dev/kgc/internal/graph"
@@ -99,16 +100,62 @@ import (
 //     so one shows a server that ignores sendInitialEvents, however many
 //     ADDED events follow.
 //
-// What neither catches: a server that ignores sendInitialEvents and sends
-// no bookmark and no MODIFIED or DELETED event, but more than 5,000 new
-// objects of the resource every 15 s. Its watch timeout (5–10 min, asked
-// for as timeoutSeconds) ends the stream, and the resource is listed by
-// pages until a paged list completes.
+//   - A count that events do not extend: once a stream has sent
+//     streamProbeAfter (10,000) initial events, kgc asks the server how
+//     many objects the resource has (a LIST with limit 1: its
+//     remainingItemCount), once per list. An honest stream's initial
+//     events are the objects at its resourceVersion, so a stream that
+//     sends more than twice that count plus streamProbeAfter ADDED events
+//     before its end bookmark is sending new objects: a server that
+//     ignores sendInitialEvents and is busy enough never to stall. It is
+//     given up, and the resource listed by pages for good, after at most
+//     that many events, however fast they come. The margin covers an
+//     honest list of a resource that shrank by half while it streamed;
+//     one that shrank more is listed by pages, which is the reference.
+//
+// What none of these catches: a server that ignores sendInitialEvents,
+// sends no bookmark and no MODIFIED or DELETED event, more than 5,000 new
+// objects of the resource every 15 s, and no remainingItemCount on a
+// LIST with a limit (kube-apiserver gives one). Its watch timeout (5–10
+// min, asked for as timeoutSeconds) ends the stream, and the resource is
+// listed by pages until a paged list completes.
 
 // streamListerOf returns pl as a StreamLister, or nil.
 func streamListerOf(pl PageLister) StreamLister {
 	sl, _ := pl.(StreamLister)
 	return sl
+}
+
+// streamProbeAfter is how many initial events a streaming list sends
+// before kgc reads the resource's count to bound the rest (see "The
+// deadline"): two batches, so that a resource of fewer objects never costs
+// the extra request.
+const streamProbeAfter = 2 * streamBatch
+
+// streamCountBound returns the most ADDED events an honest streaming list
+// of a resource found to have count objects sends before its end bookmark
+// (see "The deadline").
+func streamCountBound(count int64) int64 {
+	return 2*count + streamProbeAfter
+}
+
+// streamCount reads how many objects the resource has (a LIST with limit
+// 1, from etcd: the item it returns and its remainingItemCount); ok false
+// when the server does not say (no remainingItemCount, a failure), and
+// the stream then runs without a count bound.
+func (mon *monitor) streamCount(ctx context.Context) (count int64, ok bool) {
+	pctx, cancel := context.WithTimeout(ctx, streamStall)
+	defer cancel()
+	var pl pageListing
+	page, err := mon.listPage(pctx, metav1.ListOptions{Limit: 1}, &pl)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Reading a resource's count to bound its streaming list; streaming on without that bound", "resource", mon.resource.GVR, "err", err.Error())
+		return 0, false
+	}
+	if !page.remainingItemsSet {
+		return 0, false
+	}
+	return int64(len(page.items)) + page.remainingItems, true
 }
 
 // streamBatch is how many initial events a streaming list hands on between
@@ -131,6 +178,7 @@ var (
 	errStreamStalled  = fmt.Errorf("the streaming list sent fewer than %d initial events in %s of waiting, and not the bookmark that ends them (sendInitialEvents ignored?)", streamBatch, streamStall)
 	errStreamNoEnd    = fmt.Errorf("the streaming list sent a bookmark without the annotation that ends its initial events, and not that one within %s of waiting after it (sendInitialEvents ignored)", streamStall)
 	errStreamEnded    = errors.New("the streaming list ended before the bookmark that ends its initial events")
+	errStreamTooMany  = errors.New("the streaming list sent more initial events than twice the objects its resource has, and not the bookmark that ends them (sendInitialEvents ignored)")
 	errStreamNoAnswer = fmt.Errorf("the streaming list was not answered within %s", streamStall)
 )
 
@@ -217,6 +265,7 @@ func (mon *monitor) streamList(ctx context.Context) (next string, events int, li
 		return "", events, false, err
 	}
 	batch := 0
+	added, bound := int64(0), int64(-1) // bound: no count read yet, or none known
 	var ev streamEvent
 	for {
 		dog.arm()
@@ -250,6 +299,10 @@ func (mon *monitor) streamList(ctx context.Context) (next string, events int, li
 			mon.observe(graph.Event{Type: graph.Upsert, Object: ev.obj, Gen: gen, Fresh: mon.fresh})
 			delivered = true
 			batch++
+			added++
+			if bound >= 0 && added > bound {
+				return fail(fmt.Errorf("%w: %d ADDED events for a resource of %d objects", errStreamTooMany, added, (bound-streamProbeAfter)/2), true)
+			}
 		case watch.Modified, watch.Deleted:
 			// kube-apiserver sends only ADDED events before the end
 			// bookmark (its cacher's initial events are its store's
@@ -276,6 +329,13 @@ func (mon *monitor) streamList(ctx context.Context) (next string, events int, li
 			dog.renew() // a whole batch: evidence of a list
 			mon.handedOn(initial, batch)
 			batch = 0
+			if added == streamProbeAfter {
+				// Once per list; the time the read takes is not waiting
+				// for the stream (the watchdog is disarmed).
+				if count, ok := mon.streamCount(sctx); ok {
+					bound = streamCountBound(count)
+				}
+			}
 			if mon.gate != nil {
 				mon.gate(ctx)
 				mon.touch()

@@ -27,6 +27,7 @@ const (
 	reqStream = "stream" // a streaming list: watch=true&sendInitialEvents=true
 	reqList   = "list"   // a LIST page
 	reqWatch  = "watch"  // a plain watch (the metadata client's)
+	reqCount  = "count"  // a LIST with limit 1: a streaming list reads its resource's count
 )
 
 type streamReq struct {
@@ -43,6 +44,9 @@ type streamServer struct {
 	stream func(w http.ResponseWriter, r *http.Request, n int)
 	list   func(w http.ResponseWriter, r *http.Request, n int)
 	watch  func(w http.ResponseWriter, r *http.Request, n int)
+	// count answers a LIST with limit 1 (default: no count, as a server
+	// that does not give remainingItemCount).
+	count func(w http.ResponseWriter, r *http.Request, n int)
 
 	mu   sync.Mutex
 	reqs []streamReq
@@ -56,6 +60,8 @@ func (s *streamServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		kind = reqStream
 	case q.Get("watch") == "true":
 		kind = reqWatch
+	case q.Get("limit") == "1":
+		kind = reqCount
 	}
 	s.mu.Lock()
 	s.reqs = append(s.reqs, streamReq{kind, q, r.Header.Get("Accept")})
@@ -74,6 +80,10 @@ func (s *streamServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case kind == reqList && s.list != nil:
 		s.list(w, r, n)
 	case kind == reqList:
+		answerPage(w, "42")
+	case kind == reqCount && s.count != nil:
+		s.count(w, r, n)
+	case kind == reqCount:
 		answerPage(w, "42")
 	case kind == reqWatch && s.watch != nil:
 		s.watch(w, r, n)
@@ -95,11 +105,14 @@ func (s *streamServer) requests(kind string) []streamReq {
 	return out
 }
 
-// kinds returns the kinds of the requests so far, in order.
+// kinds returns the kinds of the requests so far, in order, without the
+// count reads (a stream of more than streamProbeAfter objects makes one).
 func (s *streamServer) kinds() []string {
 	var out []string
 	for _, r := range s.requests("") {
-		out = append(out, r.kind)
+		if r.kind != reqCount {
+			out = append(out, r.kind)
+		}
 	}
 	return out
 }
