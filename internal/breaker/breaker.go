@@ -172,6 +172,11 @@ type Owner struct {
 	// NeverObserved: kgc never observed it alive (its dangling fact comes
 	// from a quorum GET or LIST of a UID the graph never held).
 	NeverObserved bool
+	// HistoryGap: kgc's history of the owner's kind has a gap now or
+	// lately (its watch interrupted, or a relist after lost history
+	// within the window), in which the owner could have lived and gone
+	// unseen; such an owner is not counted as never observed.
+	HistoryGap bool
 	// DeletionObserved: kgc saw it go — a watch's DELETED event — or
 	// deleted it itself.
 	DeletionObserved bool
@@ -291,7 +296,7 @@ func (b *Breaker) Admit(d Deletion) Verdict {
 	var unobserved []types.UID
 	if d.Arrived && b.cfg.UnobservedLimit > 0 {
 		for _, o := range d.Owners {
-			if o.NeverObserved && !b.has(Unobserved, o.UID) && !slices.Contains(unobserved, o.UID) {
+			if o.NeverObserved && !o.HistoryGap && !b.has(Unobserved, o.UID) && !slices.Contains(unobserved, o.UID) {
 				unobserved = append(unobserved, o.UID)
 			}
 		}

@@ -192,6 +192,12 @@ func (b *Builder) Unverified(gk schema.GroupKind) (epoch uint64, unverified bool
 	return b.monitors.Unverified(gk)
 }
 
+// HistoryLost returns when a list of gk last completed after its watch
+// had lost the storage's history (discovery.Monitors.HistoryLost).
+func (b *Builder) HistoryLost(gk schema.GroupKind) time.Time {
+	return b.monitors.HistoryLost(gk)
+}
+
 // CRDBacked reports whether a CRD was observed to serve gr.
 func (b *Builder) CRDBacked(gr schema.GroupResource) bool { return b.monitors.CRDBacked(gr) }
 

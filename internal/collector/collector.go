@@ -249,7 +249,7 @@ func New(cfg Config) (*Collector, error) {
 	wcfg := workers.Config{
 		Metadata: workerMetadata, Mapper: cfg.Mapper, Recorder: cfg.Recorder,
 		Workers: cfg.Workers, MaxWritesInFlight: cfg.MaxWritesInFlight, UnlistedHold: cfg.UnlistedHold,
-		Unlisted: c.builder.Unlisted, Listing: c.builder.Listing, Unverified: c.builder.Unverified, Resource: c.builder.Resource,
+		Unlisted: c.builder.Unlisted, Listing: c.builder.Listing, Unverified: c.builder.Unverified, HistoryLost: c.builder.HistoryLost, Resource: c.builder.Resource,
 		Rules: cfg.Rules, Metrics: cfg.Metrics, QueueMetrics: cfg.QueueMetrics, History: cfg.History, Clock: cfg.Clock,
 		Breaker: cfg.Breaker, OnTrip: cfg.OnTrip, HoldRestored: cfg.HoldRestored,
 	}

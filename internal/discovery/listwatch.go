@@ -51,6 +51,9 @@ type monitor struct {
 	// that for the monitors that replace this one.
 	fresh      bool
 	noteListed func()
+	// noteRelisted records that a list completed after an earlier one in
+	// this process (Monitors.HistoryLost).
+	noteRelisted func()
 	// crdSeq returns how many times the resource's CRD was observed
 	// alive (Monitors.crdLiveSeq); notServedSeq (guarded by mu) is what
 	// it returned when the last list, which answered 404, started.
@@ -349,6 +352,7 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 	if initial {
 		mon.initialObjects.Store(0)
 	}
+	fresh := mon.listFresh()
 	delivered := false // a page of this list reached the graph
 	var pl pageListing
 	defer pl.release()
@@ -376,6 +380,9 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 			mon.mu.Lock()
 			mon.served, mon.notServedSeq = false, crdSeq
 			mon.mu.Unlock()
+			if mon.fresh && mon.noteRelisted != nil {
+				mon.noteRelisted() // as in completed
+			}
 			mon.listed(gen)
 			mon.mu.Lock()
 			mon.synced = true
@@ -394,7 +401,7 @@ func (mon *monitor) list(ctx context.Context) (rv string, served bool, err error
 		}
 		delivered = delivered || len(page.items) > 0
 		for i := range page.items {
-			mon.observe(graph.Event{Type: graph.Upsert, Object: page.items[i], Gen: gen, Fresh: mon.fresh})
+			mon.observe(graph.Event{Type: graph.Upsert, Object: page.items[i], Gen: gen, Fresh: fresh})
 			page.items[i] = rules.Object{} // let the page go as it is handed on
 		}
 		if initial {
@@ -423,10 +430,30 @@ func (mon *monitor) completed(gen uint32, rv string) {
 	mon.mu.Lock()
 	mon.served = true // before the marker: see servedAgain
 	mon.mu.Unlock()
+	if mon.fresh && mon.noteRelisted != nil {
+		// Listed before in this process: by this monitor, whose watch
+		// lost the history, or by one this one replaces (the resource
+		// left discovery and came back, unwatched in between).
+		mon.noteRelisted()
+	}
 	mon.listed(gen)
 	mon.mu.Lock()
 	mon.synced = true
 	mon.mu.Unlock()
+}
+
+// listFresh reports whether the objects of a list starting now appeared
+// while kgc watched (graph.Event.Fresh): the resource was listed before in
+// this process (by this monitor or one it replaces), and this monitor has
+// not: a list after one of its own follows a watch that lost the storage's
+// history, and what it finds may have been created at any time in that
+// gap, as a backlog at start may, while an owner it names lived and went
+// unseen in the same gap. The first list of a monitor that replaces
+// another (the resource left discovery and came back: its CRD deleted and
+// created again) finds objects created since the resource came back,
+// which kgc saw happen.
+func (mon *monitor) listFresh() bool {
+	return mon.fresh && !mon.everListed()
 }
 
 // pageListing is what one list reuses from page to page: the response

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -72,6 +73,9 @@ type Monitors struct {
 	// monitors' goroutines write it.
 	listedMu sync.Mutex
 	listed   map[schema.GroupKind]bool
+	// relisted (under listedMu): per group and kind, when a list last
+	// completed after an earlier one in this process (HistoryLost).
+	relisted map[schema.GroupKind]time.Time
 	// watchMu guards watches: per group and kind, the interruptions of
 	// its watch and whether the last one was verified since
 	// (Unverified). Its own lock: the monitors' goroutines and the graph
@@ -212,17 +216,18 @@ func onePerGroupKind(ctx context.Context, want map[schema.GroupVersionResource]R
 func (m *Monitors) start(ctx context.Context, r Resource) (*monitor, error) {
 	mctx, cancel := context.WithCancel(ctx)
 	mon := &monitor{
-		resource:   r,
-		apiVersion: r.APIVersion(),
-		res:        m.client.Resource(r.GVR).Namespace(metav1.NamespaceAll),
-		observe:    m.shard.filter(m.observe),
-		pages:      m.pages,
-		gate:       m.gate,
-		stream:     streamListerOf(m.pages),
-		sweep:      m.started[r.GroupKind()],
-		fresh:      m.wasListed(r.GroupKind()),
-		noteListed: func() { m.noteListed(r.GroupKind()) },
-		crdSeq:     func() uint64 { return m.crdLiveSeq(r.GVR.GroupResource()) },
+		resource:     r,
+		apiVersion:   r.APIVersion(),
+		res:          m.client.Resource(r.GVR).Namespace(metav1.NamespaceAll),
+		observe:      m.shard.filter(m.observe),
+		pages:        m.pages,
+		gate:         m.gate,
+		stream:       streamListerOf(m.pages),
+		sweep:        m.started[r.GroupKind()],
+		fresh:        m.wasListed(r.GroupKind()),
+		noteListed:   func() { m.noteListed(r.GroupKind()) },
+		noteRelisted: func() { m.noteRelisted(r.GroupKind()) },
+		crdSeq:       func() uint64 { return m.crdLiveSeq(r.GVR.GroupResource()) },
 		// A monitor replacing one whose interruption was not verified
 		// yet verifies with its first list.
 		unverified:  m.isUnverified(r.GroupKind()),

@@ -3,8 +3,12 @@ package discovery
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -501,6 +506,77 @@ func TestStorageWentBack(t *testing.T) {
 			mon := &monitor{resource: configMaps, res: client.Resource(configMaps.GVR).Namespace(metav1.NamespaceAll)}
 			if got := mon.storageWentBack(ctx, klog.FromContext(ctx), tc.resume); got != tc.want {
 				t.Fatalf("storageWentBack(%s) with the storage at %s = %v, want %v", tc.resume, tc.now, got, tc.want)
+			}
+		})
+	}
+}
+
+// A relist after the monitor's watch lost the storage's history (a 410)
+// ends a gap in kgc's history of the resource: its objects may have been
+// created at any time in the gap, so they are not fresh (graph.Event.Fresh:
+// not arrivals), and HistoryLost dates the gap's end. The first list
+// leaves HistoryLost zero; a watch event after the relist is fresh. Both
+// paged and streaming lists.
+func TestRelistAfterLostHistoryIsNotFresh(t *testing.T) {
+	for _, streaming := range []bool{false, true} {
+		t.Run(fmt.Sprintf("streaming=%v", streaming), func(t *testing.T) {
+			s := &streamServer{
+				list: func(w http.ResponseWriter, r *http.Request, n int) {
+					answerPage(w, strconv.Itoa(41+n), cm(fmt.Sprintf("p%d", n), strconv.Itoa(40+n)))
+				},
+				// The first watch (after the first list) answers 410: the
+				// monitor lists again; the second delivers an event.
+				watch: func(w http.ResponseWriter, r *http.Request, n int) {
+					if n == 1 {
+						answerExpired(w)
+						return
+					}
+					sw := startStream(w)
+					sw.event(watch.Added, cm("after", "99"))
+					<-r.Context().Done()
+				},
+			}
+			if streaming {
+				s.stream = func(w http.ResponseWriter, r *http.Request, n int) {
+					sw := startStream(w)
+					sw.event(watch.Added, cm(fmt.Sprintf("s%d", n), strconv.Itoa(30+10*n)))
+					sw.end(strconv.Itoa(31 + 10*n))
+					if n == 1 {
+						return // the watch resumes from the bookmark: 410
+					}
+					sw.event(watch.Added, cm("after", strconv.Itoa(32+10*n)))
+					<-r.Context().Done()
+				}
+			}
+			m, rec := streamMonitor(t, s, streamMonitorOptions{})
+			gk := schema.GroupKind{Kind: "ConfigMap"}
+			waitUntil(t, "the watch event after the relist", func() bool {
+				for _, ev := range rec.get() {
+					if ev.Type == graph.Upsert && ev.Object.Identity.Name == "after" {
+						return true
+					}
+				}
+				return false
+			})
+			fresh := map[string]bool{}
+			for _, ev := range rec.get() {
+				if ev.Type == graph.Upsert {
+					fresh[ev.Object.Identity.Name] = ev.Fresh
+				}
+			}
+			first, relisted := "p1", "p2"
+			if streaming {
+				first, relisted = "s1", "s2"
+			}
+			want := map[string]bool{first: false, relisted: false, "after": true}
+			if !reflect.DeepEqual(fresh, want) {
+				t.Errorf("fresh by object %v, want %v (the first list's and the relist's objects are not arrivals, the watch's are)", fresh, want)
+			}
+			if m.HistoryLost(gk).IsZero() {
+				t.Error("HistoryLost is zero after a relist that ended a gap")
+			}
+			if !m.HistoryLost(schema.GroupKind{Kind: "Secret"}).IsZero() {
+				t.Error("HistoryLost of a kind never relisted is not zero")
 			}
 		})
 	}

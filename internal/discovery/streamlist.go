@@ -215,6 +215,7 @@ func (mon *monitor) streamList(ctx context.Context) (next string, events int, li
 	if initial {
 		mon.initialObjects.Store(0)
 	}
+	fresh := mon.listFresh()
 	if mon.gate != nil {
 		mon.gate(ctx)
 		mon.touch()
@@ -296,7 +297,7 @@ func (mon *monitor) streamList(ctx context.Context) (next string, events int, li
 		case watch.Error:
 			return fail(ev.err, streamRefused(ev.err))
 		case watch.Added:
-			mon.observe(graph.Event{Type: graph.Upsert, Object: ev.obj, Gen: gen, Fresh: mon.fresh})
+			mon.observe(graph.Event{Type: graph.Upsert, Object: ev.obj, Gen: gen, Fresh: fresh})
 			delivered = true
 			batch++
 			added++
@@ -310,10 +311,10 @@ func (mon *monitor) streamList(ctx context.Context) (next string, events int, li
 			// streams an ordinary watch, and on a busy resource it would
 			// never stall. The event is true all the same: handed on.
 			if ev.typ == watch.Modified {
-				mon.observe(graph.Event{Type: graph.Upsert, Object: ev.obj, Gen: gen, Fresh: mon.fresh})
+				mon.observe(graph.Event{Type: graph.Upsert, Object: ev.obj, Gen: gen, Fresh: fresh})
 				delivered = true
 			} else {
-				mon.observe(graph.Event{Type: graph.Delete, Object: ev.obj, Gen: gen, Fresh: mon.fresh})
+				mon.observe(graph.Event{Type: graph.Delete, Object: ev.obj, Gen: gen, Fresh: fresh})
 			}
 			return fail(fmt.Errorf("the streaming list sent a %s event before the bookmark that ends its initial events (sendInitialEvents ignored)", ev.typ), true)
 		}

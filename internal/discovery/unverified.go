@@ -1,6 +1,8 @@
 package discovery
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -57,6 +59,33 @@ func (m *Monitors) watchVerified(gk schema.GroupKind) {
 	if w := m.watches[gk]; w != nil {
 		w.unverified = false
 	}
+}
+
+// noteRelisted records that a list of gk completed after an earlier one
+// in this process: the monitor's watch had lost the storage's history (a
+// 410, or a watch that could not resume), or the resource left discovery
+// and came back, and objects of gk may have come and gone in the gap
+// without kgc seeing them (HistoryLost).
+func (m *Monitors) noteRelisted(gk schema.GroupKind) {
+	now := m.clock.Now()
+	m.listedMu.Lock()
+	if m.relisted == nil {
+		m.relisted = map[schema.GroupKind]time.Time{}
+	}
+	m.relisted[gk] = now
+	m.listedMu.Unlock()
+}
+
+// HistoryLost returns when a list of gk last completed after an earlier
+// one in this process, which ends a gap in kgc's history of gk (zero:
+// never since kgc started). An object of gk created and deleted in such a gap
+// was never seen by kgc, so "never observed alive" is no evidence about
+// it: the deletion breaker does not count owners of gk as never observed
+// while the gap is recent (or open: Unverified).
+func (m *Monitors) HistoryLost(gk schema.GroupKind) time.Time {
+	m.listedMu.Lock()
+	defer m.listedMu.Unlock()
+	return m.relisted[gk]
 }
 
 func (m *Monitors) wasListed(gk schema.GroupKind) bool {

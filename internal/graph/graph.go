@@ -49,11 +49,13 @@ type Event struct {
 	// another generation, which is how objects deleted while a watch was
 	// down are noticed without a second copy of every object.
 	Gen uint32
-	// Fresh: the monitor had already completed a list of the resource
-	// before this event (a watch event, or an object of a later list), so
-	// an object the graph first holds from this event appeared while kgc
-	// watched its resource, rather than being there when kgc started
-	// (rules.Item.Arrived). The graph builder clears it for an object
+	// Fresh: a list of the resource had completed before this event, and
+	// kgc's history of it is unbroken since (a watch event, or an object
+	// of the first list of a monitor that replaces another; not an object
+	// of a relist after a watch lost the storage's history, which may have
+	// been created at any time in the gap), so an object the graph first
+	// holds from this event appeared while kgc watched its resource,
+	// rather than being there when kgc started (rules.Item.Arrived). The graph builder clears it for an object
 	// naming an owner whose resource it has not applied a complete list
 	// of (builder.ownersListed).
 	Fresh bool

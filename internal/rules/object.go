@@ -114,7 +114,8 @@ type Item struct {
 	Absent  bool
 	// Arrived: the object appeared while kgc watched its resource (created,
 	// or restored, after kgc first listed it, and its owners' resources),
-	// rather than being there when kgc started. The deletion breaker counts owners never observed
+	// rather than being there when kgc started, or being found by a relist
+	// after kgc's watch of its resource lost the storage's history. The deletion breaker counts owners never observed
 	// alive only for such objects: a backlog found at start-up is what an
 	// ordinary restart or first start looks like, a burst of new objects
 	// naming owners kgc never saw is what a restore looks like.

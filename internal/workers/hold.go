@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
@@ -84,11 +85,34 @@ func basisOf(refs []metav1.OwnerReference, facts []rules.Fact, deletedByKGC func
 // owners the graph does not hold; the absent cache keeps the source of
 // the fact that put an owner there).
 func unobserved(e rules.Evidence) bool {
-	switch e.Source {
-	case rules.SourceWatchDeletion, rules.SourceRelist, rules.SourceConfirm, rules.SourceGraph:
+	return !observedSource(e.Source)
+}
+
+// historyGap reports whether kgc's history of gk has a gap in which an
+// owner of that kind could have been created and deleted unseen: its
+// watch is interrupted and not verified since (Unverified), or a relist
+// after a lost history completed within the breaker's window
+// (HistoryLost). An owner never observed alive is evidence of a restore
+// only where kgc's history of its kind is unbroken: there, an owner that
+// existed when its dependent was created was seen, by the list that
+// started the history or by an event; in a gap (a watch down for longer
+// than the storage keeps history, then a 410 and a relist) a controller's
+// short-lived owner goes unseen as a matter of course. The window bounds
+// how long after a gap a dependent created in it is still decided on: a
+// dependent first found by a relist of its own resource is no arrival at
+// all (graph.Event.Fresh), so only a decision delayed past the window
+// (a retry, a queue that long) can still count such an owner.
+func (w *Workers) historyGap(gk schema.GroupKind) bool {
+	if w.cfg.Unverified != nil {
+		if _, unverified := w.cfg.Unverified(gk); unverified {
+			return true
+		}
+	}
+	if w.cfg.HistoryLost == nil {
 		return false
 	}
-	return true
+	lost := w.cfg.HistoryLost(gk)
+	return !lost.IsZero() && w.now().Sub(lost) < w.cfg.Breaker.Config().Window
 }
 
 // RestoreHold is one object held for the restore signature.
@@ -154,6 +178,11 @@ func (w *Workers) hold(ctx context.Context, it *rules.Item, facts []rules.Fact) 
 	}
 	if w.cfg.Breaker == nil {
 		return false
+	}
+	for i := range b.owners {
+		if o := &b.owners[i]; o.NeverObserved {
+			o.HistoryGap = w.historyGap(schema.GroupKind{Group: o.Group, Kind: o.Kind})
+		}
 	}
 	v := w.cfg.Breaker.Admit(breaker.Deletion{UID: it.Identity.UID, Object: it.Identity.String(),
 		Arrived: it.Arrived, Owners: b.owners, GraphSize: w.graph.Len()})

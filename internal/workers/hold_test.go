@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -127,6 +128,46 @@ func TestBreakerHoldsUnobserved(t *testing.T) {
 	}
 }
 
+// The dependents an unobserved-owners trip holds stay held when they are
+// decided again while their owners' watch is interrupted (an apiserver
+// restart after the restore): the owners' absence is read again, and the
+// read keeps what the absence rested on, a UID kgc never observed alive.
+// Before, the read again counted as a confirmation of an observed owner,
+// the holds no longer applied, and the held dependents were deleted.
+func TestUnobservedTripHoldsThroughAWatchInterruption(t *testing.T) {
+	srv := fakeapi.NewServer()
+	b := breaker.New(breaker.Config{Window: time.Minute, UnobservedLimit: 3})
+	var trips []breaker.Trip
+	s := newHoldStepper(t, srv, b, &trips)
+	var deps []*metav1.PartialObjectMetadata
+	for i := range 10 {
+		d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", fmt.Sprintf("d%d", i), types.UID(fmt.Sprintf("d%d", i)), fakeapi.DeploymentRef(fmt.Sprintf("o%d", i), types.UID(fmt.Sprintf("never%d", i)))))
+		s.observe(fakeapi.ConfigMaps, d)
+		deps = append(deps, d)
+	}
+	for _, d := range deps {
+		if err := s.deleteStep(d.UID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gone := countGone(srv, deps); gone != 3 || len(trips) != 1 {
+		t.Fatalf("%d deleted, trips %+v: want the limit (3) and one trip", gone, trips)
+	}
+	deployments := schema.GroupKind{Group: "apps", Kind: "Deployment"}
+	s.c.resolver.unverified = func(gk schema.GroupKind) (uint64, bool) { return 1, gk == deployments }
+	for _, d := range deps[3:] {
+		if err := s.deleteStep(d.UID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gone := countGone(srv, deps); gone != 3 {
+		t.Fatalf("%d deleted after deciding the held again with the owners' watch interrupted, want still 3", gone)
+	}
+	if gets, _, _ := srv.KGCActions(); len(gets) < 7+7 {
+		t.Errorf("%d owner reads in all, want each held dependent's owner read again", len(gets))
+	}
+}
+
 // Owners whose deletion kgc observed are never counted, even with the
 // dangling fraction on: a Background cascade (a root someone deleted, a
 // middle owner kgc deleted) is people deleting, whatever its size.
@@ -187,6 +228,63 @@ func TestBreakerIgnoresBacklog(t *testing.T) {
 	}
 	if gone := countGone(srv, deps); gone != 10 || len(trips) != 0 {
 		t.Fatalf("%d of 10 deleted, trips %+v: want all, no trip", gone, trips)
+	}
+}
+
+// The same dependents as TestBreakerHoldsUnobserved, appearing while kgc
+// watches, with owners of a kind whose history kgc lost: its watch is
+// interrupted (not verified since), or a relist after a lost history
+// completed within the window. A controller's owners created and deleted
+// in such a gap are never seen, so they are not counted, and all go. Past
+// the window, and with the watch verified, the owners count again and the
+// breaker trips as in TestBreakerHoldsUnobserved.
+func TestBreakerIgnoresOwnersMissedInAHistoryGap(t *testing.T) {
+	start := time.Date(2026, 11, 26, 4, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name        string
+		unverified  bool
+		lostAgo     time.Duration // 0: never lost
+		wantDeleted int
+	}{
+		{name: "watch interrupted", unverified: true, wantDeleted: 10},
+		{name: "relisted within the window", lostAgo: 30 * time.Second, wantDeleted: 10},
+		{name: "relisted before the window", lostAgo: 2 * time.Minute, wantDeleted: 3},
+		{name: "no gap", wantDeleted: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := fakeapi.NewServer()
+			clk := clocktesting.NewFakeClock(start)
+			b := breaker.New(breaker.Config{Window: time.Minute, UnobservedLimit: 3, Clock: clk})
+			var trips []breaker.Trip
+			s := newHoldStepper(t, srv, b, &trips)
+			s.c.cfg.Clock = clk
+			s.c.cfg.Unverified = func(gk schema.GroupKind) (uint64, bool) {
+				return 1, tc.unverified && gk == schema.GroupKind{Group: "apps", Kind: "Deployment"}
+			}
+			s.c.cfg.HistoryLost = func(gk schema.GroupKind) time.Time {
+				if tc.lostAgo == 0 || gk != (schema.GroupKind{Group: "apps", Kind: "Deployment"}) {
+					return time.Time{}
+				}
+				return start.Add(-tc.lostAgo)
+			}
+			var deps []*metav1.PartialObjectMetadata
+			for i := range 10 {
+				d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", fmt.Sprintf("d%d", i), types.UID(fmt.Sprintf("d%d", i)), fakeapi.DeploymentRef(fmt.Sprintf("o%d", i), types.UID(fmt.Sprintf("gone%d", i)))))
+				s.observe(fakeapi.ConfigMaps, d)
+				deps = append(deps, d)
+			}
+			for _, d := range deps {
+				if err := s.deleteStep(d.UID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if gone := countGone(srv, deps); gone != tc.wantDeleted {
+				t.Fatalf("%d of 10 deleted (trips %+v), want %d", gone, trips, tc.wantDeleted)
+			}
+			if tripped := len(trips) > 0; tripped != (tc.wantDeleted < 10) {
+				t.Fatalf("trips %+v", trips)
+			}
+		})
 	}
 }
 

@@ -140,11 +140,11 @@ func (r *resolver) resolveFact(ctx context.Context, dependent rules.Identity, re
 		return f, err
 	}
 	if again {
-		return r.readAgain(ctx, m.Resource, c)
+		return r.readAgain(ctx, m.Resource, c, observedSource(o.Seen))
 	}
 	if e, ok := r.absent.Get(c); ok {
 		if r.stale(c) {
-			return r.readAgain(ctx, m.Resource, c)
+			return r.readAgain(ctx, m.Resource, c, observedSource(e.Source))
 		}
 		r.checkNamespace(dependent, ref, c.Namespace)
 		return rules.ClassifyFact(ref.UID, rules.Found{Source: e.Source, ResourceVersion: e.ResourceVersion, UID: e.FoundUID, Exists: e.FoundUID != ""}, r.isOrphaned), nil
@@ -196,11 +196,21 @@ func (r *resolver) stale(c rules.Coordinates) bool {
 
 // readAgain classifies the owner at c, whose absence kgc held, from a
 // quorum read (stale), and remembers at which interruption it read it
-// absent. The read counts as a confirmation: the owner was observed, so
-// its absence is no evidence of an owner never observed alive.
-func (r *resolver) readAgain(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates) (rules.Fact, error) {
+// absent. The read keeps the provenance of the absence it replaces: an
+// owner kgc observed (its deletion watched or relisted, or the graph held
+// it; wasObserved) is read as a confirmation, whose absence is no evidence
+// of an owner never observed alive; an owner kgc only ever read absent
+// (a GET or LIST of a UID the graph never held) stays never observed. A
+// read that said "observed" for it would let the dependents the
+// unobserved-owners trip holds go when they are decided again while the
+// owner's watch is interrupted (an apiserver restart after a restore).
+func (r *resolver) readAgain(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates, wasObserved bool) (rules.Fact, error) {
 	epoch, _ := r.unverified(schema.GroupKind{Group: c.Group, Kind: c.Kind})
-	f, err := r.read(ctx, gvr, c, metrics.LookupConfirm)
+	src := rules.SourceConfirm
+	if !wasObserved {
+		src = rules.SourceGet
+	}
+	f, err := r.read(ctx, gvr, c, metrics.LookupConfirm, src)
 	if err == nil && (f.State == rules.Dangling || f.State == rules.Orphaned) {
 		r.reread.Put(c, epoch)
 	}
@@ -326,7 +336,7 @@ func (f *flight) wait(ctx context.Context) (rules.Fact, error) {
 
 // getOwner classifies the owner at c from a quorum GET.
 func (r *resolver) getOwner(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates) (rules.Fact, error) {
-	return r.read(ctx, gvr, c, metrics.LookupGet)
+	return r.read(ctx, gvr, c, metrics.LookupGet, rules.SourceGet)
 }
 
 // confirm classifies ref from a quorum GET sent now, whatever the graph
@@ -339,7 +349,7 @@ func (r *resolver) confirm(ctx context.Context, dependent rules.Identity, ref *m
 	if done {
 		return f, err
 	}
-	return r.read(ctx, m.Resource, c, metrics.LookupConfirm)
+	return r.read(ctx, m.Resource, c, metrics.LookupConfirm, rules.SourceConfirm)
 }
 
 // locate maps ref's kind and returns the full coordinates of its owner as
@@ -356,13 +366,22 @@ func (r *resolver) locate(dependent rules.Identity, ref *metav1.OwnerReference) 
 	return m, c, f, done, nil
 }
 
-// read classifies the owner at c from a quorum GET, counted as verb.
-func (r *resolver) read(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates, verb string) (rules.Fact, error) {
-	r.metrics.Lookup(verb)
-	src := rules.SourceGet
-	if verb == metrics.LookupConfirm {
-		src = rules.SourceConfirm
+// observedSource reports whether an absence kgc holds from src rests on
+// an observation of the owner (its deletion watched or relisted, or the
+// graph holding it before a confirming read) rather than only on reads of
+// a UID the graph never held.
+func observedSource(src rules.Source) bool {
+	switch src {
+	case rules.SourceWatchDeletion, rules.SourceRelist, rules.SourceConfirm, rules.SourceGraph:
+		return true
 	}
+	return false
+}
+
+// read classifies the owner at c from a quorum GET, counted as verb, with
+// src as the evidence's source.
+func (r *resolver) read(ctx context.Context, gvr schema.GroupVersionResource, c rules.Coordinates, verb string, src rules.Source) (rules.Fact, error) {
+	r.metrics.Lookup(verb)
 	obj, err := r.get(ctx, gvr, c.Namespace, c.Name)
 	switch {
 	case apierrors.IsNotFound(err):

@@ -66,6 +66,11 @@ type Config struct {
 	// of that kind is then read again before a decision rests on it
 	// (resolver.stale).
 	Unverified func(schema.GroupKind) (epoch uint64, unverified bool)
+	// HistoryLost returns when a list of a group and kind last completed
+	// after kgc's watch of it had lost the storage's history (the graph
+	// builder's HistoryLost; zero: never); nil: never. With Unverified it
+	// tells the breaker which owners kgc may have missed (historyGap).
+	HistoryLost func(schema.GroupKind) time.Time
 	// Resource returns the monitored resource of an observed kind (the
 	// graph builder's Resource); nil: ask Mapper.
 	Resource func(schema.GroupVersionKind) (schema.GroupVersionResource, bool)
