@@ -199,12 +199,14 @@ func (s *LeaseStore) Resume(ctx context.Context, at time.Time) (before State, re
 
 // Sync keeps b and the Lease in step: Load reads the trips an earlier kgc
 // recorded before the first decision, and Run records every trip b makes
-// (Breaker.Unrecorded) and applies the resumes an operator writes there.
+// (Breaker.Unrecorded) and applies the resumes an operator writes there,
+// and the trips another kgc records there.
 type Sync struct {
 	Breaker  *Breaker
 	Store    *LeaseStore
 	Interval time.Duration
-	// OnRestore is told the trips applied from the Lease at start.
+	// OnRestore is told the trips applied from the Lease: at start (Load),
+	// and those another kgc recorded since (Run).
 	OnRestore func(lease *coordinationv1.Lease, trips []Trip)
 	// OnResume is told what a resume released.
 	OnResume func(release []types.UID, resumed []Trip, overflowed bool)
@@ -298,17 +300,23 @@ func (s *Sync) Run(ctx context.Context) {
 		} else if err != nil {
 			logger.Error(err, "Recording the deletion breaker's trip on the Lease; retrying. Until it is recorded a restart of kgc forgets it", "lease", s.Store.Namespace+"/"+s.Store.Name, "retryIn", interval)
 		}
-		st, _, err := s.Store.Load(ctx)
+		st, l, err := s.Store.Load(ctx)
 		if err != nil {
 			logger.V(2).Info("Reading the deletion breaker's Lease", "err", err.Error())
 			continue
 		}
-		if st.Resumed.IsZero() {
-			continue
+		if !st.Resumed.IsZero() {
+			release, resumed, overflowed := s.Breaker.Resume(st.Resumed)
+			if len(resumed) > 0 && s.OnResume != nil {
+				s.OnResume(release, resumed, overflowed)
+			}
 		}
-		release, resumed, overflowed := s.Breaker.Resume(st.Resumed)
-		if len(resumed) > 0 && s.OnResume != nil {
-			s.OnResume(release, resumed, overflowed)
+		// Trips recorded there since this kgc read the Lease at start
+		// apply too: a leader that lost its Lease records a trip while it
+		// stops (recordAtStop), possibly after the new leader's first
+		// read. Applying a trip only holds more.
+		if applied := s.Breaker.Restore(st.Trips, time.Time{}); len(applied) > 0 && s.OnRestore != nil {
+			s.OnRestore(l, applied)
 		}
 	}
 }
@@ -319,12 +327,14 @@ func (s *Sync) Run(ctx context.Context) {
 // leader, reads to start tripped: it starts with an empty graph, so the
 // evidence behind a vanished-resource or unobserved-owners trip (objects
 // this kgc held that went, owners it never saw) is not there for it to
-// see again, and it would make the deletions this one held. The collector
-// returns, and kgc releases its leader-election Lease, only after Run has
-// returned, so a trip recorded here is there before the next leader's
-// first read. What is left is a crash (SIGKILL, OOM) between the trip and
-// its first write, which Kick makes at once: one read and one update of
-// the Lease. A trip that still cannot be written is logged with the
+// see again, and it would make the deletions this one held. Run is
+// stopped only once the collector's workers have drained (pkg/kgc), so no
+// trip comes after this; kgc releases its leader-election Lease only once
+// the collector returned; and a leader that took over meanwhile (this one
+// lost its Lease) applies a trip recorded here within its poll interval
+// (Run). What is left is a crash (SIGKILL, OOM) between the trip and its
+// first write, which Kick makes at once: one read and one update of the
+// Lease. A trip that still cannot be written is logged with the
 // annotation an operator can write by hand.
 func (s *Sync) recordAtStop(ctx context.Context) {
 	if s.Breaker.Durable() {

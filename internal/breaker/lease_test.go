@@ -245,3 +245,50 @@ func TestSyncRecordsAtStop(t *testing.T) {
 		})
 	}
 }
+
+// A trip another kgc records on the Lease after this one read it at start
+// — the leader that lost its Lease to this one, recording while it stops
+// — applies within a poll; a resume written there releases it again, and
+// is not undone by the next poll.
+func TestSyncAppliesTripsRecordedLater(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store := &LeaseStore{Client: fake.NewClientset().CoordinationV1(), Namespace: "ns", Name: "kgc"}
+	b := New(Config{UnobservedLimit: 5})
+	s := NewSync(b, store)
+	s.Interval = 10 * time.Millisecond
+	restored := make(chan []Trip, 10)
+	s.OnRestore = func(_ *coordinationv1.Lease, trips []Trip) { restored <- trips }
+	if err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	if _, err := store.Record(ctx, []Trip{{Signal: Vanished, Resource: "Widget.example.com", At: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case trips := <-restored:
+		if len(trips) != 1 || !b.Tripped(Vanished) {
+			t.Fatalf("applied %+v, tripped %v: want the trip recorded by the other kgc", trips, b.Tripped(Vanished))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a trip recorded on the Lease after the start was never applied")
+	}
+	if _, _, err := store.Resume(ctx, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Tripped(Vanished) {
+		if time.Now().After(deadline) {
+			t.Fatal("the resume was never applied")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // polls that must not apply the resumed trip again
+	if b.Tripped(Vanished) {
+		t.Fatal("a resumed trip was applied again")
+	}
+}

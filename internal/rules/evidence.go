@@ -31,8 +31,10 @@ const (
 	// SourceList: a consistent LIST of the owner's resource and namespace
 	// (answering many lookups at once), at Evidence.ResourceVersion.
 	SourceList
-	// SourceConfirm: a quorum GET just before the write, of an owner the
-	// graph showed as solid.
+	// SourceConfirm: a quorum GET of an owner kgc observed: one the graph
+	// showed as solid, just before the write, or one whose absence it
+	// held, read again while its watch is interrupted. (An absence of an
+	// owner kgc never observed, read again, stays SourceGet.)
 	SourceConfirm
 	// SourceMapping: the REST mapping of the reference's kind and the
 	// dependent's scope alone (Unresolvable, Invalid).
@@ -136,9 +138,10 @@ func (e Evidence) String() string {
 		rv()
 		b.WriteString(" (relist)")
 	case SourceGet, SourceConfirm:
-		b.WriteString("a quorum GET ")
 		if e.Source == SourceConfirm {
-			b.WriteString("just before the write ")
+			b.WriteString("a confirming quorum GET ")
+		} else {
+			b.WriteString("a quorum GET ")
 		}
 		switch e.Reason {
 		case ReasonNotFound:

@@ -41,7 +41,7 @@ func TestEvidenceString(t *testing.T) {
 		{Evidence{Source: SourceGet, Reason: ReasonNotFound}, "a quorum GET answered 404"},
 		{Evidence{Source: SourceGet, Reason: ReasonOtherUID, FoundUID: "x"}, "a quorum GET found another object (uid x)"},
 		{Evidence{Source: SourceList, Reason: ReasonNotFound, ResourceVersion: "7"}, "a quorum LIST at resourceVersion 7 found nothing at its coordinates"},
-		{Evidence{Source: SourceConfirm, Reason: ReasonExists, ResourceVersion: "3"}, "a quorum GET just before the write found it (exists) at resourceVersion 3"},
+		{Evidence{Source: SourceConfirm, Reason: ReasonExists, ResourceVersion: "3"}, "a confirming quorum GET found it (exists) at resourceVersion 3"},
 		{Evidence{Source: SourceGraph, Reason: ReasonForeground, ResourceVersion: "3"}, "observed at resourceVersion 3 (foreground)"},
 	} {
 		if got := tc.e.String(); got != tc.want {

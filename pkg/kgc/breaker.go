@@ -161,7 +161,7 @@ func (c *Collector) loadBreaker() func(context.Context) error {
 		c.bsync.OnRestore = func(l *coordinationv1.Lease, trips []breaker.Trip) {
 			c.lease.Store(l)
 			for _, t := range trips {
-				logger.Error(nil, "Deletion circuit breaker tripped before this kgc started and was not resumed: holding deletions on this basis until an operator resumes",
+				logger.Error(nil, "Deletion circuit breaker tripped before this kgc started, or in another kgc, and not resumed (recorded on the Lease): holding deletions on this basis until an operator resumes",
 					"signal", t.Signal, "resource", t.Resource, "trippedAt", t.At, "because", t.Because(), "lease", c.breakerOpts.LeaseNamespace+"/"+c.breakerOpts.LeaseName)
 			}
 		}

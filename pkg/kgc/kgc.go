@@ -683,7 +683,11 @@ func (c *Collector) Run(ctx context.Context) error {
 	// The breaker's trips recorded by an earlier kgc apply before the
 	// first decision.
 	defer c.bg.Wait()
-	bctx, cancel := context.WithCancel(ctx)
+	// The breaker's Lease is kept in step until the collector has
+	// returned, not merely until ctx ends: the workers drain after that
+	// (their last decisions may trip the breaker), and only then does
+	// the last record (Sync.recordAtStop) begin.
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel() // before the Wait: the collector may return on its own
 	c.runBreaker(bctx)
 	return c.c.Run(ctx)
