@@ -87,17 +87,7 @@ func TestBreakerHoldsUnobserved(t *testing.T) {
 	b := breaker.New(breaker.Config{Window: time.Minute, UnobservedLimit: 3, Clock: clk})
 	var trips []breaker.Trip
 	s := newHoldStepper(t, srv, b, &trips)
-	var deps []*metav1.PartialObjectMetadata
-	for i := range 10 {
-		d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", fmt.Sprintf("d%d", i), types.UID(fmt.Sprintf("d%d", i)), fakeapi.DeploymentRef(fmt.Sprintf("o%d", i), types.UID(fmt.Sprintf("never%d", i)))))
-		s.observe(fakeapi.ConfigMaps, d)
-		deps = append(deps, d)
-	}
-	for _, d := range deps {
-		if err := s.deleteStep(d.UID); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deps := decideDanglingDeps(t, srv, s, "never")
 	if gone := countGone(srv, deps); gone != 3 {
 		t.Fatalf("%d deleted, want the limit (3)", gone)
 	}
@@ -139,17 +129,7 @@ func TestUnobservedTripHoldsThroughAWatchInterruption(t *testing.T) {
 	b := breaker.New(breaker.Config{Window: time.Minute, UnobservedLimit: 3})
 	var trips []breaker.Trip
 	s := newHoldStepper(t, srv, b, &trips)
-	var deps []*metav1.PartialObjectMetadata
-	for i := range 10 {
-		d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", fmt.Sprintf("d%d", i), types.UID(fmt.Sprintf("d%d", i)), fakeapi.DeploymentRef(fmt.Sprintf("o%d", i), types.UID(fmt.Sprintf("never%d", i)))))
-		s.observe(fakeapi.ConfigMaps, d)
-		deps = append(deps, d)
-	}
-	for _, d := range deps {
-		if err := s.deleteStep(d.UID); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deps := decideDanglingDeps(t, srv, s, "never")
 	if gone := countGone(srv, deps); gone != 3 || len(trips) != 1 {
 		t.Fatalf("%d deleted, trips %+v: want the limit (3) and one trip", gone, trips)
 	}
@@ -215,17 +195,7 @@ func TestBreakerIgnoresBacklog(t *testing.T) {
 	var trips []breaker.Trip
 	s := newHoldStepper(t, srv, b, &trips)
 	s.fresh = false
-	var deps []*metav1.PartialObjectMetadata
-	for i := range 10 {
-		d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", fmt.Sprintf("d%d", i), types.UID(fmt.Sprintf("d%d", i)), fakeapi.DeploymentRef(fmt.Sprintf("o%d", i), types.UID(fmt.Sprintf("gone%d", i)))))
-		s.observe(fakeapi.ConfigMaps, d)
-		deps = append(deps, d)
-	}
-	for _, d := range deps {
-		if err := s.deleteStep(d.UID); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deps := decideDanglingDeps(t, srv, s, "gone")
 	if gone := countGone(srv, deps); gone != 10 || len(trips) != 0 {
 		t.Fatalf("%d of 10 deleted, trips %+v: want all, no trip", gone, trips)
 	}
@@ -267,17 +237,7 @@ func TestBreakerIgnoresOwnersMissedInAHistoryGap(t *testing.T) {
 				}
 				return start.Add(-tc.lostAgo)
 			}
-			var deps []*metav1.PartialObjectMetadata
-			for i := range 10 {
-				d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", fmt.Sprintf("d%d", i), types.UID(fmt.Sprintf("d%d", i)), fakeapi.DeploymentRef(fmt.Sprintf("o%d", i), types.UID(fmt.Sprintf("gone%d", i)))))
-				s.observe(fakeapi.ConfigMaps, d)
-				deps = append(deps, d)
-			}
-			for _, d := range deps {
-				if err := s.deleteStep(d.UID); err != nil {
-					t.Fatal(err)
-				}
-			}
+			deps := decideDanglingDeps(t, srv, s, "gone")
 			if gone := countGone(srv, deps); gone != tc.wantDeleted {
 				t.Fatalf("%d of 10 deleted (trips %+v), want %d", gone, trips, tc.wantDeleted)
 			}
@@ -345,6 +305,25 @@ func TestRestoreHold(t *testing.T) {
 	if gone := countGone(srv2, []*metav1.PartialObjectMetadata{d}); gone != 1 {
 		t.Fatal("the dependent of an owner kgc saw deleted and recreated was held")
 	}
+}
+
+// decideDanglingDeps creates ten ConfigMaps d0…d9, observed as s.fresh
+// says (arrived or a backlog), each naming a Deployment o<i> of UID
+// <uidPrefix><i> that does not exist, and decides each once.
+func decideDanglingDeps(t *testing.T, srv *fakeapi.Server, s *stepper, uidPrefix string) []*metav1.PartialObjectMetadata {
+	t.Helper()
+	var deps []*metav1.PartialObjectMetadata
+	for i := range 10 {
+		d := srv.Create(t, fakeapi.ConfigMaps, fakeapi.Object("a", fmt.Sprintf("d%d", i), types.UID(fmt.Sprintf("d%d", i)), fakeapi.DeploymentRef(fmt.Sprintf("o%d", i), types.UID(fmt.Sprintf("%s%d", uidPrefix, i)))))
+		s.observe(fakeapi.ConfigMaps, d)
+		deps = append(deps, d)
+	}
+	for _, d := range deps {
+		if err := s.deleteStep(d.UID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return deps
 }
 
 func countGone(srv *fakeapi.Server, objs []*metav1.PartialObjectMetadata) int {
