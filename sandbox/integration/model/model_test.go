@@ -129,7 +129,12 @@ func runSeed(t *testing.T, seed int64, objects, ops int, plan chaosPlan) {
 		r.randomOp()
 	}
 	chaos.settle()
-	// Let everything finish: release every custom finalizer.
+	// Let everything finish: release every custom finalizer, once every
+	// orphaning is done on the server. A release dooms what a deletion
+	// would (see racesOrphaning), and these cannot be skipped: waiting
+	// for the orphan finalizers to go gives the order the reference model
+	// assumes, the orphaned references removed first.
+	r.waitOrphaningDone()
 	for _, o := range r.objs {
 		if slices.Contains(o.finalizers, holdFinalizer) {
 			r.releaseHold(o)
@@ -383,9 +388,12 @@ func (r *run) hasOrphanedOwner(o *recObj) bool {
 //     or not doomed (being deleted or bound to be collected, per the
 //     reference model run on the record so far);
 //   - racesOrphaning: any other operation that dooms objects (a Background
-//     or Foreground deletion, a reference removal) is not made if it
-//     dooms an object that still refers, on the server, to an owner deleted
-//     with Orphan, or that is an owner of such an object.
+//     or Foreground deletion, a reference removal, the release of a hold
+//     that lets a deleting owner go) is not made if it dooms an object
+//     that still refers, on the server, to an owner deleted with Orphan,
+//     or that is an owner of such an object. The final release of every
+//     hold, which cannot be skipped, waits for the orphanings instead
+//     (waitOrphaningDone).
 
 // projection runs the reference model on the record so far, changed by
 // mutate, and returns the objects it ends with being deleted or gone.
@@ -645,10 +653,52 @@ func (r *run) releaseHoldRandom() {
 	if o == nil {
 		return
 	}
+	// Releasing the hold of an owner being deleted (Background) makes it
+	// go, which dooms its dependents as a deletion would: not while that
+	// races an orphaning (see above).
+	if r.racesOrphaning(func(sim map[types.UID]*simObj) {
+		x := sim[o.uid]
+		x.finalizers = slices.DeleteFunc(x.finalizers, func(f string) bool { return f == holdFinalizer })
+		if x.deleting && len(x.finalizers) == 0 {
+			x.gone = true
+		}
+	}) {
+		r.skipped++
+		return
+	}
 	if r.releaseHold(o) {
 		r.counts["release-hold"]++
 	}
 }
+
+// waitOrphaningDone waits, within orphaningTimeout, until no object the
+// test deleted with Orphan still carries the orphan finalizer on the
+// server (the collector removes it once it removed the object's
+// dependents' references to it); past that it goes on, and the comparison
+// with the reference model reports what differs.
+func (r *run) waitOrphaningDone() {
+	pending := func() int {
+		n := 0
+		for _, o := range r.objs {
+			if !o.orphaned || o.seenGone {
+				continue
+			}
+			if m := r.current(o); m != nil && slices.Contains(m.Finalizers, finalizerOrphan) {
+				n++
+			}
+		}
+		return n
+	}
+	err := wait.PollUntilContextTimeout(r.ctx, 100*time.Millisecond, orphaningTimeout, true, func(context.Context) (bool, error) {
+		return pending() == 0, nil
+	})
+	if err != nil {
+		r.t.Logf("seed %d: %d owners deleted with Orphan still carry the orphan finalizer after %s; releasing the holds anyway", r.seed, pending(), orphaningTimeout)
+	}
+}
+
+// orphaningTimeout bounds waitOrphaningDone.
+const orphaningTimeout = time.Minute
 
 // releaseHold removes the hold finalizer from o (retrying on conflicts: the
 // collector may be editing the object's finalizers at the same time).
